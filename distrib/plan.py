@@ -1,0 +1,262 @@
+"""Step planning on GraphDefs: prune, place, partition.
+
+The master turns "run these fetches with these feeds" into one partition per
+task. Everything here is a pure function on the plain-data GraphDef nodes of
+``docs/ops.md`` (dicts), so the same code serves the master service, the
+in-process evaluator and the tests, and nothing here touches a socket.
+
+Principles:
+- A fed tensor cuts the graph: its producer runs only if something else needs
+  it (TensorFlow's rule), so feeding an intermediate tensor is cheap.
+- Every edge that crosses tasks becomes one ``_Send`` on the producer's task
+  and one ``_Recv`` per consuming task, whatever the number of consumers there
+  (each tensor crosses to a task once per step).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from distrib.errors import InvalidArgumentError, NotFoundError
+
+Node = dict[str, Any]
+
+_DEVICE_FIELD = re.compile(
+    r"^(?:job:(?P<job>[A-Za-z_][\w-]*)|replica:(?P<replica>\d+)|task:(?P<task>\d+)"
+    r"|device:(?P<dtype>[A-Za-z]+):(?P<dindex>\d+|\*)|(?P<short>cpu|gpu|CPU|GPU):(?P<sindex>\d+|\*))$"
+)
+
+
+@dataclass(frozen=True)
+class Device:
+    """A fully or partly specified device; unset fields are None."""
+
+    job: str | None = None
+    replica: int | None = None
+    task: int | None = None
+    device_type: str | None = None
+    device_index: int | None = None
+
+    @property
+    def task_name(self) -> str:
+        return f"/job:{self.job}/task:{self.task}"
+
+    @property
+    def local_name(self) -> str:
+        """The device within its task, e.g. ``GPU:0``."""
+        return f"{self.device_type or 'CPU'}:{self.device_index or 0}"
+
+    def canonical(self) -> str:
+        return (f"/job:{self.job}/replica:{self.replica or 0}/task:{self.task}"
+                f"/device:{self.local_name}")
+
+
+def parse_device(spec: str) -> Device:
+    """Parse any TensorFlow device string ("/job:ps/task:0", "/gpu:1", "GPU:0", "")."""
+    if not spec:
+        return Device()
+    fields: dict[str, Any] = {}
+    text = spec.strip()
+    if not text.startswith("/"):
+        # "GPU:0" / "CPU:0" alone name a device of the local task
+        text = "/" + ("device:" + text if not text.lower().startswith(("job:", "device:")) else text)
+    for part in text.strip("/").split("/"):
+        m = _DEVICE_FIELD.match(part)
+        if m is None:
+            raise InvalidArgumentError(
+                f"malformed device string {spec!r} (bad field {part!r}); write it like "
+                "'/job:worker/replica:0/task:1/device:GPU:0' or '/job:ps/task:0' or '/gpu:0'")
+        g = m.groupdict()
+        if g["job"] is not None:
+            fields["job"] = g["job"]
+        elif g["replica"] is not None:
+            fields["replica"] = int(g["replica"])
+        elif g["task"] is not None:
+            fields["task"] = int(g["task"])
+        else:
+            dtype = (g["dtype"] or g["short"]).upper()
+            idx = g["dindex"] if g["dindex"] is not None else g["sindex"]
+            fields["device_type"] = dtype
+            fields["device_index"] = None if idx == "*" else int(idx)
+    return Device(**fields)
+
+
+def tensor_op(name: str) -> tuple[str, int]:
+    """Split "op:3" into ("op", 3); a bare "op" is output 0."""
+    op, sep, idx = name.rpartition(":")
+    if sep and idx.isdigit():
+        return op, int(idx)
+    return name, 0
+
+
+def prune(nodes: dict[str, Node], fetches: Iterable[str], targets: Iterable[str],
+          feeds: Iterable[str]) -> list[str]:
+    """Names of the nodes needed to compute ``fetches`` and run ``targets``,
+    in topological order. ``feeds`` are tensor names ("x:0") whose values are
+    given, so their producers are cut off unless needed for another reason."""
+    fed = set(feeds)
+    roots: list[str] = []
+    for t in fetches:
+        if t in fed:
+            continue
+        op, _ = tensor_op(t)
+        roots.append(op)
+    roots.extend(targets)
+    for r in roots:
+        if r not in nodes:
+            raise NotFoundError(f"the graph has no op named {r!r}; fetch a tensor or op of "
+                                "the session's graph")
+    order: list[str] = []
+    state: dict[str, int] = {}  # 1 = visiting, 2 = done
+    for root in roots:
+        _visit(root, nodes, fed, state, order)
+    return order
+
+
+def _visit(root: str, nodes: dict[str, Node], fed: set[str], state: dict[str, int],
+           order: list[str]) -> None:
+    # iterative DFS: graphs from gradients are deep enough to overflow recursion
+    stack: list[tuple[str, bool]] = [(root, False)]
+    while stack:
+        name, expanded = stack.pop()
+        if expanded:
+            state[name] = 2
+            order.append(name)
+            continue
+        s = state.get(name)
+        if s == 2:
+            continue
+        if s == 1:
+            raise InvalidArgumentError(f"the graph has a cycle through op {name!r}")
+        state[name] = 1
+        stack.append((name, True))
+        for inp in nodes[name]["inputs"]:
+            if inp.startswith("^"):
+                dep = inp[1:]
+            elif inp in fed:
+                continue
+            else:
+                dep = tensor_op(inp)[0]
+            if dep not in nodes:
+                raise NotFoundError(f"op {name!r} has input {inp!r}, which is not in the graph")
+            if state.get(dep) != 2:
+                if state.get(dep) == 1:
+                    raise InvalidArgumentError(f"the graph has a cycle through op {dep!r}")
+                stack.append((dep, False))
+
+
+@dataclass
+class Partition:
+    """The nodes one task runs in a step, and which tensors it reports back."""
+
+    task: str
+    nodes: list[Node] = field(default_factory=list)
+    fetches: list[str] = field(default_factory=list)   # tensor names this task returns
+    feeds: list[str] = field(default_factory=list)     # fed tensor names this task consumes
+    peers: set[str] = field(default_factory=set)       # tasks it exchanges tensors with
+
+
+def place(nodes: dict[str, Node], order: list[str], *, default_job: str, default_task: int,
+          tasks: dict[str, list[int]]) -> dict[str, Device]:
+    """Give every node a full device. Unpinned ops go to the master's own task;
+    a job or task that the cluster lacks is an error naming it."""
+    placed: dict[str, Device] = {}
+    for name in order:
+        d = parse_device(nodes[name].get("device", ""))
+        job = d.job if d.job is not None else default_job
+        task = d.task if d.task is not None else (default_task if d.job is None else 0)
+        if job not in tasks or task not in tasks[job]:
+            valid = ", ".join(f"/job:{j}/task:{t}" for j in sorted(tasks) for t in tasks[j])
+            raise InvalidArgumentError(
+                f"op {name!r} is pinned to /job:{job}/task:{task}, which is not in the cluster; "
+                f"valid tasks: {valid}")
+        placed[name] = Device(job, 0, task, d.device_type or "CPU",
+                              d.device_index if d.device_index is not None else 0)
+    return placed
+
+
+def partition(nodes: dict[str, Node], order: list[str], placed: dict[str, Device],
+              fetches: list[str], feeds: Iterable[str]) -> dict[str, Partition]:
+    """Split the pruned graph by task, adding _Send/_Recv pairs on crossing edges."""
+    fed = set(feeds)
+    parts: dict[str, Partition] = {}
+
+    def part(task: str) -> Partition:
+        if task not in parts:
+            parts[task] = Partition(task)
+        return parts[task]
+
+    sends: set[tuple[str, str]] = set()     # (tensor, dst task)
+    recvs: dict[tuple[str, str], str] = {}  # (tensor, dst task) -> recv node name
+    for name in order:
+        node = nodes[name]
+        dev = placed[name]
+        task = dev.task_name
+        new_inputs = []
+        for inp in node["inputs"]:
+            ctrl = inp.startswith("^")
+            if not ctrl and inp in fed:
+                new_inputs.append(inp)
+                if inp not in part(task).feeds:
+                    part(task).feeds.append(inp)
+                continue
+            src = inp[1:] if ctrl else tensor_op(inp)[0]
+            src_task = placed[src].task_name
+            if src_task == task:
+                new_inputs.append(inp)
+                continue
+            tensor = f"{src}:__ctrl" if ctrl else _full(inp)
+            key = f"{tensor}->{task}"
+            if (tensor, task) not in sends:
+                sends.add((tensor, task))
+                _add_send(part(src_task), src, inp, ctrl, key, task, placed[src])
+            if (tensor, task) not in recvs:
+                rname = f"_recv/{tensor}/{task}"
+                recvs[(tensor, task)] = rname
+                dtype = "bool" if ctrl else _out_dtype(nodes[src], tensor_op(inp)[1])
+                part(task).nodes.append({
+                    "name": rname, "op": "_Recv", "inputs": [],
+                    "device": f"{task}/device:CPU:0",
+                    "attrs": {"key": key, "src_task": src_task, "dst_task": task, "dtype": dtype},
+                })
+            part(task).peers.add(src_task)
+            part(src_task).peers.add(task)
+            new_inputs.append(("^" + recvs[(tensor, task)]) if ctrl else recvs[(tensor, task)] + ":0")
+        new = dict(node)
+        new["inputs"] = new_inputs
+        new["device"] = dev.canonical()
+        part(task).nodes.append(new)
+    for t in fetches:
+        if t in fed:
+            continue
+        op, _ = tensor_op(t)
+        part(placed[op].task_name).fetches.append(_full(t))
+    return parts
+
+
+def _full(tensor: str) -> str:
+    op, idx = tensor_op(tensor)
+    return f"{op}:{idx}"
+
+
+def _out_dtype(node: Node, index: int) -> str | None:
+    dts = node.get("output_dtypes") or []
+    return dts[index] if index < len(dts) else None
+
+
+def _add_send(p: Partition, src: str, inp: str, ctrl: bool, key: str, dst: str,
+              dev: Device) -> None:
+    src_task = dev.task_name
+    if ctrl:
+        # a control edge crosses as a tiny tensor produced after the source ran
+        trig = f"_ctrl_trigger/{src}/{dst}"
+        p.nodes.append({"name": trig, "op": "Const", "inputs": ["^" + src],
+                        "device": dev.canonical(),
+                        "attrs": {"value": True, "dtype": "bool"}})
+        value = trig + ":0"
+    else:
+        value = _full(inp)
+    p.nodes.append({"name": f"_send/{key}", "op": "_Send", "inputs": [value],
+                    "device": f"{src_task}/device:CPU:0",
+                    "attrs": {"key": key, "src_task": src_task, "dst_task": dst}})
