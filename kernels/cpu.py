@@ -1,0 +1,378 @@
+"""CPU kernels: numpy implementations of the ops in docs/ops.md.
+
+Importing this module registers every CPU kernel: the sources, elementwise,
+reduction and shape ops here, the nn ops in :mod:`kernels.cpu_nn` and the
+optimizer update rules in :mod:`kernels.cpu_update`.
+
+Principles kept throughout:
+- dtypes are preserved the TensorFlow way. numpy (NEP 50) treats a 0-d array
+  as a *strong* operand, so ``float32 array * 0-d float64`` would upcast to
+  float64; here a 0-d operand of a same-or-lower kind (bool < int < float)
+  is cast to the other operand's dtype first, like a Python scalar would be.
+  Reductions and ``Shape`` keep or fix their dtype explicitly for the same
+  reason (numpy would sum int32 into int64).
+- kernels never mutate inputs. ``Reshape``/``ExpandDims`` return views of
+  their input (cheap, same as TF's buffer forwarding); ``Identity`` copies,
+  because ``read_value`` is an Identity and must be a snapshot that later
+  in-place updates of the variable do not change. ``Const`` returns a
+  read-only view of its attr, so nothing downstream can alter the graph.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from kernels import CPU, KernelError, register
+from kernels import cpu_nn as _cpu_nn  # noqa: F401  (registers nn kernels)
+from kernels import cpu_update as _cpu_update  # noqa: F401  (registers Apply* kernels)
+from kernels.dtypes import as_dtype, concrete_shape, reduction_axes
+
+__all__ = ["binary_operands"]
+
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+# --- sources -------------------------------------------------------------------
+
+@register("Const", CPU)
+def const(inputs: list, attrs: dict) -> list:
+    value = np.asarray(attrs["value"])
+    dtype = attrs.get("dtype")
+    if dtype is not None and value.dtype.kind not in "UOS":
+        want = as_dtype(dtype)
+        if want.kind not in "UOS" and value.dtype != want:
+            value = value.astype(want)
+    view = value.view()
+    view.flags.writeable = False
+    return [view]
+
+
+@register("Placeholder", CPU)
+def placeholder(inputs: list, attrs: dict) -> list:
+    raise KernelError("a Placeholder was run without a value: feed it in feed_dict "
+                      f"(dtype {attrs.get('dtype')}, shape {attrs.get('shape')})")
+
+
+@register("NoOp", CPU)
+def no_op(inputs: list, attrs: dict) -> list:
+    return []
+
+
+@register("Zeros", CPU)
+def zeros(inputs: list, attrs: dict) -> list:
+    return [np.zeros(concrete_shape(attrs.get("shape"), "Zeros"), as_dtype(attrs.get("dtype")))]
+
+
+@register("Ones", CPU)
+def ones(inputs: list, attrs: dict) -> list:
+    return [np.ones(concrete_shape(attrs.get("shape"), "Ones"), as_dtype(attrs.get("dtype")))]
+
+
+@register("ZerosLike", CPU)
+def zeros_like(inputs: list, attrs: dict) -> list:
+    return [np.zeros_like(np.asarray(inputs[0]))]
+
+
+@register("OnesLike", CPU)
+def ones_like(inputs: list, attrs: dict) -> list:
+    return [np.ones_like(np.asarray(inputs[0]))]
+
+
+def _rng(attrs: dict) -> np.random.Generator:
+    # A given seed gives the same numbers on every run; None asks the OS for entropy.
+    return np.random.default_rng(attrs.get("seed"))
+
+
+@register("RandomStandardNormal", CPU)
+def random_standard_normal(inputs: list, attrs: dict) -> list:
+    dtype = as_dtype(attrs.get("dtype"))
+    if dtype not in (np.float32, np.float64):
+        raise KernelError(f"RandomStandardNormal makes float32 or float64, not {dtype}: "
+                          "draw floats and Cast them")
+    shape = concrete_shape(attrs.get("shape"), "RandomStandardNormal")
+    out = _rng(attrs).standard_normal(shape, dtype=dtype)
+    mean, stddev = attrs.get("mean", 0.0), attrs.get("stddev", 1.0)
+    if stddev != 1.0:
+        out *= dtype.type(stddev)
+    if mean != 0.0:
+        out += dtype.type(mean)
+    return [out]
+
+
+@register("RandomUniform", CPU)
+def random_uniform(inputs: list, attrs: dict) -> list:
+    dtype = as_dtype(attrs.get("dtype"))
+    shape = concrete_shape(attrs.get("shape"), "RandomUniform")
+    lo, hi = attrs.get("minval", 0), attrs.get("maxval")
+    rng = _rng(attrs)
+    if dtype.kind in "iu":
+        if hi is None:  # TF: an integer uniform needs an explicit maxval
+            raise KernelError("RandomUniform with an integer dtype needs maxval")
+        return [rng.integers(lo, hi, size=shape, dtype=dtype)]
+    if dtype not in (np.float32, np.float64):
+        raise KernelError(f"RandomUniform makes float or int values, not {dtype}")
+    hi = 1.0 if hi is None else hi
+    out = rng.random(shape, dtype=dtype)  # [0, 1)
+    out *= dtype.type(hi - lo)
+    out += dtype.type(lo)
+    return [out]
+
+
+# --- elementwise ---------------------------------------------------------------
+
+def binary_operands(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``x, y`` as arrays, a 0-d operand cast to the other's dtype when that
+    does not lower its kind (so ``float32 * 0-d float64`` stays float32)."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.dtype == y.dtype:
+        return x, y
+    if y.ndim == 0 and _fits_kind(y.dtype, x.dtype):
+        return x, y.astype(x.dtype)
+    if x.ndim == 0 and _fits_kind(x.dtype, y.dtype):
+        return x.astype(y.dtype), y
+    return x, y
+
+
+def _fits_kind(src: np.dtype, dst: np.dtype) -> bool:
+    a, b = _KIND_RANK.get(src.kind), _KIND_RANK.get(dst.kind)
+    return a is not None and b is not None and a <= b
+
+
+def _check_broadcast(op: str, x: np.ndarray, y: np.ndarray) -> None:
+    try:
+        np.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        raise KernelError(f"{op}: shapes {list(x.shape)} and {list(y.shape)} do not "
+                          "broadcast (trailing dimensions must match or be 1)") from None
+
+
+def _binary(op: str, fn: Callable[[np.ndarray, np.ndarray], Any]) -> None:
+    def kernel(inputs: list, attrs: dict) -> list:
+        x, y = binary_operands(inputs[0], inputs[1])
+        _check_broadcast(op, x, y)
+        return [np.asarray(fn(x, y))]
+    kernel.__name__ = kernel.__qualname__ = op
+    register(op, CPU)(kernel)
+
+
+def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    # TF's RealDiv is the float division op; tf.divide casts integers to float
+    # before it. Silently truncating (C) or promoting (numpy) would both
+    # surprise someone, so integers are refused with the fix in the message.
+    if x.dtype.kind not in "fc" or y.dtype.kind not in "fc":
+        raise KernelError(f"RealDiv needs floating-point inputs, got {x.dtype} and {y.dtype}: "
+                          "Cast the operands to float32/float64 first")
+    with np.errstate(divide="ignore", invalid="ignore"):  # x/0 is inf or nan, as in TF
+        return np.true_divide(x, y)
+
+
+_binary("Add", np.add)
+_binary("Sub", np.subtract)
+_binary("Mul", np.multiply)
+_binary("RealDiv", _real_div)
+_binary("Maximum", np.maximum)
+_binary("Minimum", np.minimum)
+_binary("Pow", np.power)
+_binary("Equal", np.equal)
+_binary("NotEqual", np.not_equal)
+_binary("Less", np.less)
+_binary("Greater", np.greater)
+_binary("LogicalAnd", np.logical_and)
+
+
+def _unary(op: str, fn: Callable[[np.ndarray], Any]) -> None:
+    def kernel(inputs: list, attrs: dict) -> list:
+        return [np.asarray(fn(np.asarray(inputs[0])))]
+    kernel.__name__ = kernel.__qualname__ = op
+    register(op, CPU)(kernel)
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """Logistic function without overflow: exp is only taken of -|x|."""
+    e = np.exp(-np.abs(x))
+    one = np.ones((), x.dtype)
+    return np.where(x >= 0, one / (one + e), e / (one + e))
+
+
+def _ignore_fp(fn: Callable[[np.ndarray], Any]) -> Callable[[np.ndarray], Any]:
+    # log(0) = -inf and sqrt(-1) = nan are results in TF, not warnings.
+    def wrapped(x: np.ndarray) -> Any:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fn(x)
+    return wrapped
+
+
+_unary("Neg", np.negative)
+_unary("Log", _ignore_fp(np.log))
+_unary("Exp", _ignore_fp(np.exp))
+_unary("Square", np.square)
+_unary("Sqrt", _ignore_fp(np.sqrt))
+_unary("Abs", np.abs)
+_unary("Relu", _relu)
+_unary("Sigmoid", sigmoid)
+_unary("Tanh", np.tanh)
+_unary("Identity", np.array)  # a copy: see the module header
+_unary("LogicalNot", np.logical_not)
+_unary("Sign", np.sign)
+
+
+@register("Cast", CPU)
+def cast(inputs: list, attrs: dict) -> list:
+    return [np.asarray(inputs[0]).astype(as_dtype(attrs.get("dtype")))]
+
+
+@register("ReluGrad", CPU)
+def relu_grad(inputs: list, attrs: dict) -> list:
+    dy, y = np.asarray(inputs[0]), np.asarray(inputs[1])
+    return [np.where(y > 0, dy, np.zeros((), dy.dtype))]
+
+
+@register("SigmoidGrad", CPU)
+def sigmoid_grad(inputs: list, attrs: dict) -> list:
+    y, dy = binary_operands(inputs[0], inputs[1])
+    return [dy * y * (np.ones((), y.dtype) - y)]
+
+
+@register("TanhGrad", CPU)
+def tanh_grad(inputs: list, attrs: dict) -> list:
+    y, dy = binary_operands(inputs[0], inputs[1])
+    return [dy * (np.ones((), y.dtype) - y * y)]
+
+
+# --- reductions ----------------------------------------------------------------
+
+def _reduce(op: str, fn: Callable[..., Any], keep_dtype: bool) -> None:
+    def kernel(inputs: list, attrs: dict) -> list:
+        x = np.asarray(inputs[0])
+        axes = reduction_axes(attrs.get("axis"), x.ndim, op)
+        kwargs: dict[str, Any] = {"axis": axes, "keepdims": bool(attrs.get("keepdims", False))}
+        if keep_dtype and x.dtype.kind in "iuf":
+            kwargs["dtype"] = x.dtype  # numpy would widen int32 sums to int64
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return [np.asarray(fn(x, **kwargs))]
+    kernel.__name__ = kernel.__qualname__ = op
+    register(op, CPU)(kernel)
+
+
+_reduce("Sum", np.sum, keep_dtype=True)
+_reduce("Prod", np.prod, keep_dtype=True)
+_reduce("Mean", np.mean, keep_dtype=True)  # int mean truncates, as in TF
+_reduce("Min", np.min, keep_dtype=False)
+_reduce("Max", np.max, keep_dtype=False)
+
+
+@register("ArgMax", CPU)
+def arg_max(inputs: list, attrs: dict) -> list:
+    x = np.asarray(inputs[0])
+    axis = attrs.get("axis")
+    axis = 0 if axis is None else int(axis)  # TF1's tf.argmax default
+    if not -x.ndim <= axis < max(x.ndim, 1):
+        raise KernelError(f"ArgMax: axis {axis} is out of range for a rank-{x.ndim} input")
+    out_type = as_dtype(attrs.get("output_type") or "int64")
+    return [np.asarray(np.argmax(x, axis=axis)).astype(out_type)]
+
+
+# --- shape ---------------------------------------------------------------------
+
+@register("Reshape", CPU)
+def reshape(inputs: list, attrs: dict) -> list:
+    x = np.asarray(inputs[0])
+    shape = attrs.get("shape") if len(inputs) < 2 else np.asarray(inputs[1]).tolist()
+    shape = [int(d) for d in shape]
+    if sum(d == -1 for d in shape) > 1:
+        raise KernelError(f"Reshape: at most one dimension may be -1, got {shape}")
+    try:
+        return [x.reshape(shape)]
+    except ValueError:
+        raise KernelError(f"Reshape: cannot reshape {list(x.shape)} ({x.size} elements) "
+                          f"into {shape}") from None
+
+
+@register("Transpose", CPU)
+def transpose(inputs: list, attrs: dict) -> list:
+    x = np.asarray(inputs[0])
+    perm = attrs.get("perm")
+    perm = list(range(x.ndim))[::-1] if perm is None else [int(p) for p in perm]
+    if sorted(p % max(x.ndim, 1) for p in perm) != list(range(x.ndim)):
+        raise KernelError(f"Transpose: perm {perm} is not a permutation of 0..{x.ndim - 1}")
+    # Contiguous output: BLAS and the wire both prefer C order.
+    return [np.ascontiguousarray(np.transpose(x, perm))]
+
+
+@register("Shape", CPU)
+def shape(inputs: list, attrs: dict) -> list:
+    out_type = as_dtype(attrs.get("out_type") or "int32")
+    return [np.asarray(np.shape(inputs[0]), dtype=out_type)]
+
+
+def sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum ``grad`` over the axes that broadcasting ``shape`` to it added."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    if lead < 0:
+        raise KernelError(f"SumToShapeOf: gradient shape {list(grad.shape)} has lower rank "
+                          f"than the reference {list(shape)}")
+    axes = list(range(lead))
+    for i, d in enumerate(shape):
+        g = grad.shape[lead + i]
+        if d == 1 and g != 1:
+            axes.append(lead + i)
+        elif d != g:
+            raise KernelError(f"SumToShapeOf: gradient shape {list(grad.shape)} is not a "
+                              f"broadcast of {list(shape)}")
+    dtype = grad.dtype if grad.dtype.kind in "iuf" else None
+    return np.sum(grad, axis=tuple(axes), dtype=dtype).reshape(shape)
+
+
+@register("SumToShapeOf", CPU)
+def sum_to_shape_of(inputs: list, attrs: dict) -> list:
+    grad = np.asarray(inputs[0])
+    return [np.array(sum_to_shape(grad, np.shape(inputs[1])))]
+
+
+@register("BroadcastToShapeOf", CPU)
+def broadcast_to_shape_of(inputs: list, attrs: dict) -> list:
+    grad, ref_shape = np.asarray(inputs[0]), tuple(np.shape(inputs[1]))
+    ndim = len(ref_shape)
+    axes = reduction_axes(attrs.get("axis"), ndim, "BroadcastToShapeOf")
+    axes = tuple(range(ndim)) if axes is None else axes
+    if not attrs.get("keepdims", False):
+        kept = [1 if i in axes else d for i, d in enumerate(ref_shape)]
+        if grad.size != int(np.prod(kept, dtype=np.int64)):
+            raise KernelError(f"BroadcastToShapeOf: gradient {list(grad.shape)} does not "
+                              f"match {list(ref_shape)} reduced over {list(axes)}")
+        grad = grad.reshape(kept)
+    try:
+        # A real array, not a zero-stride view: consumers (and the wire) get plain memory.
+        return [np.array(np.broadcast_to(grad, ref_shape))]
+    except ValueError:
+        raise KernelError(f"BroadcastToShapeOf: cannot broadcast {list(grad.shape)} to "
+                          f"{list(ref_shape)}") from None
+
+
+@register("Tile", CPU)
+def tile(inputs: list, attrs: dict) -> list:
+    multiples = attrs.get("multiples") if len(inputs) < 2 else np.asarray(inputs[1]).tolist()
+    x = np.asarray(inputs[0])
+    if multiples is None or len(multiples) != x.ndim:
+        raise KernelError(f"Tile: multiples {multiples} must have one entry per dimension "
+                          f"of the rank-{x.ndim} input")
+    return [np.tile(x, [int(m) for m in multiples])]
+
+
+@register("ExpandDims", CPU)
+def expand_dims(inputs: list, attrs: dict) -> list:
+    axis = attrs.get("axis") if len(inputs) < 2 else int(np.asarray(inputs[1]))
+    x = np.asarray(inputs[0])
+    try:
+        return [np.expand_dims(x, int(axis))]
+    except (np.exceptions.AxisError, TypeError):
+        raise KernelError(f"ExpandDims: axis {axis} is out of range for a rank-{x.ndim} "
+                          "input") from None

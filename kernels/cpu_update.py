@@ -1,0 +1,107 @@
+"""CPU update kernels: the TF1 optimizer rules, applied in place.
+
+The worker's variable store calls these with the variable's storage first
+(and its slots after it, see docs/ops.md); they update those arrays in place
+and return ``[var]``. Hyper-parameters (lr, momentum, betas, epsilon, the beta
+powers) arrive as 0-d arrays or Python numbers and are cast to the variable's
+dtype, so a float32 variable is updated in float32 arithmetic, as in TF.
+Temporaries are kept to one per step where numpy allows (``out=``), because
+these run on the parameter servers for every gradient of every replica.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kernels import CPU, KernelError, register
+
+__all__: list[str] = []
+
+
+def _state(op: str, name: str, x: Any, like: np.ndarray | None = None) -> np.ndarray:
+    """A variable or slot that will be written: must be a writable float ndarray."""
+    if not isinstance(x, np.ndarray):
+        raise KernelError(f"{op}: {name} must be the variable store's ndarray, got {type(x).__name__}")
+    if not x.flags.writeable:
+        raise KernelError(f"{op}: {name} is read-only; the variable store must own a "
+                          "writable copy of the value (copy it on Assign)")
+    if x.dtype.kind != "f":
+        raise KernelError(f"{op}: {name} has dtype {x.dtype}; update rules need float variables")
+    if like is not None and x.shape != like.shape:
+        raise KernelError(f"{op}: {name} has shape {list(x.shape)} but the variable has "
+                          f"{list(like.shape)}")
+    return x
+
+
+def _grad(op: str, grad: Any, var: np.ndarray) -> np.ndarray:
+    g = np.asarray(grad)
+    if g.shape != var.shape:
+        raise KernelError(f"{op}: gradient shape {list(g.shape)} differs from the variable's "
+                          f"{list(var.shape)}")
+    return g.astype(var.dtype, copy=False)
+
+
+def _scalar(op: str, name: str, x: Any, dtype: np.dtype) -> np.generic:
+    a = np.asarray(x)
+    if a.size != 1:
+        raise KernelError(f"{op}: {name} must be a scalar, got shape {list(a.shape)}")
+    return dtype.type(a.reshape(()).item())
+
+
+@register("ApplyGradientDescent", CPU)
+def apply_gradient_descent(inputs: list, attrs: dict) -> list:
+    op = "ApplyGradientDescent"
+    var = _state(op, "var", inputs[0])
+    lr = _scalar(op, "lr", inputs[1], var.dtype)
+    grad = _grad(op, inputs[2], var)
+    var -= lr * grad
+    return [var]
+
+
+@register("ApplyMomentum", CPU)
+def apply_momentum(inputs: list, attrs: dict) -> list:
+    op = "ApplyMomentum"
+    var = _state(op, "var", inputs[0])
+    accum = _state(op, "accum", inputs[1], var)
+    lr = _scalar(op, "lr", inputs[2], var.dtype)
+    grad = _grad(op, inputs[3], var)
+    momentum = _scalar(op, "momentum", inputs[4], var.dtype)
+    accum *= momentum
+    accum += grad
+    if attrs.get("use_nesterov"):
+        var -= lr * grad + lr * momentum * accum
+    else:
+        var -= lr * accum
+    return [var]
+
+
+@register("ApplyAdagrad", CPU)
+def apply_adagrad(inputs: list, attrs: dict) -> list:
+    op = "ApplyAdagrad"
+    var = _state(op, "var", inputs[0])
+    accum = _state(op, "accum", inputs[1], var)
+    lr = _scalar(op, "lr", inputs[2], var.dtype)
+    grad = _grad(op, inputs[3], var)
+    accum += grad * grad
+    var -= lr * grad / np.sqrt(accum)
+    return [var]
+
+
+@register("ApplyAdam", CPU)
+def apply_adam(inputs: list, attrs: dict) -> list:
+    op = "ApplyAdam"
+    var = _state(op, "var", inputs[0])
+    m = _state(op, "m", inputs[1], var)
+    v = _state(op, "v", inputs[2], var)
+    b1p, b2p, lr, b1, b2, eps = (_scalar(op, name, x, var.dtype) for name, x in zip(
+        ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"), inputs[3:9]))
+    grad = _grad(op, inputs[9], var)
+    one = var.dtype.type(1)
+    lr_t = lr * np.sqrt(one - b2p) / (one - b1p)
+    m *= b1
+    m += (one - b1) * grad
+    v *= b2
+    v += (one - b2) * (grad * grad)
+    var -= lr_t * m / (np.sqrt(v) + eps)
+    return [var]
