@@ -1,0 +1,1 @@
+"""Training: device setters, checkpoints, optimizers, Saver, Supervisor (the ``dt.train`` layer)."""
