@@ -1,0 +1,280 @@
+"""The master service of a task: sessions, step planning and step dispatch.
+
+A client sends its GraphDef once per graph version (``create_session`` /
+``extend_session``), then steps (``run``). For each distinct (fetches,
+targets, fed tensors) the master prunes, places and partitions the graph once
+(``distrib.plan``), registers each partition on its task's worker once per
+incarnation of that task, and from then on a step is one ``run_partition``
+call per involved task, all at once, under one step id. Only the tasks a step
+uses are contacted: a dead task that the step does not touch cannot hang it.
+
+When any partition fails, the master tells every other involved worker to
+abort the step (their pending receives fail at once) and raises the first
+error, which names the task and op.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from distrib import errors
+from distrib.actors import ActorRef, ActorSystem
+from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, OpError,
+                            UnavailableError)
+from distrib.fetches import check_feed
+from distrib.plan import Partition, partition, place, prune, tensor_op
+from distrib.worker import UNREGISTERED
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _StepPlan:
+    key: str
+    parts: dict[str, Partition]
+    fetches: list[str]
+
+
+@dataclass
+class _SessionState:
+    handle: str
+    nodes: dict[str, dict[str, Any]]
+    version: int
+    config: dict[str, Any]
+    plans: dict[tuple, _StepPlan] = field(default_factory=dict)
+
+
+@dataclass
+class _TaskState:
+    incarnation: int
+    registered: set[str] = field(default_factory=set)
+
+
+class MasterService:
+    """Actor "master" of every task."""
+
+    def __init__(self, system: ActorSystem, cluster: Any, job: str, task_index: int) -> None:
+        self.system = system
+        self.cluster = cluster
+        self.job = job
+        self.task_index = task_index
+        self.task = f"/job:{job}/task:{task_index}"
+        self._sessions: dict[str, _SessionState] = {}
+        self._tasks: dict[str, _TaskState] = {}
+        self._status_locks: dict[str, asyncio.Lock] = {}
+        self._plan_ids = itertools.count(1)
+        self._valid = {j: list(cluster.task_indices(j)) for j in cluster.jobs}
+        system.on_peer_lost.append(self._peer_lost)
+
+    # -- addresses -------------------------------------------------------------
+    def address_of(self, task: str) -> str:
+        if task == self.task:
+            return self.system.address
+        job, idx = _split_task(task)
+        return self.cluster.task_address(job, idx)
+
+    def worker(self, task: str) -> ActorRef:
+        return self.system.ref(self.address_of(task), "worker")
+
+    def _peer_lost(self, address: str, peer: Any) -> None:
+        for task, st in list(self._tasks.items()):
+            if self.address_of(task) == address or peer.name == task:
+                self._tasks.pop(task, None)
+
+    # -- sessions --------------------------------------------------------------
+    def create_session(self, graph_def: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+        handle = os.urandom(8).hex()
+        self._sessions[handle] = _SessionState(handle, _index(graph_def), graph_def.get("version", 0),
+                                               dict(config or {}))
+        return handle
+
+    def extend_session(self, handle: str, graph_def: dict[str, Any]) -> int:
+        s = self._session(handle)
+        s.nodes = _index(graph_def)
+        s.version = graph_def.get("version", s.version + 1)
+        s.plans.clear()
+        return s.version
+
+    async def close_session(self, handle: str) -> bool:
+        s = self._sessions.pop(handle, None)
+        if s is None:
+            return False
+        for task, st in list(self._tasks.items()):
+            keys = [k for k in st.registered if k.startswith(handle)]
+            if not keys:
+                continue
+            st.registered.difference_update(keys)
+            try:
+                await self.worker(task).call("deregister_partitions", handle, timeout=5)
+            except OpError as e:
+                logger.debug("could not deregister on %s: %s", task, e)
+        return True
+
+    def _session(self, handle: str) -> _SessionState:
+        s = self._sessions.get(handle)
+        if s is None:
+            raise NotFoundError(f"session {handle} is not open on {self.task} (closed, or the "
+                                "server restarted): open a new Session", task=self.task)
+        return s
+
+    async def list_devices(self) -> list[dict[str, Any]]:
+        out = []
+        for job in self.cluster.jobs:
+            for idx in self.cluster.task_indices(job):
+                task = f"/job:{job}/task:{idx}"
+                try:
+                    st = await self.worker(task).call("get_status", timeout=2.0)
+                except OpError as e:
+                    logger.info("list_devices: %s unreachable (%s)", task, e)
+                    continue
+                for d in st["devices"]:
+                    out.append({"name": f"/job:{job}/replica:0/task:{idx}/device:{d['name']}",
+                                "device_type": d["name"].split(":")[0],
+                                "memory_limit_bytes": d.get("memory_bytes", 0)})
+        return out
+
+    # -- steps -----------------------------------------------------------------
+    async def run(self, handle: str, fetches: list[str], targets: list[str],
+                  feeds: dict[str, Any], options: dict[str, Any] | None = None) -> list[Any]:
+        s = self._session(handle)
+        opts = {**s.config, **(options or {})}
+        feeds = self._check_feeds(s, feeds)
+        plan = self._plan(s, fetches, targets, feeds)
+        for attempt in range(2):
+            try:
+                return await self._run_step(s, plan, feeds, opts)
+            except NotFoundError as e:
+                if UNREGISTERED not in e.message or attempt:
+                    raise
+                # a worker restarted since we registered: forget it and register again
+                self._tasks.pop(e.task or "", None)
+        raise AssertionError("unreachable")
+
+    def _check_feeds(self, s: _SessionState, feeds: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, value in feeds.items():
+            op, idx = tensor_op(name)
+            node = s.nodes.get(op)
+            if node is None:
+                raise NotFoundError(f"cannot feed {name!r}: the graph has no such tensor")
+            dts, shapes = node.get("output_dtypes") or [], node.get("output_shapes") or []
+            out[f"{op}:{idx}"] = check_feed(name, value, dts[idx] if idx < len(dts) else None,
+                                            shapes[idx] if idx < len(shapes) else None)
+        return out
+
+    def _plan(self, s: _SessionState, fetches: list[str], targets: list[str],
+              feeds: dict[str, Any]) -> _StepPlan:
+        key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
+        plan = s.plans.get(key)
+        if plan is None:
+            order = prune(s.nodes, fetches, targets, feeds)
+            placed = place(s.nodes, order, default_job=self.job, default_task=self.task_index,
+                           tasks=self._valid)
+            full = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in fetches]
+            parts = partition(s.nodes, order, placed, full, feeds)
+            plan = _StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full)
+            s.plans[key] = plan
+        return plan
+
+    async def _ensure_task(self, task: str) -> _TaskState:
+        st = self._tasks.get(task)
+        if st is not None:
+            return st
+        lock = self._status_locks.setdefault(task, asyncio.Lock())
+        async with lock:
+            st = self._tasks.get(task)
+            if st is None:
+                status = await self._contact(task)
+                st = self._tasks[task] = _TaskState(int(status["incarnation"]))
+        return st
+
+    async def _contact(self, task: str) -> dict[str, Any]:
+        addr = self.address_of(task)
+        try:
+            return await self.worker(task).call("get_status", timeout=30.0)
+        except UnavailableError as e:
+            raise UnavailableError(f"{task} at {addr} is unavailable: {e.message}",
+                                   task=self.task) from None
+
+    async def _prepare(self, task: str, plan: _StepPlan, soft: bool) -> int:
+        st = await self._ensure_task(task)
+        if plan.key not in st.registered:
+            part = plan.parts[task]
+            await self.worker(task).call("register_partition", plan.key, part.nodes,
+                                         part.fetches, soft, timeout=60.0)
+            st.registered.add(plan.key)
+        return st.incarnation
+
+    async def _run_step(self, s: _SessionState, plan: _StepPlan, feeds: dict[str, Any],
+                        opts: dict[str, Any]) -> list[Any]:
+        soft = bool(opts.get("allow_soft_placement", False))
+        timeout = opts.get("operation_timeout_s")
+        tasks = list(plan.parts)
+        incs = await asyncio.gather(*(self._prepare(t, plan, soft) for t in tasks))
+        incarnations = dict(zip(tasks, incs))
+        step = random.getrandbits(62)
+        peers = {t: self.address_of(t) for t in tasks}
+        calls = {}
+        for t in tasks:
+            part = plan.parts[t]
+            local_feeds = {n: feeds[n] for n in part.feeds}
+            calls[t] = asyncio.ensure_future(self.worker(t).call(
+                "run_partition", plan.key, step, local_feeds, incarnations, peers, timeout,
+                timeout=None if timeout is None else timeout + 5.0))
+        results = await self._gather_step(step, calls)
+        values: dict[str, Any] = dict(feeds)
+        for t in tasks:
+            values.update(zip(plan.parts[t].fetches, results[t]))
+        return [values[f] for f in plan.fetches]
+
+    async def _gather_step(self, step: int, calls: dict[str, asyncio.Future]) -> dict[str, list]:
+        pending = set(calls.values())
+        first: BaseException | None = None
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            failed = [f for f in done if f.exception() is not None]
+            if failed and first is None:
+                first = _primary_error(failed)
+                wire = errors.to_wire(first, task=self.task)
+                for t, fut in calls.items():
+                    if fut in pending:
+                        try:
+                            await self.worker(t).tell("abort_step", step, wire)
+                        except OpError:
+                            pass
+        if first is not None:
+            raise first
+        return {t: f.result() for t, f in calls.items()}
+
+
+def _primary_error(failed: list[asyncio.Future]) -> BaseException:
+    # an AbortedError is a consequence of another failure: report the cause
+    excs = [f.exception() for f in failed]
+    for e in excs:
+        if not isinstance(e, AbortedError):
+            return e  # type: ignore[return-value]
+    return excs[0]  # type: ignore[return-value]
+
+
+def _index(graph_def: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    nodes = graph_def.get("nodes")
+    if not isinstance(nodes, list):
+        raise InvalidArgumentError("malformed GraphDef: 'nodes' must be a list")
+    out = {}
+    for n in nodes:
+        if not isinstance(n, dict) or not isinstance(n.get("name"), str) or "op" not in n:
+            raise InvalidArgumentError(f"malformed GraphDef node: {str(n)[:200]}")
+        n.setdefault("inputs", [])
+        n.setdefault("attrs", {})
+        out[n["name"]] = n
+    return out
+
+
+def _split_task(task: str) -> tuple[str, int]:
+    parts = dict(p.split(":", 1) for p in task.strip("/").split("/"))
+    return parts["job"], int(parts["task"])

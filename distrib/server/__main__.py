@@ -1,0 +1,94 @@
+"""``python -m distrib.server``: run one task's server until SIGINT/SIGTERM.
+
+    python -m distrib.server --cluster cluster.json --job_name worker --task_index 0
+    python -m distrib.server --ps_hosts h:2222 --worker_hosts h:2223,h:2224 --job_name ps --task_index 0
+    python -m distrib.server            # with TF_CONFIG set
+
+Prints one line ``serving /job:J/task:T at HOST:PORT`` when ready. Bad
+configuration (malformed cluster file, unknown job, task index outside the
+job, port in use) is one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from distrib.cluster import ClusterSpec, parse_tf_config
+
+EXIT_USAGE = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m distrib.server",
+                                description="Run the server of one distrib task.")
+    p.add_argument("--cluster", help="JSON file {\"job\": [\"host:port\", ...]}")
+    p.add_argument("--ps_hosts", help="comma-separated host:port list of the ps job")
+    p.add_argument("--worker_hosts", help="comma-separated host:port list of the worker job")
+    p.add_argument("--job_name", help="this task's job")
+    p.add_argument("--task_index", type=int, help="this task's index in its job")
+    p.add_argument("--log_level", default="INFO")
+    return p
+
+
+def _config(args: argparse.Namespace) -> tuple[ClusterSpec, str | None, int | None]:
+    if args.cluster:
+        return ClusterSpec.from_json(args.cluster), args.job_name, args.task_index
+    if args.ps_hosts or args.worker_hosts:
+        return (ClusterSpec.from_flags(ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts),
+                args.job_name, args.task_index)
+    if os.environ.get("TF_CONFIG"):
+        tf = parse_tf_config()
+        return (tf.cluster, args.job_name or tf.task_type,
+                args.task_index if args.task_index is not None else tf.task_id)
+    raise ValueError("no cluster given: pass --cluster FILE, or --ps_hosts/--worker_hosts, "
+                     "or set TF_CONFIG")
+
+
+async def _serve(cluster: ClusterSpec, job: str | None, index: int | None) -> int:
+    from distrib.server import ServerCore
+    core = ServerCore(cluster, job, index)
+    try:
+        await core.start()
+    except OSError as e:
+        addr = cluster.task_address(core.job_name, core.task_index)
+        print(f"error: cannot listen on {addr} for {core.task}: {e.strerror or e}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    print(f"serving {core.task} at {core.system.address}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.ensure_future(core.wait_stop_requested())
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    stopper.cancel()
+    await core.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cluster, job, index = _config(args)
+        from distrib.server import _resolve_task
+        _resolve_task(cluster, job, index)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    import uvloop
+    try:
+        return uvloop.run(_serve(cluster, job, index))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

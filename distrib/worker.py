@@ -1,0 +1,200 @@
+"""The worker service of a task: runs registered partitions, owns the task's
+variables and its rendezvous table.
+
+A step on this task: the master registers the partition once (compiled and
+cached by key), then calls ``run_partition`` with a step id per step. ``_Send``
+pushes a tensor straight to the consuming task's worker (``recv_tensor``,
+one-way, worker to worker); ``_Recv`` awaits it in the rendezvous table under
+(step id, key). Every pushed tensor carries its sender's incarnation: a tensor
+from a task that restarted since the step began fails the step instead of
+being mixed in. An aborted step fails every receive of it at once and drops
+whatever arrives for it later.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from distrib import errors
+from distrib.actors import ActorRef, ActorSystem
+from distrib.errors import (AbortedError, DeadlineExceededError, NotFoundError, OpError)
+from distrib.executor import CompiledPartition, VariableStore
+
+logger = logging.getLogger(__name__)
+
+UNREGISTERED = "partition is not registered on this task"
+_MAX_ABORTED = 4096
+
+
+class Rendezvous:
+    """Tensors in flight between partitions, by (step id, key)."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+        self._slots: dict[int, dict[str, asyncio.Future]] = {}
+        self._expected: dict[int, dict[str, int]] = {}
+        self._aborted: OrderedDict[int, OpError] = OrderedDict()
+
+    def begin(self, step: int, incarnations: dict[str, int]) -> None:
+        self._expected[step] = incarnations
+        if step in self._aborted:
+            raise self._aborted[step]
+
+    def _slot(self, step: int, key: str) -> asyncio.Future:
+        table = self._slots.setdefault(step, {})
+        fut = table.get(key)
+        if fut is None:
+            fut = table[key] = asyncio.get_running_loop().create_future()
+        return fut
+
+    def put(self, step: int, key: str, value: Any, src_task: str, incarnation: int) -> None:
+        if step in self._aborted:
+            return
+        fut = self._slot(step, key)
+        if not fut.done():
+            fut.set_result((value, src_task, incarnation))
+
+    async def get(self, step: int, key: str, src_task: str, timeout: float | None) -> Any:
+        if step in self._aborted:
+            raise self._aborted[step]
+        fut = self._slot(step, key)
+        try:
+            if timeout is None:
+                value, sender, inc = await fut
+            else:
+                value, sender, inc = await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            raise DeadlineExceededError(
+                f"timed out after {timeout:g}s waiting for tensor {key!r} from {src_task}; "
+                "that task may be down or stuck", task=self.task) from None
+        want = self._expected.get(step, {}).get(sender)
+        if want is not None and want != inc:
+            raise AbortedError(
+                f"{sender} restarted during the step (incarnation {inc:x}, expected {want:x}); "
+                "the step is aborted, run it again", task=self.task)
+        return value
+
+    def abort(self, step: int, exc: OpError) -> None:
+        self._aborted[step] = exc
+        while len(self._aborted) > _MAX_ABORTED:
+            self._aborted.popitem(last=False)
+        for fut in self._slots.pop(step, {}).values():
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved: a slot nobody awaits must not log noise
+        self._expected.pop(step, None)
+
+    def end(self, step: int) -> None:
+        self._slots.pop(step, None)
+        self._expected.pop(step, None)
+
+
+class _StepChannel:
+    __slots__ = ("worker", "step", "peers", "timeout")
+
+    def __init__(self, worker: WorkerService, step: int, peers: dict[str, str],
+                 timeout: float | None) -> None:
+        self.worker = worker
+        self.step = step
+        self.peers = peers
+        self.timeout = timeout
+
+    async def send(self, key: str, dst_task: str, value: Any) -> None:
+        w = self.worker
+        if dst_task == w.task:
+            w.rendezvous.put(self.step, key, value, w.task, w.system.incarnation)
+            return
+        await w.peer(dst_task, self.peers).tell(
+            "recv_tensor", self.step, key, value, w.task, w.system.incarnation)
+
+    async def recv(self, key: str, src_task: str) -> Any:
+        return await self.worker.rendezvous.get(self.step, key, src_task, self.timeout)
+
+
+class WorkerService:
+    """Actor "worker" of every task."""
+
+    def __init__(self, system: ActorSystem, task: str, devices: list[dict[str, Any]],
+                 variables: VariableStore | None = None) -> None:
+        self.system = system
+        self.task = task
+        self.devices = devices
+        self.variables = variables or VariableStore(task)
+        self.rendezvous = Rendezvous(task)
+        self._partitions: dict[str, CompiledPartition] = {}
+        self._refs: dict[str, ActorRef] = {}
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(1 for d in self.devices if d["name"].startswith("GPU:"))
+
+    def peer(self, task: str, peers: dict[str, str]) -> ActorRef:
+        addr = peers.get(task)
+        if addr is None:
+            raise NotFoundError(f"no address for {task}", task=self.task)
+        ref = self._refs.get(addr)
+        if ref is None:
+            ref = self._refs[addr] = self.system.ref(addr, "worker")
+        return ref
+
+    # -- messages --------------------------------------------------------------
+    def get_status(self) -> dict[str, Any]:
+        return {"task": self.task, "incarnation": self.system.incarnation,
+                "devices": self.devices, "address": self.system.address}
+
+    def register_partition(self, key: str, nodes: list, fetches: list,
+                           soft_placement: bool = False) -> bool:
+        if key not in self._partitions:
+            self._partitions[key] = CompiledPartition(
+                nodes, fetches, task=self.task, soft_placement=soft_placement,
+                gpu_count=self.gpu_count)
+        return True
+
+    def deregister_partitions(self, prefix: str) -> int:
+        gone = [k for k in self._partitions if k.startswith(prefix)]
+        for k in gone:
+            del self._partitions[k]
+        return len(gone)
+
+    async def run_partition(self, key: str, step: int, feeds: dict[str, Any],
+                            incarnations: dict[str, int], peers: dict[str, str],
+                            timeout: float | None = None) -> list[Any]:
+        part = self._partitions.get(key)
+        if part is None:
+            raise NotFoundError(f"{UNREGISTERED}: {key}", task=self.task)
+        self.rendezvous.begin(step, incarnations)
+        try:
+            return await part.run(feeds, self.variables, _StepChannel(self, step, peers, timeout))
+        except OpError as e:
+            self.rendezvous.abort(step, e)
+            raise
+        finally:
+            self.rendezvous.end(step)
+
+    def recv_tensor(self, step: int, key: str, value: Any, src_task: str, incarnation: int) -> None:
+        self.rendezvous.put(step, key, value, src_task, incarnation)
+
+    def abort_step(self, step: int, error: dict[str, Any]) -> None:
+        exc = errors.from_wire(error)
+        self.rendezvous.abort(step, AbortedError(
+            f"step aborted because another task failed: {exc}", task=self.task))
+
+    # variables, for Saver and tools
+    def list_variables(self) -> dict[str, list]:
+        return {n: [str(v.dtype), list(v.shape)] for n in self.variables.names()
+                for v in [self.variables.get(n)]}
+
+    def read_variables(self, names: list[str]) -> dict[str, Any]:
+        from distrib.executor import _host
+        return {n: _host(self.variables.get(n)) for n in names}
+
+    def write_variables(self, values: dict[str, Any]) -> int:
+        import numpy as np
+        for n, v in values.items():
+            self.variables.set(n, np.array(v, copy=True))
+        return len(values)
+
+    def ping(self) -> str:
+        return self.task
