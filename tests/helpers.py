@@ -1,0 +1,73 @@
+"""Process helpers for tests: start a peer, read its address, always stop it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+class Proc:
+    """A child process whose first stdout line we wait for; stopped on exit."""
+
+    def __init__(self, args: Sequence[str], *, env: dict[str, str] | None = None,
+                 ready_prefix: str = "", timeout: float = 30.0) -> None:
+        self.p = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=env or child_env(), cwd=ROOT)
+        self.line = self._wait_line(ready_prefix, timeout)
+
+    def _wait_line(self, prefix: str, timeout: float) -> str:
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(self.p.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sel.select(timeout=0.1):
+                line = self.p.stdout.readline()
+                if not line:
+                    break
+                if line.startswith(prefix):
+                    return line.strip()
+            if self.p.poll() is not None:
+                break
+        err = self.stop()
+        raise RuntimeError(f"child {self.p.args} did not become ready: {err[-2000:]}")
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> str:
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()
+            except Exception:
+                pass
+            try:
+                self.p.terminate()
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout)
+        try:
+            return self.p.stderr.read() or ""
+        except Exception:
+            return ""
+
+    def __enter__(self) -> "Proc":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,165 @@
+"""The actor runtime: calls, tells, typed remote errors, timeouts, shutdown,
+peers that die; remote tests run over both transports against a real peer
+process."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from distrib.actors import ActorSystem
+from distrib.errors import (DeadlineExceededError, InvalidArgumentError, NotFoundError,
+                            UnavailableError, UnknownError)
+from tests.helpers import Proc
+from transports import TransportConfig
+
+MODES = ["tcp", "shm"]
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+        self.seen = []
+
+    def incr(self, k=1):
+        self.n += k
+        return self.n
+
+    def note(self, x):
+        self.seen.append(x)
+
+    async def slow(self, seconds):
+        await asyncio.sleep(seconds)
+        return "late"
+
+    def fail(self):
+        raise InvalidArgumentError("bad input here")
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    return request.param
+
+
+@pytest.fixture
+def peer(mode):
+    with Proc(["tests/peers/actor_peer.py", mode]) as p:
+        yield p
+
+
+async def client(mode: str, listen: bool = False) -> ActorSystem:
+    return await ActorSystem("/job:client/task:0", listen=listen,
+                             config=TransportConfig(mode=mode)).start()
+
+
+async def test_local_call_and_tell_skip_the_wire():
+    sys_ = await ActorSystem("/job:a/task:0").start()
+    try:
+        c = Counter()
+        ref = sys_.spawn("counter", c)
+        assert await ref.call("incr", 2) == 2
+        await ref.tell("note", "x")
+        assert c.seen == ["x"]
+        with pytest.raises(InvalidArgumentError, match="bad input"):
+            await ref.call("fail")
+        with pytest.raises(DeadlineExceededError, match="slow"):
+            await ref.call("slow", 5, timeout=0.05)
+        with pytest.raises(NotFoundError, match="no method"):
+            await ref.call("nope")
+    finally:
+        await sys_.shutdown()
+
+
+async def test_remote_call_returns_values_and_arrays(peer, mode):
+    sys_ = await client(mode)
+    try:
+        ref = sys_.ref(peer.line, "echo")
+        assert await ref.call("echo", {"a": [1, "two", None]}) == {"a": [1, "two", None]}
+        big = np.arange(1 << 20, dtype=np.float32).reshape(1024, 1024)
+        out = await ref.call("add", big, np.float32(1))
+        assert out.dtype == np.float32 and np.array_equal(out, big + 1)
+        results = await asyncio.gather(*(ref.call("echo", i) for i in range(200)))
+        assert results == list(range(200))
+    finally:
+        await sys_.shutdown()
+
+
+async def test_remote_errors_are_typed_and_name_the_task(peer, mode):
+    sys_ = await client(mode)
+    try:
+        ref = sys_.ref(peer.line, "echo")
+        with pytest.raises(InvalidArgumentError, match="bad: x") as ei:
+            await ref.call("fail", "x")
+        assert ei.value.task == "/job:peer/task:0"
+        with pytest.raises(UnknownError, match="ZeroDivisionError: boom"):
+            await ref.call("crash")
+        with pytest.raises(NotFoundError, match="no actor named 'ghost'"):
+            await sys_.ref(peer.line, "ghost").call("echo", 1)
+        with pytest.raises(NotFoundError, match="public method"):
+            await ref.call("_private")
+        # the connection survives every error above
+        assert await ref.call("echo", 7) == 7
+    finally:
+        await sys_.shutdown()
+
+
+async def test_call_timeout_is_deadline_exceeded_and_connection_survives(peer, mode):
+    sys_ = await client(mode)
+    try:
+        ref = sys_.ref(peer.line, "echo")
+        with pytest.raises(DeadlineExceededError, match="within 0.1s"):
+            await ref.call("slow", 5, timeout=0.1)
+        assert await ref.call("echo", "still here") == "still here"
+    finally:
+        await sys_.shutdown()
+
+
+async def test_peer_calls_back_into_a_listening_client(peer, mode):
+    sys_ = await client(mode, listen=True)
+    try:
+        sys_.spawn("echo", Counter())  # has no 'echo' method: a typed error crosses twice
+        ref = sys_.ref(peer.line, "echo")
+        with pytest.raises(NotFoundError, match="no method 'echo'"):
+            await ref.call("call_back", sys_.address, 1)
+    finally:
+        await sys_.shutdown()
+
+
+async def test_killed_peer_fails_pending_call_not_hangs(peer, mode):
+    sys_ = await client(mode)
+    try:
+        ref = sys_.ref(peer.line, "echo")
+        assert await ref.call("echo", 1) == 1
+        pending = asyncio.ensure_future(ref.call("slow", 30, timeout=20))
+        await asyncio.sleep(0.2)
+        peer.kill()
+        with pytest.raises(UnavailableError, match="peer:0|/job:peer/task:0"):
+            await asyncio.wait_for(pending, 10)
+    finally:
+        await sys_.shutdown()
+
+
+async def test_shutdown_fails_pending_calls(peer, mode):
+    sys_ = await client(mode)
+    ref = sys_.ref(peer.line, "echo")
+    pending = asyncio.ensure_future(ref.call("slow", 30, timeout=20))
+    await asyncio.sleep(0.2)
+    await sys_.shutdown()
+    with pytest.raises(UnavailableError, match="shut down"):
+        await asyncio.wait_for(pending, 5)
+
+
+async def test_unreachable_address_is_unavailable_naming_it():
+    sys_ = await ActorSystem("/job:c/task:0", listen=False,
+                             config=TransportConfig(connect_timeout_s=0.5)).start()
+    try:
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        with pytest.raises(UnavailableError, match=f"127.0.0.1:{port}"):
+            await sys_.ref(f"127.0.0.1:{port}", "echo").call("echo", 1)
+    finally:
+        await sys_.shutdown()
