@@ -89,7 +89,7 @@ class ActorSystem:
         self.name = name
         self.host = host
         self.port = port
-        self.config = config or transports.TransportConfig()
+        self.config = config or default_transport_config()
         self.incarnation = incarnation if incarnation is not None else transports.new_incarnation()
         self.identity = transports.PeerInfo(name, self.incarnation, transports.local_host_id())
         self._listen = listen
@@ -335,6 +335,15 @@ def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: fl
     if not fut.done():
         fut.set_exception(DeadlineExceededError(
             f"call {actor}.{method} to {peer} got no reply within {timeout:g}s"))
+
+
+def default_transport_config() -> transports.TransportConfig:
+    """The transport settings of this process: ``DISTRIB_TRANSPORT`` = auto | tcp | shm
+    forces the transport (benchmarks compare the two this way)."""
+    mode = os.environ.get("DISTRIB_TRANSPORT", "auto") or "auto"
+    if mode not in ("auto", "tcp", "shm"):
+        raise ValueError(f"DISTRIB_TRANSPORT must be auto, tcp or shm, not {mode!r}")
+    return transports.TransportConfig(mode=mode)
 
 
 def client_name() -> str:
