@@ -1,0 +1,159 @@
+"""The public connection object: messages in order, both ways, over one Wire.
+
+A :class:`Connection` is what ``listen``'s callback and ``connect`` hand out
+after a successful handshake. Its kind is "tcp" (everything through the
+socket) or "shm" (arrays of at least ``shm_threshold`` bytes through shared
+memory segments, see :mod:`transports.shm`; the socket carries headers,
+small messages, and release notices that return segments to their sender).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+from typing import Any, Callable
+
+from .config import PeerInfo, TransportConfig
+from .errors import ConnectionClosed, FrameError
+from .shm import SegmentMaps, SegmentPool
+from .wire import FRAME_FORGET, FRAME_RELEASE, Wire
+
+__all__ = ["Connection"]
+
+logger = logging.getLogger("transports")
+
+
+class Connection:
+    """An authenticated, ordered message channel to one peer.
+
+    Arrays given to :meth:`send` / :meth:`send_nowait` on a tcp connection are
+    referenced, not copied, until the kernel has taken them: ``send()``
+    returns only after that, so the caller may then mutate them; after
+    ``send_nowait`` do not mutate an array you sent. On shm connections the
+    array is copied into shared memory during the call. Arrays received over
+    tcp are writable; arrays received through shared memory are read-only
+    views of the mapping (copy one to modify it).
+    """
+
+    def __init__(self, wire: Wire, local: PeerInfo, peer: PeerInfo, config: TransportConfig,
+                 fd_sock: socket.socket | None = None) -> None:
+        self._wire = wire
+        self.local = local
+        self.peer = peer
+        self.kind = "shm" if fd_sock is not None else "tcp"
+        self._fd_sock = fd_sock
+        self._pool: SegmentPool | None = None
+        self._maps: SegmentMaps | None = None
+        self._loop = asyncio.get_running_loop()
+        wire.max_frame = config.max_frame_bytes
+        wire.label = f"{peer.name} ({wire.label})"
+        if fd_sock is not None:
+            self._attach_shm(fd_sock, config)
+        wire.lost.add_done_callback(self._cleanup)
+
+    def _attach_shm(self, fd_sock: socket.socket, config: TransportConfig) -> None:
+        self._pool = SegmentPool(fd_sock, config.shm_pool_bytes)
+        self._maps = SegmentMaps(fd_sock, self._release_soon)
+        self._releases: collections.deque[int] = collections.deque()
+        self._release_scheduled = False
+        self._wire.encoder = type(self._wire.encoder)(self._pool.put, config.shm_threshold)
+        self._wire.decoder = type(self._wire.decoder)(self._maps.array)
+        self._wire.on_control = self._on_control
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Connection {self.kind} {self.local.name} <-> {self.peer.name} {state}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._wire.closed
+
+    def start(self, on_message: Callable[[Any], None],
+              on_close: Callable[[BaseException | None], None]) -> None:
+        """Deliver every message to ``on_message`` (on the loop, in order) from now on."""
+        self._wire.start(on_message, on_close)
+
+    async def recv(self) -> Any:
+        """The next message; raises ConnectionClosed at the end (without start())."""
+        return await self._wire.recv()
+
+    async def send(self, obj: Any) -> None:
+        """Send one message; waits only while the peer is slow to take bytes."""
+        wire = self._wire
+        wire.write_message(obj)
+        if self._pool is not None and self._pool.evicted:
+            self._send_forget()
+        if wire.paused:
+            await wire.drain()
+
+    def send_nowait(self, obj: Any) -> None:
+        """Send one message without waiting (the write buffer grows if the peer is slow)."""
+        self._wire.write_message(obj)
+        if self._pool is not None and self._pool.evicted:
+            self._send_forget()
+
+    async def close(self) -> None:
+        """Flush what is queued, close, and release shared memory."""
+        wire = self._wire
+        if not wire.closed and wire.transport is not None:
+            wire.transport.close()
+            try:
+                await asyncio.wait_for(asyncio.shield(wire.lost), 2.0)
+            except asyncio.TimeoutError:
+                wire.transport.abort()
+                await wire.lost
+
+    def abort(self) -> None:
+        """Drop the connection at once, discarding unsent data."""
+        if self._wire.transport is not None:
+            self._wire.transport.abort()
+
+    # ---- shared memory bookkeeping -------------------------------------------
+    def _on_control(self, ftype: int, ids: Any) -> None:
+        if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+            raise FrameError(f"bad segment list {ids!r:.80}")
+        assert self._pool is not None and self._maps is not None
+        if ftype == FRAME_RELEASE:
+            for i in ids:
+                self._pool.release(i)
+        elif ftype == FRAME_FORGET:
+            for i in ids:
+                self._maps.forget(i)
+        else:
+            raise FrameError(f"unknown frame type {ftype}")
+
+    def _release_soon(self, seg_id: int) -> None:
+        # Runs wherever the last view of a received array died (any thread):
+        # queue the id and let the loop send the notices in one frame.
+        self._releases.append(seg_id)
+        if not self._release_scheduled and not self._wire.closed:
+            self._release_scheduled = True
+            try:
+                self._loop.call_soon_threadsafe(self._flush_releases)
+            except RuntimeError:
+                pass  # loop closed: the connection is gone with it
+
+    def _flush_releases(self) -> None:
+        self._release_scheduled = False
+        ids = []
+        while self._releases:
+            ids.append(self._releases.popleft())
+        if ids and not self._wire.closed:
+            try:
+                self._wire.write_message(ids, FRAME_RELEASE)
+            except ConnectionClosed:
+                pass  # closing: the sender unmaps everything anyway
+
+    def _send_forget(self) -> None:
+        assert self._pool is not None
+        ids, self._pool.evicted = self._pool.evicted, []
+        self._wire.write_message(ids, FRAME_FORGET)
+
+    def _cleanup(self, _: Any = None) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        if self._maps is not None:
+            self._maps.close()
+        if self._fd_sock is not None:
+            self._fd_sock.close()

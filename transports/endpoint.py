@@ -1,0 +1,193 @@
+"""Endpoints: ``listen`` for peers, ``connect`` to one.
+
+``connect`` retries refused or unreachable addresses with jittered
+exponential backoff until the config's deadline, then fails with a
+:class:`ConnectTimeout` that names the peer and address; a peer that refuses
+our credentials fails at once (retrying cannot fix a wrong secret).
+
+A listener serves every connection independently: whatever one peer sends
+(garbage, HTTP, a huge or undecodable frame, a half frame) closes only that
+connection, with a logged reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import random
+from typing import Any, Callable
+
+from .config import PeerInfo, TransportConfig, resolve_token
+from .connection import Connection
+from .errors import ConnectionClosed, ConnectTimeout, HandshakeError
+from .handshake import FdChannels, client_handshake, server_handshake
+from .wire import Wire
+
+__all__ = ["listen", "connect", "Listener", "parse_address"]
+
+logger = logging.getLogger("transports")
+
+_BACKOFF_FIRST_S = 0.02
+_BACKOFF_MAX_S = 1.0
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class Listener:
+    """A listening endpoint; ``close()`` also closes every accepted connection."""
+
+    def __init__(self, identity: PeerInfo, config: TransportConfig, token: bytes,
+                 on_connection: Callable[[Connection], Any]) -> None:
+        self._identity, self._config, self._token = identity, config, token
+        self._on_connection = on_connection
+        self._server: asyncio.AbstractServer | None = None
+        self._fd_channels = FdChannels() if config.mode != "tcp" else None
+        self._pending: set[Wire] = set()
+        self._connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task] = set()
+        self.host, self.port = "", 0
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    async def _start(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._new_wire, host, port, reuse_address=True)
+        sockname = self._server.sockets[0].getsockname()
+        self.host, self.port = sockname[0], sockname[1]
+
+    def _new_wire(self) -> Wire:
+        return Wire("?", on_made=self._accepted)
+
+    def _accepted(self, wire: Wire) -> None:
+        peer = wire.transport.get_extra_info("peername") if wire.transport else None
+        wire.label = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self._pending.add(wire)
+        self._spawn(self._serve(wire))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, wire: Wire) -> None:
+        try:
+            conn = await asyncio.wait_for(
+                server_handshake(wire, self._identity, self._config, self._token, self._fd_channels),
+                self._config.handshake_timeout_s)
+        except Exception as exc:  # every refusal is logged, the listener goes on
+            self._refused(wire, exc)
+            return
+        finally:
+            self._pending.discard(wire)
+        self._connections.add(conn)
+        wire.lost.add_done_callback(lambda _: self._connections.discard(conn))
+        try:
+            result = self._on_connection(conn)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            logger.exception("on_connection callback failed for %s", conn)
+
+    def _refused(self, wire: Wire, exc: BaseException) -> None:
+        if isinstance(exc, asyncio.TimeoutError):
+            exc = HandshakeError(f"no handshake within {self._config.handshake_timeout_s:g}s")
+        if wire.close_exc is None or wire.close_exc is not exc:
+            if not (isinstance(exc, ConnectionClosed) and wire.close_exc is not None):
+                logger.warning("refused connection from %s: %s", wire.label, exc)
+        if wire.transport is not None:
+            wire.transport.close()  # flushes a refusal message, if one was written
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection; the port is free at once."""
+        if self._server is not None:
+            self._server.close()
+        if self._fd_channels is not None:
+            self._fd_channels.close()
+        for wire in list(self._pending):
+            if wire.transport is not None:
+                wire.transport.abort()
+        await asyncio.gather(*(c.close() for c in list(self._connections)), return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> Listener:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def listen(host: str, port: int, on_connection: Callable[[Connection], Any], *,
+                 identity: PeerInfo, config: TransportConfig | None = None) -> Listener:
+    """Serve peers at host:port (0 = a free port); ``on_connection(conn)`` runs
+    (and is awaited if it is a coroutine function) after each handshake."""
+    config = config or TransportConfig()
+    listener = Listener(identity, config, resolve_token(config), on_connection)
+    try:
+        await listener._start(host, port)
+    except BaseException:
+        await listener.close()
+        raise
+    return listener
+
+
+async def connect(address: str, *, identity: PeerInfo, config: TransportConfig | None = None,
+                  expected_name: str | None = None) -> Connection:
+    """A connection to the listener at ``address``, retried until the deadline."""
+    config = config or TransportConfig()
+    token = resolve_token(config)
+    host, port = parse_address(address)
+    who = f"{expected_name or address} at {host}:{port}"
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.connect_timeout_s
+    delay, last = _BACKOFF_FIRST_S, "no attempt made"
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise ConnectTimeout(f"could not reach {expected_name or address} at {host}:{port} "
+                                 f"after {config.connect_timeout_s:g}s: {last}")
+        try:
+            _, wire = await asyncio.wait_for(
+                loop.create_connection(lambda: Wire(f"{host}:{port}"), host, port), remaining)
+        except (OSError, asyncio.TimeoutError) as exc:
+            last = str(exc) or type(exc).__name__
+        else:
+            conn = await _handshake(wire, identity, config, token, who)
+            if conn is not None:
+                if expected_name is not None and conn.peer.name != expected_name:
+                    logger.warning("expected %s at %s:%d but %s answered", expected_name, host, port,
+                                   conn.peer.name)
+                return conn
+            last = str(wire.close_exc or "connection closed during the handshake")
+        await asyncio.sleep(min(delay * random.uniform(0.5, 1.5), max(deadline - loop.time(), 0)))
+        delay = min(delay * 2, _BACKOFF_MAX_S)
+
+
+async def _handshake(wire: Wire, identity: PeerInfo, config: TransportConfig, token: bytes,
+                     who: str) -> Connection | None:
+    """The connection, None when the peer hung up early (worth a retry), or an error."""
+    try:
+        return await asyncio.wait_for(client_handshake(wire, identity, config, token, who),
+                                      config.handshake_timeout_s)
+    except ConnectionClosed:
+        return None
+    except asyncio.TimeoutError:
+        wire.transport.abort()  # type: ignore[union-attr]
+        raise HandshakeError(f"{who} did not complete the handshake within "
+                             f"{config.handshake_timeout_s:g}s") from None
+    except BaseException:
+        if wire.transport is not None:
+            wire.transport.abort()
+        raise

@@ -1,0 +1,37 @@
+"""Errors of the transport layer.
+
+Every failure a transport reports derives from :class:`TransportError`, so the
+runtime above can catch the whole family in one place and translate it into
+its own typed errors (``UnavailableError``, ``UnauthenticatedError``...).
+The transport layer never imports the runtime, hence its own small hierarchy.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "TransportError", "ConnectionClosed", "ConnectTimeout",
+    "HandshakeError", "AuthError", "FrameError",
+]
+
+
+class TransportError(Exception):
+    """Base of every error raised by :mod:`transports`."""
+
+
+class ConnectionClosed(TransportError):
+    """The connection ended (cleanly or not); no more messages flow on it."""
+
+
+class ConnectTimeout(TransportError):
+    """``connect()`` could not reach the peer before its deadline."""
+
+
+class HandshakeError(TransportError):
+    """The peer does not speak our protocol (bad magic or version, bad hello)."""
+
+
+class AuthError(HandshakeError):
+    """The cluster secret is missing or does not match on one side."""
+
+
+class FrameError(TransportError):
+    """A frame broke the protocol (too big, undecodable, dangling buffer)."""

@@ -1,0 +1,359 @@
+"""Framing on a stream socket: the protocol object under every connection.
+
+Layout. Each side first sends an 8-byte preamble (``PREAMBLE``: magic +
+protocol version). Then frames::
+
+    u32 header length | u32 (frame type << 24 | buffer count) | u64 payload length
+    u64 length of each buffer
+    msgpack header
+    payload: the buffers, each starting at a multiple of ALIGN
+
+The receiver is an ``asyncio.BufferedProtocol``: small frames land in one
+reusable bytearray and are decoded in place; for a frame too big for it, once
+the header is in, ``get_buffer`` hands the kernel the frame's own destination
+block, so array bytes go from the socket straight into the memory the received
+numpy array will view (no joins, no second copy). The sender writes array
+memoryviews with ``writelines`` (uvloop keeps references, copies nothing).
+
+Any error in the middle of a frame aborts the connection: the stream position
+is unknown afterwards, so the stream is never reused.
+
+This module is deliberately one class with a long ``_parse``: it runs for
+every message, and each attribute lookup or call there costs round-trip time.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+import struct
+from typing import Any, Callable
+
+import numpy as np
+
+from .codec import ALIGN, Decoder, Encoder
+from .errors import ConnectionClosed, FrameError, HandshakeError, TransportError
+
+__all__ = ["Wire", "PREAMBLE", "VERSION", "FRAME_MSG", "FRAME_RELEASE", "FRAME_FORGET"]
+
+logger = logging.getLogger("transports")
+
+MAGIC = b"DISTRB"
+VERSION = 1
+PREAMBLE = MAGIC + struct.pack("<H", VERSION)
+_PREFIX = struct.Struct("<IIQ")
+_P = _PREFIX.size
+FRAME_MSG, FRAME_RELEASE, FRAME_FORGET = 0, 1, 2
+HANDSHAKE_MAX_FRAME = 64 * 1024   # before the peer has proven itself
+_BUF_SIZE = 256 * 1024            # frames up to this size are decoded in place
+_COALESCE = 64 * 1024             # payloads up to this size are joined into one write
+_WRITE_HIGH = 256 * 1024          # send() waits when more than this is unsent
+_ZEROS = memoryview(bytes(ALIGN))
+_INBOX_PAUSE = 4096               # stop reading when recv() lags this many messages behind
+
+
+class Wire(asyncio.BufferedProtocol):
+    """One connection's framing, flow control and message delivery."""
+
+    def __init__(self, label: str, on_made: Callable[[Wire], None] | None = None) -> None:
+        self.label = label                     # for log lines: who is at the other end
+        self._on_made = on_made
+        self.transport: asyncio.Transport | None = None
+        self.max_frame = HANDSHAKE_MAX_FRAME
+        self.encoder = Encoder()
+        self.decoder = Decoder()
+        self.on_control: Callable[[int, Any], None] | None = None
+        self._buf = bytearray(_BUF_SIZE)
+        self._mv = memoryview(self._buf)
+        self._start = self._end = 0
+        self._preamble = False
+        self._direct: np.ndarray | None = None  # destination block of a big frame
+        self._dmv: memoryview | None = None
+        self._doff = 0
+        self._dframe: tuple = ()
+        # delivery: a callback after start(), else the inbox that recv() reads
+        self._on_message: Callable[[Any], None] | None = None
+        self._on_close: Callable[[BaseException | None], None] | None = None
+        self._inbox: collections.deque = collections.deque()
+        self._waiter: asyncio.Future | None = None
+        self._paused = False
+        self._drain: asyncio.Future | None = None
+        self.closed = False
+        self.close_exc: BaseException | None = None
+        self._error: BaseException | None = None
+        self.lost = asyncio.get_running_loop().create_future()
+
+    # ---- asyncio protocol -------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # low=0: send() returns only once a big frame is fully handed to the
+        # kernel, so the caller may reuse its arrays afterwards.
+        transport.set_write_buffer_limits(high=_WRITE_HIGH, low=0)  # type: ignore[attr-defined]
+        transport.write(PREAMBLE)  # type: ignore[attr-defined]
+        if self._on_made is not None:
+            self._on_made(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._dmv is not None:
+            return self._dmv[self._doff:]
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._end == len(self._buf):
+            self._compact()
+        return self._mv[self._end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self._dmv is not None:
+                self._doff += nbytes
+                if self._doff == len(self._dmv):
+                    self._finish_direct()
+                return
+            self._end += nbytes
+            self._parse()
+        except TransportError as exc:
+            self.fail(exc)
+
+    def eof_received(self) -> None:
+        if self._dmv is not None or self._end > self._start:
+            got = self._doff if self._dmv is not None else self._end - self._start
+            self._error = FrameError(f"peer closed the connection in the middle of a frame ({got} bytes in)")
+            logger.warning("closing connection %s: %s", self.label, self._error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        exc = self._error or (ConnectionClosed(f"connection {self.label} lost: {exc}") if exc else None)
+        self.close_exc = exc
+        self._direct = self._dmv = None
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if self._on_close is not None:
+            self._call_close()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+
+    # ---- receiving ----------------------------------------------------------
+    def _compact(self) -> None:
+        n = self._end - self._start
+        self._buf[:n] = self._mv[self._start:self._end].tobytes()
+        self._start, self._end = 0, n
+
+    def _grow(self, size: int) -> None:
+        n = self._end - self._start
+        buf = bytearray(max(size, _BUF_SIZE))
+        buf[:n] = self._mv[self._start:self._end]
+        self._buf, self._mv = buf, memoryview(buf)
+        self._start, self._end = 0, n
+
+    def _check_preamble(self) -> bool:
+        if self._end - self._start < len(PREAMBLE):
+            got = bytes(self._mv[self._start:self._end])
+            if not PREAMBLE.startswith(got[: len(MAGIC)]):
+                raise FrameError(f"bad magic {got[:16]!r}: not a distrib peer")
+            return False
+        got = bytes(self._mv[self._start:self._start + len(PREAMBLE)])
+        if got[: len(MAGIC)] != MAGIC:
+            raise FrameError(f"bad magic {got!r}: not a distrib peer")
+        version = struct.unpack("<H", got[len(MAGIC):])[0]
+        if version != VERSION:
+            raise HandshakeError(f"peer speaks protocol version {version}, this process speaks {VERSION}")
+        self._start += len(PREAMBLE)
+        self._preamble = True
+        return True
+
+    def _parse(self) -> None:
+        if not self._preamble and not self._check_preamble():
+            return
+        buf, mv = self._buf, self._mv
+        start, end = self._start, self._end
+        while end - start >= _P and not self.closed:
+            hlen, tn, plen = _PREFIX.unpack_from(buf, start)
+            nbufs = tn & 0xFFFFFF
+            meta = _P + 8 * nbufs + hlen
+            total = meta + plen
+            if total > self.max_frame:
+                raise FrameError(f"frame of {total} bytes is over the limit of {self.max_frame}")
+            avail = end - start
+            if avail < total:
+                self._start = start
+                self._wait_for(total, meta, avail, nbufs, hlen, plen, tn >> 24)
+                return
+            if nbufs:
+                spans = _spans(buf, start + _P, nbufs, plen)
+                block = bytearray(mv[start + meta:start + total])  # writable arrays for the user
+                obj = self.decoder.decode(mv[start + _P + 8 * nbufs:start + meta], block, spans)
+            else:
+                obj = self.decoder.decode(mv[start + _P:start + meta])
+            start += total
+            self._start = start
+            self._dispatch(tn >> 24, obj)
+            buf, mv, end = self._buf, self._mv, self._end  # a callback may have closed us
+        self._start = start
+
+    def _wait_for(self, total: int, meta: int, avail: int, nbufs: int, hlen: int, plen: int, ftype: int) -> None:
+        """An incomplete frame: make room for it, or switch to direct receive."""
+        if total <= len(self._buf) or avail < meta:
+            need = total if total <= len(self._buf) else meta
+            if need > len(self._buf):
+                self._grow(need)
+            elif self._start + need > len(self._buf):
+                self._compact()
+            return
+        start = self._start
+        spans = _spans(self._buf, start + _P, nbufs, plen)
+        header = bytes(self._mv[start + _P + 8 * nbufs:start + meta])
+        block = np.empty(plen, np.uint8)
+        got = avail - meta
+        block[:got] = np.frombuffer(self._buf, np.uint8, got, start + meta)
+        self._start = self._end = 0
+        if len(self._buf) > _BUF_SIZE:
+            self._grow(_BUF_SIZE)
+        self._direct, self._dmv, self._doff = block, memoryview(block), got
+        self._dframe = (ftype, header, spans)
+
+    def _finish_direct(self) -> None:
+        block, (ftype, header, spans) = self._direct, self._dframe
+        self._direct = self._dmv = None
+        self._dframe = ()
+        self._dispatch(ftype, self.decoder.decode(header, block, spans))
+
+    def _dispatch(self, ftype: int, obj: Any) -> None:
+        if ftype == FRAME_MSG:
+            cb = self._on_message
+            if cb is None:
+                self._inbox.append(obj)
+                if self._waiter is not None and not self._waiter.done():
+                    self._waiter.set_result(None)
+                if len(self._inbox) > _INBOX_PAUSE and self.transport is not None:
+                    self.transport.pause_reading()
+                return
+            try:
+                cb(obj)
+            except Exception:
+                logger.exception("on_message callback of connection %s failed", self.label)
+        elif self.on_control is not None:
+            self.on_control(ftype, obj)
+        else:
+            raise FrameError(f"unexpected frame type {ftype}")
+
+    # ---- delivery modes -----------------------------------------------------
+    def start(self, on_message: Callable[[Any], None], on_close: Callable[[BaseException | None], None]) -> None:
+        if self._on_message is not None:
+            raise RuntimeError("Connection.start() was already called")
+        self._on_message, self._on_close = on_message, on_close
+        while self._inbox:
+            try:
+                on_message(self._inbox.popleft())
+            except Exception:
+                logger.exception("on_message callback of connection %s failed", self.label)
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+        if self.closed:
+            self._call_close()
+
+    def _call_close(self) -> None:
+        cb, self._on_close = self._on_close, None
+        if cb is not None:
+            try:
+                cb(self.close_exc)
+            except Exception:
+                logger.exception("on_close callback of connection %s failed", self.label)
+
+    async def recv(self, timeout: float | None = None) -> Any:
+        if self._on_message is not None:
+            raise RuntimeError("recv() cannot be used after start()")
+        while not self._inbox:
+            if self.closed:
+                raise ConnectionClosed(f"connection {self.label} is closed") from self.close_exc
+            self._waiter = asyncio.get_running_loop().create_future()
+            if timeout is None:
+                await self._waiter
+            else:
+                await asyncio.wait_for(self._waiter, timeout)
+        obj = self._inbox.popleft()
+        if len(self._inbox) == _INBOX_PAUSE // 2 and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+        return obj
+
+    # ---- sending ------------------------------------------------------------
+    def write_message(self, obj: Any, ftype: int = FRAME_MSG) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            raise ConnectionClosed(f"connection {self.label} is closed") from self.close_exc
+        enc = self.encoder
+        header = enc.encode(obj)
+        bufs = enc.buffers
+        if not bufs:
+            if len(header) + _P > self.max_frame:
+                raise FrameError(f"message of {len(header) + _P} bytes is over max_frame_bytes={self.max_frame}")
+            self.transport.write(_PREFIX.pack(len(header), ftype << 24, 0) + header)
+            return
+        pieces: list = []
+        lens = []
+        off = 0
+        for b in bufs:
+            pad = -off % ALIGN
+            if pad:
+                pieces.append(_ZEROS[:pad])
+                off += pad
+            pieces.append(b)
+            lens.append(len(b))
+            off += len(b)
+        meta = b"".join((_PREFIX.pack(len(header), ftype << 24 | len(bufs), off),
+                         struct.pack(f"<{len(lens)}Q", *lens), header))
+        if len(meta) + off > self.max_frame:
+            raise FrameError(f"message of {len(meta) + off} bytes is over max_frame_bytes={self.max_frame}")
+        if off <= _COALESCE:
+            self.transport.write(meta + b"".join(pieces))
+        else:
+            pieces.insert(0, meta)
+            self.transport.writelines(pieces)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    async def drain(self) -> None:
+        while self._paused and not self.closed:
+            self._drain = asyncio.get_running_loop().create_future()
+            await self._drain
+        if self.closed:
+            raise ConnectionClosed(f"connection {self.label} closed while sending") from self.close_exc
+
+    def fail(self, exc: BaseException) -> None:
+        """Abort the connection because of ``exc`` (logged at WARNING)."""
+        if self.closed:
+            return
+        if self._error is None:
+            self._error = exc
+            logger.warning("closing connection %s: %s", self.label, exc)
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _spans(buf: bytearray, at: int, nbufs: int, plen: int) -> list[tuple[int, int]]:
+    """(offset, length) of each buffer in the payload; lengths read at ``at``."""
+    spans = []
+    off = 0
+    for (length,) in struct.iter_unpack("<Q", memoryview(buf)[at:at + 8 * nbufs]):
+        off += -off % ALIGN
+        spans.append((off, length))
+        off += length
+    if off != plen:
+        raise FrameError(f"buffer lengths add up to {off} bytes, the frame says {plen}")
+    return spans
