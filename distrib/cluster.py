@@ -279,7 +279,8 @@ def _load_tf_config(env: Mapping[str, str]) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ValueError(f"TF_CONFIG is not valid JSON ({exc}); expected e.g. {_TF_CONFIG_EXAMPLE}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"TF_CONFIG must be a JSON object, not {type(data).__name__}; expected e.g. {_TF_CONFIG_EXAMPLE}")
+        raise ValueError(
+            f"TF_CONFIG must be a JSON object, not {type(data).__name__}; expected e.g. {_TF_CONFIG_EXAMPLE}")
     return data
 
 
@@ -303,7 +304,8 @@ def _check_task_in_cluster(cluster: ClusterSpec, task_type: str | None, task_id:
     if not cluster or task_type is None or task_type in _TASKS_OUTSIDE_CLUSTER:
         return
     if task_type not in cluster.jobs:
-        raise ValueError(f'TF_CONFIG task type {task_type!r} is not a job of its cluster; the jobs are {cluster.jobs}')
+        raise ValueError(
+            f"TF_CONFIG task type {task_type!r} is not a job of its cluster; the jobs are {cluster.jobs}")
     if task_id is not None and task_id not in cluster.task_indices(task_type):
         raise ValueError(
             f"TF_CONFIG task index {task_id} is not a task of job {task_type!r}; "
@@ -320,7 +322,8 @@ def parse_tf_config(env: Mapping[str, str] | None = None) -> TFConfig:
     data = _load_tf_config(os.environ if env is None else env)
     cluster_data = data.get("cluster", {})
     if not isinstance(cluster_data, dict):
-        raise ValueError(f'TF_CONFIG "cluster" must be an object {{"job": ["host:port", ...]}}; got {cluster_data!r}')
+        raise ValueError(
+            f'TF_CONFIG "cluster" must be an object {{"job": ["host:port", ...]}}; got {cluster_data!r}')
     try:
         cluster = ClusterSpec(cluster_data)
     except (TypeError, ValueError) as exc:

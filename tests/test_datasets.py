@@ -50,8 +50,9 @@ def test_split_is_stratified_and_disjoint() -> None:
     assert np.all(np.abs(counts_test - 0.2 * counts_all) <= 1)
     rows = {r.tobytes() for r in X_all}
     # every row lands in exactly one split (as multisets of (image, label))
-    together = sorted(zip(map(bytes, np.concatenate([X_train, X_test])), np.concatenate([y_train, y_test])))
-    assert together == sorted(zip(map(bytes, X_all), y_all))
+    split = np.concatenate([X_train, X_test]), np.concatenate([y_train, y_test])
+    together = sorted(zip(map(bytes, split[0]), split[1], strict=True))
+    assert together == sorted(zip(map(bytes, X_all), y_all, strict=True))
     assert len(rows) > 1700  # the images are distinct enough that this comparison means something
 
 

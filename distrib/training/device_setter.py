@@ -206,7 +206,8 @@ def byte_size_load_fn(op: Any) -> int:
     """
     outputs = list(getattr(op, "outputs", []))
     if len(outputs) != 1:
-        raise ValueError(f"Op {_op_name(op)} must have a single output to measure its size, it has {len(outputs)}")
+        raise ValueError(
+            f"Op {_op_name(op)} must have a single output to measure its size, it has {len(outputs)}")
     output = outputs[0]
     shape = output.get_shape() if hasattr(output, "get_shape") else getattr(output, "shape", None)
     dims = _dims(shape)
@@ -294,7 +295,8 @@ def replica_device_setter(ps_tasks: int = 0, ps_device: str | None = "/job:ps",
     if not callable(ps_strategy):
         raise TypeError(f"ps_strategy must be callable (op -> ps task index), got {type(ps_strategy).__name__}")
     ops = frozenset(STANDARD_PS_OPS if ps_ops is None else _as_op_list(ps_ops))
-    chooser = _ReplicaDeviceChooser(ps_tasks, ps_device or "", worker_device or "", merge_devices, ops, ps_strategy)
+    chooser = _ReplicaDeviceChooser(ps_tasks, ps_device or "", worker_device or "", merge_devices,
+                                    ops, ps_strategy)
     return chooser.device_function
 
 
