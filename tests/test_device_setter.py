@@ -174,3 +174,11 @@ def test_byte_size_load_fn_rejects_unknown_dims_and_many_outputs() -> None:
     two = SimpleNamespace(name="split", outputs=[SimpleNamespace(shape=[1], dtype=np.float32)] * 2)
     with pytest.raises(ValueError, match="single output"):
         byte_size_load_fn(two)
+
+
+def test_byte_size_load_fn_with_distrib_tensor_shape() -> None:
+    tensor_shape = pytest.importorskip("distrib.tensor_shape")
+    shape = tensor_shape.TensorShape([3, 5])
+    assert byte_size_load_fn(op("VariableV2", shape=shape, dtype=np.float32)) == 60
+    unknown = tensor_shape.TensorShape(None)
+    assert byte_size_load_fn(op("VariableV2", shape=unknown, attrs={"shape": [2]})) == 8

@@ -165,9 +165,10 @@ def _dims(shape: Any) -> list[int | None] | None:
         return None
     if hasattr(shape, "as_list"):
         try:
-            return list(shape.as_list())
-        except ValueError:  # TF's TensorShape.as_list() of an unknown rank
+            dims = shape.as_list()
+        except ValueError:  # TF's TensorShape.as_list() raises for an unknown rank
             return None
+        return None if dims is None else list(dims)  # distrib's returns None for it
     if hasattr(shape, "dims") and not isinstance(shape, (list, tuple)):
         return None if shape.dims is None else [getattr(d, "value", d) for d in shape.dims]
     return [None if d is None or d == -1 else int(d) for d in shape]
