@@ -301,7 +301,7 @@ def transpose(inputs: list, attrs: dict) -> list:
     if sorted(p % max(x.ndim, 1) for p in perm) != list(range(x.ndim)):
         raise KernelError(f"Transpose: perm {perm} is not a permutation of 0..{x.ndim - 1}")
     # Contiguous output: BLAS and the wire both prefer C order.
-    return [np.ascontiguousarray(np.transpose(x, perm))]
+    return [np.array(np.transpose(x, perm), order="C")]
 
 
 @register("Shape", CPU)

@@ -1,0 +1,300 @@
+"""GPU kernels for reductions, softmax and losses, MatMul and the update rules.
+
+Registered as part of :mod:`kernels.cuda` (which imports this module); same
+conventions: device arrays in and out, host arrays copied in, uncovered cases
+run on a host copy through the CPU kernel.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from kernels import KernelError
+from kernels import cuda_math as cm
+from kernels.cuda import _dev, _empty, _filled, _flat, _gpu, _host_fallback, _SIM, launch_1d
+from kernels.devices import is_device_array
+from kernels.dtypes import reduction_axes
+
+__all__: list[str] = []
+
+_matmul_kernels: dict[str, Any] = {}
+_reduce_all_kernels: dict[type, Any] = {}
+
+
+# --- reductions --------------------------------------------------------------------
+
+def _acc(dtype: Any) -> tuple[Any, Any]:
+    """(zero, one) scalars of the accumulator type for ``dtype``."""
+    acc = cm.accumulator_dtype(dtype)
+    return acc(0), acc(1)
+
+
+def _sum_all(x: Any, mean: bool) -> Any:
+    """Sum (or mean) of every element of device array ``x`` into a (1,) array."""
+    acc = cm.accumulator_dtype(x.dtype)
+    kern = _reduce_all_kernels.get(acc)
+    if kern is None:
+        kern = _reduce_all_kernels[acc] = cm.reduce_all(acc)
+    zero, one = _acc(x.dtype)
+    n = x.size
+    blocks = max(1, min(math.ceil(n / cm.REDUCE_THREADS), 2 if _SIM else 512))
+    partial = _empty((blocks,), acc)
+    kern[blocks, cm.REDUCE_THREADS](_flat(x), partial, zero, one)
+    out = _empty((1,), x.dtype)
+    scale = np.float64(1.0 / n) if mean else one
+    kern[1, cm.REDUCE_THREADS](partial, out, zero, scale)
+    return out
+
+
+def _sum_axis(x: Any, axis: int, mean: bool) -> Any:
+    """Sum (or mean) over one axis: x viewed as (outer, n, inner)."""
+    n = tuple(x.shape)[axis]
+    inner = math.prod(tuple(x.shape)[axis + 1:])
+    out = _empty(tuple(x.shape)[:axis] + tuple(x.shape)[axis + 1:], x.dtype)
+    zero, one = _acc(x.dtype)
+    scale = np.float64(1.0 / n) if mean else one
+    if out.size:
+        blocks, threads = launch_1d(out.size)
+        cm.reduce_axis[blocks, threads](_flat(x), _flat(out), n, inner, zero, scale)
+    return out
+
+
+def _reduction(op: str, mean: bool) -> None:
+    @_gpu(op)
+    def kernel(inputs: list, attrs: dict) -> list:
+        x = _dev(inputs[0])
+        axes = reduction_axes(attrs.get("axis"), x.ndim, op)
+        all_axes = axes is None or len(axes) == x.ndim
+        covered = (x.size > 0 and (not mean or np.dtype(x.dtype).kind == "f")
+                   and (all_axes or len(axes) == 1))
+        if not covered or x.ndim == 0:
+            return _host_fallback(op, inputs, attrs)
+        keep = bool(attrs.get("keepdims", False))
+        if all_axes:
+            out = _sum_all(x, mean)
+            return [out.reshape((1,) * x.ndim if keep else ())]
+        out = _sum_axis(x, axes[0], mean)
+        if keep:
+            out = out.reshape(tuple(x.shape)[:axes[0]] + (1,) + tuple(x.shape)[axes[0] + 1:])
+        return [out]
+
+
+_reduction("Sum", mean=False)
+_reduction("Mean", mean=True)
+
+
+@_gpu("BiasAddGrad")
+def bias_add_grad(inputs: list, attrs: dict) -> list:
+    dy = _dev(inputs[0])
+    if dy.ndim < 1:
+        raise KernelError("BiasAddGrad needs a gradient of rank >= 1")
+    return [_sum_axis(dy.reshape((dy.size // max(tuple(dy.shape)[-1], 1), tuple(dy.shape)[-1])), 0, False)]
+
+
+@_gpu("SumToShapeOf")
+def sum_to_shape_of(inputs: list, attrs: dict) -> list:
+    grad = _dev(inputs[0])
+    ref = tuple(inputs[1].shape)
+    stripped = ref
+    while stripped and stripped[0] == 1:
+        stripped = stripped[1:]
+    if grad.shape == ref:
+        return [grad]
+    if grad.size and math.prod(ref) == 1:
+        return [_sum_all(grad, False).reshape(ref)]
+    if grad.size and len(stripped) == 1 and grad.ndim >= 1 and tuple(grad.shape)[-1] == stripped[0]:
+        rows = grad.size // stripped[0]  # the row-vector case: gradient of x + bias
+        return [_sum_axis(grad.reshape((rows, stripped[0])), 0, False).reshape(ref)]
+    return _host_fallback("SumToShapeOf", inputs, attrs)
+
+
+@_gpu("ArgMax")
+def arg_max(inputs: list, attrs: dict) -> list:
+    x = _dev(inputs[0])
+    axis = attrs.get("axis")
+    axis = 0 if axis is None else int(axis)
+    if x.ndim == 0 or x.size == 0 or not -x.ndim <= axis < x.ndim:
+        return _host_fallback("ArgMax", inputs, attrs)
+    axis %= x.ndim
+    out = _empty(tuple(x.shape)[:axis] + tuple(x.shape)[axis + 1:], np.dtype(attrs.get("output_type") or "int64"))
+    if out.size:
+        blocks, threads = launch_1d(out.size)
+        cm.argmax_axis[blocks, threads](_flat(x), _flat(out), tuple(x.shape)[axis],
+                                        math.prod(tuple(x.shape)[axis + 1:]))
+    return [out]
+
+
+# --- softmax and losses ------------------------------------------------------------
+
+def _logits(op: str, x: Any) -> tuple[int, int]:
+    if x.ndim < 1 or np.dtype(x.dtype).kind != "f":
+        raise KernelError(f"{op} needs float logits of rank >= 1, got {x.dtype} {list(x.shape)}")
+    classes = tuple(x.shape)[-1]
+    return (x.size // classes if classes else 0), classes
+
+
+def _softmax(op: str, log: bool) -> None:
+    @_gpu(op)
+    def kernel(inputs: list, attrs: dict) -> list:
+        x = _dev(inputs[0])
+        rows, classes = _logits(op, x)
+        out = _empty(x.shape, x.dtype)
+        if rows:
+            blocks, threads = launch_1d(rows)
+            cm.softmax_rows[blocks, threads](_flat(x), _flat(out), classes, log)
+        return [out]
+
+
+_softmax("Softmax", log=False)
+_softmax("LogSoftmax", log=True)
+
+
+@_gpu("SoftmaxCrossEntropyWithLogits")
+def softmax_xent(inputs: list, attrs: dict) -> list:
+    op = "SoftmaxCrossEntropyWithLogits"
+    x, labels = _dev(inputs[0]), _dev(inputs[1])
+    rows, classes = _logits(op, x)
+    if labels.shape != x.shape:
+        raise KernelError(f"{op}: logits and labels must have the same shape, got "
+                          f"{list(x.shape)} and {list(labels.shape)}")
+    loss, backprop = _empty(tuple(x.shape)[:-1], x.dtype), _empty(x.shape, x.dtype)
+    if rows:
+        blocks, threads = launch_1d(rows)
+        cm.xent_rows[blocks, threads](_flat(x), _flat(labels), _flat(loss), _flat(backprop), classes)
+    return [loss, backprop]
+
+
+@_gpu("SparseSoftmaxCrossEntropyWithLogits")
+def sparse_softmax_xent(inputs: list, attrs: dict) -> list:
+    op = "SparseSoftmaxCrossEntropyWithLogits"
+    x, labels = _dev(inputs[0]), _dev(inputs[1])
+    rows, classes = _logits(op, x)
+    if np.dtype(labels.dtype).kind not in "iu" or labels.shape != tuple(x.shape)[:-1]:
+        raise KernelError(f"{op}: labels must be integer class ids shaped like logits without "
+                          f"its last axis; got logits {list(x.shape)}, labels "
+                          f"{labels.dtype} {list(labels.shape)}")
+    loss, backprop = _empty(tuple(x.shape)[:-1], x.dtype), _empty(x.shape, x.dtype)
+    if rows:
+        blocks, threads = launch_1d(rows)
+        cm.sparse_xent_rows[blocks, threads](_flat(x), _flat(labels), _flat(loss),
+                                             _flat(backprop), classes)
+    return [loss, backprop]
+
+
+# --- matmul ------------------------------------------------------------------------
+
+def matmul_device(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Any:
+    """``op(a) @ op(b)`` for 2-D float device arrays of one dtype (the tiled kernel)."""
+    m, k = (tuple(a.shape)[1], tuple(a.shape)[0]) if transpose_a else a.shape
+    k2, n = (tuple(b.shape)[1], tuple(b.shape)[0]) if transpose_b else b.shape
+    if k != k2:
+        raise KernelError(f"MatMul: inner dimensions differ: {list(a.shape)} @ {list(b.shape)} "
+                          f"(transpose_a={transpose_a}, transpose_b={transpose_b})")
+    dtype = np.dtype(a.dtype)
+    kern = _matmul_kernels.get(dtype.name)
+    if kern is None:
+        kern = _matmul_kernels[dtype.name] = cm.matmul(dtype.type)
+    c = _empty((m, n), dtype)
+    if m and n:
+        if k == 0:
+            return _filled((m, n), dtype, 0)
+        grid = (math.ceil(n / cm.BLOCK), math.ceil(m / cm.BLOCK))
+        kern[grid, (cm.TILE, cm.TILE)](a, b, c, bool(transpose_a), bool(transpose_b))
+    return c
+
+
+@_gpu("MatMul")
+def matmul(inputs: list, attrs: dict) -> list:
+    a, b = _dev(inputs[0]), _dev(inputs[1])
+    if a.ndim < 2 or b.ndim < 2:
+        raise KernelError(f"MatMul needs matrices (rank >= 2), got shapes {list(a.shape)} "
+                          f"and {list(b.shape)}")
+    if a.dtype != b.dtype:
+        raise KernelError(f"MatMul: operands have different dtypes {a.dtype} and {b.dtype}; "
+                          "Cast one of them so both match")
+    if a.ndim != 2 or b.ndim != 2 or np.dtype(a.dtype) not in (np.float32, np.float64):
+        return _host_fallback("MatMul", inputs, attrs)  # batched or integer matmul
+    return [matmul_device(a, b, bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")))]
+
+
+# --- fused updates -----------------------------------------------------------------
+
+def _state(op: str, name: str, x: Any, like: Any = None) -> Any:
+    if not is_device_array(x):
+        raise KernelError(f"{op}: {name} must be a device array to update it in place on the "
+                          f"GPU, got {type(x).__name__}; keep the variable's storage on the device")
+    if np.dtype(x.dtype).kind != "f":
+        raise KernelError(f"{op}: {name} has dtype {x.dtype}; update rules need float variables")
+    if like is not None and x.shape != like.shape:
+        raise KernelError(f"{op}: {name} has shape {list(x.shape)} but the variable has "
+                          f"{list(like.shape)}")
+    return _flat(x)
+
+
+def _grad(op: str, grad: Any, var: Any) -> Any:
+    g = _dev(grad)
+    if g.shape != var.shape:
+        raise KernelError(f"{op}: gradient shape {list(g.shape)} differs from the variable's "
+                          f"{list(var.shape)}")
+    return _flat(g)
+
+
+def _scalar(op: str, name: str, x: Any, dtype: Any) -> Any:
+    """A hyper-parameter as a 1-element device array, read inside the kernel
+    (so a device-resident lr never costs a synchronizing copy to the host)."""
+    if is_device_array(x):
+        if x.size != 1:
+            raise KernelError(f"{op}: {name} must be a scalar, got shape {list(x.shape)}")
+        return x.reshape(1)
+    a = np.asarray(x)
+    if a.size != 1:
+        raise KernelError(f"{op}: {name} must be a scalar, got shape {list(a.shape)}")
+    return cuda.to_device(a.astype(dtype).reshape(1))
+
+
+def _launch_update(kern: Any, var: Any, *args: Any) -> None:
+    if var.size:
+        blocks, threads = launch_1d(var.size)
+        kern[blocks, threads](*args)
+
+
+@_gpu("ApplyGradientDescent")
+def apply_gradient_descent(inputs: list, attrs: dict) -> list:
+    op, var = "ApplyGradientDescent", inputs[0]
+    flat = _state(op, "var", var)
+    lr = _scalar(op, "lr", inputs[1], var.dtype)
+    _launch_update(cm.apply_gd, var, flat, lr, _grad(op, inputs[2], var))
+    return [var]
+
+
+@_gpu("ApplyMomentum")
+def apply_momentum(inputs: list, attrs: dict) -> list:
+    op, var = "ApplyMomentum", inputs[0]
+    flat, accum = _state(op, "var", var), _state(op, "accum", inputs[1], var)
+    lr, mom = (_scalar(op, n, x, var.dtype) for n, x in (("lr", inputs[2]), ("momentum", inputs[4])))
+    _launch_update(cm.apply_momentum, var, flat, accum, lr, _grad(op, inputs[3], var), mom,
+                   bool(attrs.get("use_nesterov")))
+    return [var]
+
+
+@_gpu("ApplyAdagrad")
+def apply_adagrad(inputs: list, attrs: dict) -> list:
+    op, var = "ApplyAdagrad", inputs[0]
+    flat, accum = _state(op, "var", var), _state(op, "accum", inputs[1], var)
+    lr = _scalar(op, "lr", inputs[2], var.dtype)
+    _launch_update(cm.apply_adagrad, var, flat, accum, lr, _grad(op, inputs[3], var))
+    return [var]
+
+
+@_gpu("ApplyAdam")
+def apply_adam(inputs: list, attrs: dict) -> list:
+    op, var = "ApplyAdam", inputs[0]
+    flat = _state(op, "var", var)
+    m, v = _state(op, "m", inputs[1], var), _state(op, "v", inputs[2], var)
+    names = ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon")
+    hyper = [_scalar(op, n, x, var.dtype) for n, x in zip(names, inputs[3:9])]
+    _launch_update(cm.apply_adam, var, flat, m, v, *hyper, _grad(op, inputs[9], var))
+    return [var]
