@@ -1,0 +1,396 @@
+"""Reverse-mode differentiation over the graph: ``dt.gradients(ys, xs)``.
+
+One table maps an op type to its gradient function, as in micrograd and TF:
+``@register_gradient("MatMul")`` functions take the forward op and the
+gradients of its outputs and return the gradients of its inputs, built from
+ordinary ops. ``gradients`` walks the ops between ``xs`` and ``ys`` in reverse
+creation order (creation order is topological: an op's inputs exist before
+it), sums the gradients that reach a tensor along several paths with Adds, and
+builds every gradient op colocated with its forward op, so the backward pass
+runs on the devices the forward pass did (no needless copies between tasks).
+
+Broadcasting is undone with ``SumToShapeOf`` and reductions with
+``BroadcastToShapeOf`` (docs/ops.md), which read the reference shape at run
+time, so unknown batch dimensions need no special care.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from distrib import ops
+from distrib.errors import InvalidArgumentError, NotFoundError
+from distrib.graph import Operation, Tensor, name_scope
+
+__all__ = ["gradients", "register_gradient", "no_gradient", "NotDifferentiable",
+           "get_gradient_function"]
+
+GradFn = Callable[..., Sequence[Any]]
+_GRADIENTS: dict[str, GradFn | None] = {}
+
+
+def register_gradient(op_type: str) -> Callable[[GradFn], GradFn]:
+    """Decorator: ``fn(op, *output_grads) -> [input_grad or None, ...]`` for ``op_type``."""
+    def register(fn: GradFn) -> GradFn:
+        _GRADIENTS[op_type] = fn
+        return fn
+    return register
+
+
+def no_gradient(op_type: str) -> None:
+    """Declare ``op_type`` not differentiable: gradients stop there (inputs get None)."""
+    _GRADIENTS[op_type] = None
+
+
+NotDifferentiable = no_gradient
+
+
+def get_gradient_function(op: Operation) -> GradFn | None:
+    if op.type not in _GRADIENTS:
+        raise NotFoundError(
+            f"no gradient is defined for op {op.name!r} (type {op.type}), which lies between "
+            "ys and xs; register one with @dt.register_gradient(\"" + op.type + "\") "
+            "or keep the op off the differentiated path")
+    return _GRADIENTS[op.type]
+
+
+# -- the walk -------------------------------------------------------------------
+def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
+              colocate_gradients_with_ops: bool = True, gate_gradients: bool = False,
+              aggregation_method: Any = None, stop_gradients: Any = None) -> list[Tensor | None]:
+    """d(sum of ys)/d(x) for each x in xs; None for an x that ys do not depend on.
+
+    ``grad_ys`` (default ones) weights each y. Variables in xs are differentiated
+    at their ``VariableV2`` output, i.e. through every read of them.
+    """
+    ys = [ops.convert_to_tensor(y) for y in _as_list(ys)]
+    xs = [x._ref() if hasattr(x, "_ref") else ops.convert_to_tensor(x) for x in _as_list(xs)]
+    grad_ys = [None] * len(ys) if grad_ys is None else _as_list(grad_ys)
+    if len(grad_ys) != len(ys):
+        raise InvalidArgumentError(f"gradients: {len(grad_ys)} grad_ys for {len(ys)} ys")
+    stops = {ops.convert_to_tensor(s).op for s in _as_list(stop_gradients or [])}
+    graph = ys[0].graph
+    with graph.as_default(), name_scope(name, "gradients", ys + xs):
+        pending = _seed(ys, grad_ys)
+        between = _ops_between(graph, xs, ys, stops)
+        for op in sorted(between, key=_creation_index(graph), reverse=True):
+            _backprop_op(op, pending, colocate_gradients_with_ops)
+        return [_aggregate(x, pending.get(x), colocate_gradients_with_ops) for x in xs]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _creation_index(graph: Any) -> Callable[[Operation], int]:
+    index = {op: i for i, op in enumerate(graph.get_operations())}
+    return index.__getitem__
+
+
+def _seed(ys: list[Tensor], grad_ys: list[Any]) -> dict[Tensor, list[Tensor]]:
+    pending: dict[Tensor, list[Tensor]] = {}
+    for y, gy in zip(ys, grad_ys):
+        with y.graph.colocate_with(y.op), name_scope(y.op.name + "_grad"):
+            seed = ops.ones_like(y, name="grad_ys") if gy is None else ops.convert_to_tensor(
+                gy, dtype=y.dtype, name="grad_ys")
+        pending.setdefault(y, []).append(seed)
+    return pending
+
+
+def _ops_between(graph: Any, xs: list[Tensor], ys: list[Tensor], stops: set) -> set[Operation]:
+    """Ops on some data path from an x to a y (the only ops that need a gradient)."""
+    consumers: dict[Tensor, list[Operation]] = {}
+    for op in graph.get_operations():
+        for t in op.inputs:
+            consumers.setdefault(t, []).append(op)
+    reached: set[Operation] = set()
+    frontier = [c for x in xs for c in consumers.get(x, ())]
+    while frontier:
+        op = frontier.pop()
+        if op in reached or op in stops:
+            continue
+        reached.add(op)
+        frontier.extend(c for t in op.outputs for c in consumers.get(t, ()))
+    between: set[Operation] = set()
+    frontier = [y.op for y in ys]
+    while frontier:
+        op = frontier.pop()
+        if op in between or op not in reached:
+            continue
+        between.add(op)
+        frontier.extend(t.op for t in op.inputs)
+    return between
+
+
+def _backprop_op(op: Operation, pending: dict[Tensor, list[Tensor]], colocate: bool) -> None:
+    out_grads = [_aggregate(t, pending.get(t), colocate) for t in op.outputs]
+    if all(g is None for g in out_grads):
+        return
+    fn = get_gradient_function(op)
+    if fn is None:
+        return
+    graph = op.graph
+    with _maybe_colocate(graph, op, colocate), name_scope(op.name + "_grad"):
+        in_grads = list(fn(op, *out_grads))
+    if len(in_grads) != len(op.inputs):
+        raise InvalidArgumentError(f"the gradient function of {op.type} returned {len(in_grads)} "
+                                   f"gradients for {len(op.inputs)} inputs (op {op.name!r})")
+    for t, g in zip(op.inputs, in_grads):
+        if g is not None and t.dtype.is_floating:
+            pending.setdefault(t, []).append(g)
+
+
+def _maybe_colocate(graph: Any, op: Operation, colocate: bool) -> Any:
+    return graph.colocate_with(op) if colocate else contextlib.nullcontext()
+
+
+def _aggregate(t: Tensor, grads: list[Tensor] | None, colocate: bool) -> Tensor | None:
+    """The sum of the gradients that reached ``t`` (Adds, next to t's producer)."""
+    if not grads:
+        return None
+    if len(grads) == 1:
+        return grads[0]
+    with _maybe_colocate(t.graph, t.op, colocate), name_scope(t.op.name + "_grad"):
+        return ops.add_n(grads, name="AddN")
+
+
+# -- helpers for gradient functions -------------------------------------------------
+def _sum_to(grad: Tensor, ref: Tensor) -> Tensor:
+    """``grad`` summed back to ``ref``'s shape (the adjoint of broadcasting)."""
+    if ref.shape.is_fully_defined() and grad.shape == ref.shape:
+        return grad
+    return ops._out("SumToShapeOf", [grad, ref], None, "SumToShapeOf")
+
+
+def _broadcast_to(grad: Tensor, ref: Tensor, axis: Any, keepdims: bool) -> Tensor:
+    """``grad`` of a reduction over ``axis`` spread back to ``ref``'s shape."""
+    return ops._out("BroadcastToShapeOf", [grad, ref], {"axis": axis, "keepdims": keepdims},
+                    "BroadcastToShapeOf")
+
+
+def _float_mask(cond: Tensor, like: Tensor) -> Tensor:
+    return ops.cast(cond, like.dtype)
+
+
+# -- elementwise ---------------------------------------------------------------------
+@register_gradient("Identity")
+def _identity_grad(op: Operation, g: Tensor) -> list:
+    return [g]
+
+
+@register_gradient("Add")
+def _add_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs
+    return [_sum_to(g, x), _sum_to(g, y)]
+
+
+@register_gradient("Sub")
+def _sub_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs
+    return [_sum_to(g, x), _sum_to(ops.negative(g), y)]
+
+
+@register_gradient("Mul")
+def _mul_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs
+    return [_sum_to(ops.multiply(g, y), x), _sum_to(ops.multiply(x, g), y)]
+
+
+@register_gradient("RealDiv")
+def _div_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs
+    gy = ops.multiply(ops.negative(g), ops.divide(ops.divide(x, y), y))
+    return [_sum_to(ops.divide(g, y), x), _sum_to(gy, y)]
+
+
+@register_gradient("Maximum")
+def _maximum_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs
+    mask = _float_mask(ops.greater_equal(x, y), g)  # ties go to x, as in TF
+    return [_sum_to(ops.multiply(g, mask), x), _sum_to(ops.multiply(g, 1.0 - mask), y)]
+
+
+@register_gradient("Minimum")
+def _minimum_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs
+    mask = _float_mask(ops.less_equal(x, y), g)
+    return [_sum_to(ops.multiply(g, mask), x), _sum_to(ops.multiply(g, 1.0 - mask), y)]
+
+
+@register_gradient("Pow")
+def _pow_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs
+    z = op.outputs[0]
+    gx = ops.multiply(g, ops.multiply(y, ops.pow(x, ops.subtract(y, 1.0))))
+    # d/dy x^y = x^y log x, taken as 0 where x <= 0 (TF's convention), without nan:
+    positive = _float_mask(ops.greater(x, 0.0), x)
+    safe_log = ops.multiply(ops.log(ops.add(ops.multiply(x, positive), 1.0 - positive)), positive)
+    gy = ops.multiply(g, ops.multiply(z, safe_log))
+    return [_sum_to(gx, x), _sum_to(gy, y)]
+
+
+@register_gradient("Neg")
+def _neg_grad(op: Operation, g: Tensor) -> list:
+    return [ops.negative(g)]
+
+
+@register_gradient("Log")
+def _log_grad(op: Operation, g: Tensor) -> list:
+    return [ops.divide(g, op.inputs[0])]
+
+
+@register_gradient("Exp")
+def _exp_grad(op: Operation, g: Tensor) -> list:
+    return [ops.multiply(g, op.outputs[0])]
+
+
+@register_gradient("Square")
+def _square_grad(op: Operation, g: Tensor) -> list:
+    return [ops.multiply(g, ops.multiply(op.inputs[0], 2.0))]
+
+
+@register_gradient("Sqrt")
+def _sqrt_grad(op: Operation, g: Tensor) -> list:
+    return [ops.divide(g, ops.multiply(op.outputs[0], 2.0))]
+
+
+@register_gradient("Abs")
+def _abs_grad(op: Operation, g: Tensor) -> list:
+    return [ops.multiply(g, ops.sign(op.inputs[0]))]
+
+
+@register_gradient("Relu")
+def _relu_grad(op: Operation, g: Tensor) -> list:
+    return [ops._out("ReluGrad", [g, op.outputs[0]], None, "ReluGrad")]
+
+
+@register_gradient("Sigmoid")
+def _sigmoid_grad(op: Operation, g: Tensor) -> list:
+    return [ops._out("SigmoidGrad", [op.outputs[0], g], None, "SigmoidGrad")]
+
+
+@register_gradient("Tanh")
+def _tanh_grad(op: Operation, g: Tensor) -> list:
+    return [ops._out("TanhGrad", [op.outputs[0], g], None, "TanhGrad")]
+
+
+@register_gradient("Cast")
+def _cast_grad(op: Operation, g: Tensor) -> list:
+    x = op.inputs[0]
+    if x.dtype.is_floating and op.outputs[0].dtype.is_floating:
+        return [ops.cast(g, x.dtype)]
+    return [None]
+
+
+# -- linear algebra / nn -------------------------------------------------------------
+@register_gradient("MatMul")
+def _matmul_grad(op: Operation, g: Tensor) -> list:
+    a, b = op.inputs
+    ta, tb = bool(op.get_attr("transpose_a")), bool(op.get_attr("transpose_b"))
+    mm = ops.matmul
+    if not ta and not tb:
+        return [mm(g, b, transpose_b=True), mm(a, g, transpose_a=True)]
+    if not ta and tb:
+        return [mm(g, b), mm(g, a, transpose_a=True)]
+    if ta and not tb:
+        return [mm(b, g, transpose_b=True), mm(a, g)]
+    return [mm(b, g, transpose_a=True, transpose_b=True),
+            mm(g, a, transpose_a=True, transpose_b=True)]
+
+
+@register_gradient("BiasAdd")
+def _bias_add_grad(op: Operation, g: Tensor) -> list:
+    return [g, ops._out("BiasAddGrad", [g], None, "BiasAddGrad")]
+
+
+@register_gradient("Softmax")
+def _softmax_grad(op: Operation, g: Tensor) -> list:
+    y = op.outputs[0]
+    inner = ops.reduce_sum(ops.multiply(g, y), axis=-1, keepdims=True)
+    return [ops.multiply(ops.subtract(g, inner), y)]
+
+
+@register_gradient("LogSoftmax")
+def _log_softmax_grad(op: Operation, g: Tensor) -> list:
+    softmax = ops.exp(op.outputs[0])
+    return [ops.subtract(g, ops.multiply(ops.reduce_sum(g, axis=-1, keepdims=True), softmax))]
+
+
+def _xent_grad(op: Operation, g_loss: Tensor | None, g_backprop: Tensor | None) -> list:
+    # labels get no gradient (tf.compat.v1 semantics); the backprop output's own
+    # gradient (second order) is not supported and ignored, as TF1 does.
+    if g_loss is None:
+        return [None, None]
+    column = ops.reshape(g_loss, [-1, 1])
+    return [ops.multiply(column, op.outputs[1]), None]
+
+
+register_gradient("SoftmaxCrossEntropyWithLogits")(_xent_grad)
+register_gradient("SparseSoftmaxCrossEntropyWithLogits")(_xent_grad)
+
+
+# -- reductions -------------------------------------------------------------------------
+def _axis_keep(op: Operation) -> tuple[Any, bool]:
+    return op.get_attr("axis"), bool(op.get_attr("keepdims"))
+
+
+@register_gradient("Sum")
+def _sum_grad(op: Operation, g: Tensor) -> list:
+    axis, keep = _axis_keep(op)
+    return [_broadcast_to(g, op.inputs[0], axis, keep)]
+
+
+@register_gradient("Mean")
+def _mean_grad(op: Operation, g: Tensor) -> list:
+    x, y = op.inputs[0], op.outputs[0]
+    axis, keep = _axis_keep(op)
+    spread = _broadcast_to(g, x, axis, keep)
+    n_in, n_out = x.shape.num_elements(), y.shape.num_elements()
+    if n_in is not None and n_out is not None:
+        count: Any = max(n_in // max(n_out, 1), 1)
+        return [ops.divide(spread, float(count))]
+    size_in = ops.cast(ops.reduce_prod(ops.shape(x)), g.dtype)
+    size_out = ops.cast(ops.reduce_prod(ops.shape(y)), g.dtype)
+    return [ops.divide(spread, ops.maximum(ops.divide(size_in, size_out), 1.0))]
+
+
+def _min_max_grad(op: Operation, g: Tensor) -> list:
+    """The gradient goes to the positions that hold the extreme, split evenly on ties."""
+    x, y = op.inputs[0], op.outputs[0]
+    axis, keep = _axis_keep(op)
+    y_full = _broadcast_to(y, x, axis, keep)
+    hits = _float_mask(ops.equal(x, y_full), g)
+    n_hits = _broadcast_to(ops.reduce_sum(hits, axis=axis, keepdims=True), x, axis, True)
+    return [ops.divide(ops.multiply(_broadcast_to(g, x, axis, keep), hits), n_hits)]
+
+
+register_gradient("Max")(_min_max_grad)
+register_gradient("Min")(_min_max_grad)
+
+
+# -- shape ops -------------------------------------------------------------------------
+@register_gradient("Reshape")
+def _reshape_grad(op: Operation, g: Tensor) -> list:
+    x = op.inputs[0]
+    dims = x.shape.as_list()
+    if dims is not None and sum(d is None for d in dims) <= 1:
+        back = ops.reshape(g, [-1 if d is None else d for d in dims])
+    else:
+        back = ops.reshape(g, ops.shape(x))  # several unknown dims: the shape at run time
+    return [back] + [None] * (len(op.inputs) - 1)
+
+
+@register_gradient("Transpose")
+def _transpose_grad(op: Operation, g: Tensor) -> list:
+    perm = op.get_attr("perm")
+    inverse = None if perm is None else [int(i) for i in np.argsort(perm)]
+    return [ops.transpose(g, inverse)]
+
+
+for _op_type in ("Equal", "NotEqual", "Less", "Greater", "LogicalAnd", "LogicalNot", "ArgMax",
+                 "Shape", "ZerosLike", "OnesLike", "Sign", "Const", "Placeholder", "Zeros",
+                 "Ones", "RandomStandardNormal", "RandomUniform", "NoOp", "VariableV2",
+                 "IsVariableInitialized", "Assign", "AssignAdd", "AssignSub"):
+    no_gradient(_op_type)
