@@ -1,0 +1,57 @@
+"""GPU kernels and device discovery, each in a fresh interpreter.
+
+numba reads ``NUMBA_ENABLE_CUDASIM`` and the driver reads
+``CUDA_VISIBLE_DEVICES`` once, at import, so every case here starts its own
+Python process with the environment it needs: the simulator suite
+(``tests/test_kernels_cudasim.py``), a machine with no visible GPU, and the
+lazy loading of numba.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(extra)
+    return env
+
+
+def _python(code: str, **env: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(**env),
+                         capture_output=True, text=True, timeout=90)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_gpu_kernels_match_cpu_under_the_simulator():
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+         "tests/test_kernels_cudasim.py"],
+        cwd=ROOT, env=_env(NUMBA_ENABLE_CUDASIM="1"), capture_output=True, text=True, timeout=110)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+    assert " passed" in out.stdout and "skipped" not in out.stdout.splitlines()[-1]
+
+
+def test_no_visible_gpu_means_no_devices_and_no_crash():
+    code = ("import json, kernels\n"
+            "from kernels import devices\n"
+            "print(json.dumps([devices.backend(), devices.gpu_devices(),\n"
+            "                  devices.is_device_array(devices.to_host([1.0]))]))")
+    backend, devs, is_dev = json.loads(_python(code, CUDA_VISIBLE_DEVICES=""))
+    assert backend == "none" and devs == [] and is_dev is False
+
+
+def test_numba_loads_only_with_the_first_gpu_lookup():
+    code = ("import sys, kernels\n"
+            "before = 'numba' in sys.modules\n"
+            "kernels.get_kernel('Add', 'CPU'); kernels.registered_ops('CPU')\n"
+            "middle = 'numba' in sys.modules\n"
+            "gpu = kernels.has_kernel('MatMul', 'GPU')\n"
+            "print(before, middle, gpu, 'numba' in sys.modules, 'kernels.cuda' in sys.modules)")
+    assert _python(code, CUDA_VISIBLE_DEVICES="") == "False False True True True"
