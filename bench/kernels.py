@@ -1,0 +1,150 @@
+"""Kernel benchmarks: matmul GFLOP/s and elementwise bandwidth.
+
+    python bench/kernels.py [--sizes 256,512,1024,2048,4096] [--json PATH]
+
+CPU: numpy (BLAS) float32 matmul for each n. GPU (only where a real CUDA
+device exists): our tiled matmul beside cuBLAS (through CuPy, when installed),
+and our elementwise Add against a device-to-device copy of the same bytes,
+which is the bandwidth ceiling an elementwise kernel can reach. The targets
+are in kernels/README.md. Without a GPU it says so and runs the CPU part only;
+each measurement stops after ``--seconds`` (default 1 s) of repeats, so the
+whole run stays bounded. Prints a table; never asserts anything.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+logger = logging.getLogger("bench.kernels")
+
+
+def _best_seconds(fn: Callable[[], Any], budget_s: float, sync: Callable[[], None]) -> float:
+    """Best wall time of ``fn`` over repeats within ``budget_s`` (after one warm-up)."""
+    fn()
+    sync()
+    best, spent, reps = float("inf"), 0.0, 0
+    while reps < 3 or (spent < budget_s and reps < 50):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        dt = time.perf_counter() - t0
+        best, spent, reps = min(best, dt), spent + dt, reps + 1
+        if spent > budget_s and reps >= 1:
+            break
+    return best
+
+
+def cpu_matmul(sizes: list[int], budget_s: float) -> list[dict]:
+    rows = []
+    for n in sizes:
+        rng = np.random.default_rng(0)
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), np.float32)
+        t = _best_seconds(lambda: np.matmul(a, b, out=c), budget_s, lambda: None)
+        rows.append({"device": "CPU", "kernel": "numpy matmul", "n": n, "seconds": t,
+                     "gflops": 2 * n ** 3 / t / 1e9})
+    return rows
+
+
+def gpu_matmul(sizes: list[int], budget_s: float) -> list[dict]:
+    from numba import cuda
+
+    from kernels.cuda_nn import matmul_device
+    rows = []
+    cupy = _cupy()
+    for n in sizes:
+        rng = np.random.default_rng(0)
+        a_h = rng.standard_normal((n, n), dtype=np.float32)
+        b_h = rng.standard_normal((n, n), dtype=np.float32)
+        a, b = cuda.to_device(a_h), cuda.to_device(b_h)
+        t = _best_seconds(lambda: matmul_device(a, b), budget_s, cuda.synchronize)
+        row = {"device": "GPU", "kernel": "tiled matmul", "n": n, "seconds": t,
+               "gflops": 2 * n ** 3 / t / 1e9}
+        if cupy is not None:
+            ca, cb = cupy.asarray(a_h), cupy.asarray(b_h)
+            tc = _best_seconds(lambda: ca @ cb, budget_s, cupy.cuda.Device().synchronize)
+            row["cublas_gflops"] = 2 * n ** 3 / tc / 1e9
+            row["fraction_of_cublas"] = row["gflops"] / row["cublas_gflops"]
+        rows.append(row)
+    return rows
+
+
+def gpu_elementwise(n: int, budget_s: float) -> list[dict]:
+    from numba import cuda
+
+    import kernels
+    add = kernels.get_kernel("Add", kernels.GPU)
+    x = cuda.to_device(np.ones(n, np.float32))
+    y = cuda.to_device(np.ones(n, np.float32))
+    dst = cuda.device_array(n, np.float32)
+    t_add = _best_seconds(lambda: add([x, y], {}), budget_s, cuda.synchronize)
+    t_copy = _best_seconds(lambda: dst.copy_to_device(x), budget_s, cuda.synchronize)
+    add_gbs = 3 * 4 * n / t_add / 1e9     # two reads, one write
+    copy_gbs = 2 * 4 * n / t_copy / 1e9   # one read, one write
+    return [{"device": "GPU", "kernel": "elementwise Add", "n": n, "seconds": t_add,
+             "gbytes_per_s": add_gbs, "copy_gbytes_per_s": copy_gbs,
+             "fraction_of_copy": add_gbs / copy_gbs}]
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError:
+        logger.info("CuPy not installed: no cuBLAS comparison")
+        return None
+    return cupy
+
+
+def _print_table(rows: list[dict]) -> None:
+    print(f"{'device':6} {'kernel':18} {'n':>10} {'ms':>9} {'result':>14} {'reference':>22}")
+    for r in rows:
+        if "gflops" in r:
+            result = f"{r['gflops']:.1f} GFLOP/s"
+            ref = (f"cuBLAS {r['cublas_gflops']:.0f} ({r['fraction_of_cublas']:.0%})"
+                   if "cublas_gflops" in r else "")
+        else:
+            result = f"{r['gbytes_per_s']:.0f} GB/s"
+            ref = f"copy {r['copy_gbytes_per_s']:.0f} GB/s ({r['fraction_of_copy']:.0%})"
+        print(f"{r['device']:6} {r['kernel']:18} {r['n']:>10} {r['seconds'] * 1e3:>9.2f} "
+              f"{result:>14} {ref:>22}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="256,512,1024,2048,4096")
+    parser.add_argument("--seconds", type=float, default=1.0, help="time budget per measurement")
+    parser.add_argument("--elementwise-n", type=int, default=1 << 26)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+
+    from kernels.devices import backend, gpu_devices
+    kind = backend()
+    rows = cpu_matmul(sizes, args.seconds)
+    if kind == "cuda":
+        logger.info("GPU: %s", gpu_devices()[0]["description"])
+        rows += gpu_matmul(sizes, args.seconds)
+        rows += gpu_elementwise(args.elementwise_n, args.seconds)
+    else:
+        reason = "the CUDA simulator is not a GPU" if kind == "cudasim" else "no CUDA GPU visible"
+        logger.info("%s: GPU benchmarks skipped, CPU only", reason)
+    _print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"backend": kind, "results": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
