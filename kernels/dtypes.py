@@ -14,8 +14,8 @@ from kernels import KernelError
 
 __all__ = ["as_dtype", "concrete_shape", "reduction_axes"]
 
-# TF spellings that numpy does not know.
-_ALIASES = {"string": "str", "half": "float16", "float": "float32", "double": "float64"}
+# TF spellings that numpy does not know; strings are object arrays as in distrib.dtypes.
+_ALIASES = {"string": "object", "half": "float16", "float": "float32", "double": "float64"}
 
 
 def as_dtype(dtype: Any) -> np.dtype:
