@@ -66,7 +66,10 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
     at their ``VariableV2`` output, i.e. through every read of them.
     """
     ys = [ops.convert_to_tensor(y) for y in _as_list(ys)]
-    xs = [x._ref() if hasattr(x, "_ref") else ops.convert_to_tensor(x) for x in _as_list(xs)]
+    # a variable is every VariableV2 node reading it (its snapshot and fresh reads)
+    groups = [x._reads() if hasattr(x, "_reads") else [ops.convert_to_tensor(x)]
+              for x in _as_list(xs)]
+    xs = [t for group in groups for t in group]
     grad_ys = [None] * len(ys) if grad_ys is None else _as_list(grad_ys)
     if len(grad_ys) != len(ys):
         raise InvalidArgumentError(f"gradients: {len(grad_ys)} grad_ys for {len(ys)} ys")
@@ -77,7 +80,8 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
         between = _ops_between(graph, xs, ys, stops)
         for op in sorted(between, key=_creation_index(graph), reverse=True):
             _backprop_op(op, pending, colocate_gradients_with_ops)
-        return [_aggregate(x, pending.get(x), colocate_gradients_with_ops) for x in xs]
+        return [_aggregate(group[0], [g for x in group for g in pending.get(x, ())],
+                           colocate_gradients_with_ops) for group in groups]
 
 
 def _as_list(value: Any) -> list[Any]:

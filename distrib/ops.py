@@ -78,7 +78,10 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None,
 
 def _to_numpy(value: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
     is_np = isinstance(value, (np.ndarray, np.generic))
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except ValueError:  # numpy refuses ragged nesting
+        arr = np.array([None], dtype=object)
     if arr.dtype == object and not is_np and not _all_strings(arr):
         raise InvalidArgumentError(f"cannot convert {value!r} to a tensor: nested lists must be "
                                    "rectangular and hold numbers, bools or strings")

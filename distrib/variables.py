@@ -131,14 +131,28 @@ class Variable(_TensorOperators):
         return self._snapshot
 
     def read_value(self) -> Tensor:
-        """A fresh read, made under the current scopes, so control dependencies order it."""
+        """A fresh read, ordered by the current control dependencies.
+
+        The runtime reads a variable when its ``VariableV2`` node runs (docs/ops.md),
+        so a read that must see an update gets its own ``VariableV2`` node (same
+        ``var``, colocated) carrying the control inputs; an Identity of the shared
+        node could run before them.
+        """
         graph = self.graph
         with graph.as_default(), graph.colocate_with(self._variable_op):
-            return ops.identity(self._variable_op.outputs[0], name="read")
+            op = graph.create_op("VariableV2", [], dict(self._variable_op.attrs), "read",
+                                 output_specs=[(self.dtype, self.shape)])
+        return op.outputs[0]
 
     def _ref(self) -> Tensor:
         """The ``VariableV2`` output itself: what gradients treat as the leaf."""
         return self._variable_op.outputs[0]
+
+    def _reads(self) -> list[Tensor]:
+        """Every ``VariableV2`` output of this variable in its graph (see read_value)."""
+        shared = self.shared_name
+        return [op.outputs[0] for op in self.graph.get_operations()
+                if op.type == "VariableV2" and op.attrs.get("var") == shared]
 
     def _as_tensor(self) -> Tensor:
         return self._snapshot
