@@ -12,7 +12,8 @@ attributes and a requested device; the runtime ships it as a GraphDef (see
   graph again exactly when it changed.
 
 Op builders live in :mod:`distrib.ops`; this module only knows how to add an
-op with given outputs. Python operators on tensors (``a + b``) delegate there.
+op with given outputs. ``Operation`` and ``Tensor`` live in
+:mod:`distrib.operation` and are re-exported here.
 """
 from __future__ import annotations
 
@@ -22,23 +23,22 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from distrib import dtypes
-from distrib.device import DeviceSpec, check_device_string, merge_device
+from distrib.device import check_device_string, merge_device
 from distrib.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from distrib.tensor_shape import TensorShape, as_shape
+from distrib.operation import (DTYPE_ATTRS, NodeDef, Operation, OutputSpec, Tensor,
+                               _TensorOperators)
+from distrib.tensor_shape import as_shape
 
 __all__ = [
     "Graph", "Operation", "Tensor", "NodeDef", "GraphKeys", "get_default_graph",
     "reset_default_graph", "name_scope", "device", "control_dependencies",
     "colocate_with", "add_to_collection", "add_to_collections", "get_collection",
-    "get_collection_ref",
+    "get_collection_ref", "DTYPE_ATTRS", "OutputSpec", "_TensorOperators",
 ]
 
 _OP_NAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\\/>\-]*$")
 _SCOPE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\\/>\-]*$")
-# attrs that hold a dtype: kept as names in the GraphDef, returned as DType by get_attr
-DTYPE_ATTRS = frozenset({"dtype", "output_type", "T", "SrcT", "DstT"})
 
-OutputSpec = tuple[dtypes.DType, TensorShape]
 
 
 class GraphKeys:
@@ -60,180 +60,6 @@ class GraphKeys:
     READY_FOR_LOCAL_INIT_OP = "ready_for_local_init_op"
     QUEUE_RUNNERS = "queue_runners"
     VARIABLES = GLOBAL_VARIABLES
-
-
-class _TensorOperators:
-    """Python operators for anything tensor-like (Tensor, Variable), via distrib.ops."""
-
-    __array_ufunc__ = None  # numpy defers to our reflected operators: np.ones(3) + t works
-    __array_priority__ = 100
-
-    def __add__(self, other): return _ops().add(self, other, name="add")
-    def __radd__(self, other): return _ops().add(other, self, name="add")
-    def __sub__(self, other): return _ops().subtract(self, other, name="sub")
-    def __rsub__(self, other): return _ops().subtract(other, self, name="sub")
-    def __mul__(self, other): return _ops().multiply(self, other, name="mul")
-    def __rmul__(self, other): return _ops().multiply(other, self, name="mul")
-    def __truediv__(self, other): return _ops().divide(self, other, name="truediv")
-    def __rtruediv__(self, other): return _ops().divide(other, self, name="truediv")
-    def __matmul__(self, other): return _ops().matmul(self, other, name="matmul")
-    def __rmatmul__(self, other): return _ops().matmul(other, self, name="matmul")
-    def __pow__(self, other): return _ops().pow(self, other, name="pow")
-    def __rpow__(self, other): return _ops().pow(other, self, name="pow")
-    def __neg__(self): return _ops().negative(self, name="neg")
-    def __abs__(self): return _ops().abs(self, name="Abs")
-    def __lt__(self, other): return _ops().less(self, other, name="Less")
-    def __gt__(self, other): return _ops().greater(self, other, name="Greater")
-    def __le__(self, other): return _ops().less_equal(self, other, name="LessEqual")
-    def __ge__(self, other): return _ops().greater_equal(self, other, name="GreaterEqual")
-    def __and__(self, other): return _ops().logical_and(self, other, name="and")
-    def __rand__(self, other): return _ops().logical_and(other, self, name="and")
-    def __or__(self, other): return _ops().logical_or(self, other, name="or")
-    def __ror__(self, other): return _ops().logical_or(other, self, name="or")
-    def __invert__(self): return _ops().logical_not(self, name="LogicalNot")
-
-    def __bool__(self) -> bool:
-        raise TypeError("using a dt.Tensor as a Python bool is not allowed: its value exists "
-                        "only when a session runs it; fetch it with sess.run first")
-
-    def __iter__(self):
-        raise TypeError("a dt.Tensor is not iterable while the graph is built; "
-                        "fetch its value with sess.run to iterate over it")
-
-
-def _ops():
-    from distrib import ops  # late: ops builds on this module
-    return ops
-
-
-class Tensor(_TensorOperators):
-    """Output ``value_index`` of ``op``. Equality is identity, so tensors are dict keys."""
-
-    def __init__(self, op: Operation, value_index: int, dtype: dtypes.DType,
-                 shape: TensorShape) -> None:
-        self._op = op
-        self._value_index = value_index
-        self._dtype = dtype
-        self._shape = shape
-
-    op = property(lambda self: self._op)
-    value_index = property(lambda self: self._value_index)
-    dtype = property(lambda self: self._dtype)
-    graph = property(lambda self: self._op.graph)
-    device = property(lambda self: self._op.device)
-    shape = property(lambda self: self._shape)
-
-    @property
-    def name(self) -> str:
-        return f"{self._op.name}:{self._value_index}"
-
-    def get_shape(self) -> TensorShape:
-        return self._shape
-
-    def set_shape(self, shape: Any) -> None:
-        """Refine the static shape; InvalidArgumentError if it contradicts the known one."""
-        try:
-            self._shape = self._shape.merge_with(as_shape(shape))
-        except ValueError:
-            raise InvalidArgumentError(
-                f"set_shape on {self.name}: shape {as_shape(shape)} is incompatible with "
-                f"the inferred shape {self._shape}") from None
-
-    def consumers(self) -> list[Operation]:
-        return [op for op in self.graph.get_operations() if self in op.inputs]
-
-    __hash__ = object.__hash__
-
-    def __eq__(self, other: object) -> bool:  # identity, like TF1: keeps tensors hashable
-        return self is other
-
-    def __ne__(self, other: object) -> bool:
-        return self is not other
-
-    def __repr__(self) -> str:
-        return f"<dt.Tensor {self.name!r} shape={self._shape} dtype={self._dtype.name}>"
-
-
-class NodeDef:
-    """A read-only view of an op in NodeDef form (``.name .op .input .device .attr``).
-
-    Device functions written for TF (``replica_device_setter``) read
-    ``op.node_def.op``; this keeps that code unchanged.
-    """
-
-    __slots__ = ("name", "op", "input", "device", "attr")
-
-    def __init__(self, name: str, op: str, input: list[str], device: str, attr: dict) -> None:
-        self.name, self.op, self.input, self.device, self.attr = name, op, input, device, attr
-
-
-class Operation:
-    """A node of the graph. Created by :meth:`Graph.create_op`, never directly."""
-
-    def __init__(self, graph: Graph, op_type: str, name: str, inputs: Sequence[Tensor],
-                 attrs: dict[str, Any], outputs: Sequence[OutputSpec]) -> None:
-        self._graph = graph
-        self._type = op_type
-        self._name = name
-        self._inputs = tuple(inputs)
-        self._attrs = attrs
-        self._outputs = tuple(Tensor(self, i, dt, sh) for i, (dt, sh) in enumerate(outputs))
-        self._control_inputs: list[Operation] = []
-        self._device = ""
-        self._colocation_op: Operation | None = None
-
-    name = property(lambda self: self._name)
-    type = property(lambda self: self._type)
-    graph = property(lambda self: self._graph)
-    inputs = property(lambda self: self._inputs)
-    outputs = property(lambda self: self._outputs)
-    attrs = property(lambda self: self._attrs)
-    device = property(lambda self: self._device)
-
-    @property
-    def control_inputs(self) -> tuple[Operation, ...]:
-        return tuple(self._control_inputs)
-
-    @property
-    def node_def(self) -> NodeDef:
-        return NodeDef(self._name, self._type, self.input_names(), self._device, self._attrs)
-
-    def values(self) -> tuple[Tensor, ...]:
-        return self._outputs
-
-    def input_names(self) -> list[str]:
-        """Inputs in GraphDef form: ``"op:i"`` for data, ``"^op"`` for control inputs."""
-        return [t.name for t in self._inputs] + ["^" + c.name for c in self._control_inputs]
-
-    def get_attr(self, name: str) -> Any:
-        if name not in self._attrs:
-            raise NotFoundError(f"operation {self._name!r} ({self._type}) has no attr {name!r}; "
-                                f"its attrs are {sorted(self._attrs)}")
-        value = self._attrs[name]
-        if name in DTYPE_ATTRS and isinstance(value, str):
-            return dtypes.as_dtype(value)
-        return value
-
-    def _set_device(self, device: str | DeviceSpec | None) -> None:
-        self._device = check_device_string(device)
-        self._graph._bump()
-
-    def _set_attr(self, name: str, value: Any) -> None:
-        self._attrs[name] = value.name if isinstance(value, dtypes.DType) else value
-        self._graph._bump()
-
-    def _add_control_input(self, op: Operation) -> None:
-        if op is not self and op not in self._control_inputs:
-            self._control_inputs.append(op)
-            self._graph._bump()
-
-    def _add_control_inputs(self, ops: Sequence[Operation]) -> None:
-        for op in ops:
-            self._add_control_input(op)
-
-    def __repr__(self) -> str:
-        device = f" device={self._device!r}" if self._device else ""
-        return f"<dt.Operation {self._name!r} type={self._type}{device}>"
 
 
 class _ThreadState(threading.local):
