@@ -1,0 +1,177 @@
+"""Saver: round trips through a real local server and Session, rotation, corruption, sync twins."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError
+from distrib.training import checkpoint
+from distrib.training.global_step import get_or_create_global_step
+from distrib.training.saver import Saver, latest_checkpoint
+
+
+@pytest.fixture
+def server():
+    srv = dt.Server.create_local_server()
+    yield srv
+    srv.stop()
+
+
+class Model:
+    """Two variables and a global step in a fresh graph, with ops to change them."""
+
+    def __init__(self, **saver_kwargs) -> None:
+        self.graph = dt.Graph()
+        with self.graph.as_default():
+            self.w = dt.Variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="layer/w")
+            self.b = dt.Variable(np.array([1, 2, 3], dtype=np.int32), name="layer/b")
+            self.gs = get_or_create_global_step()
+            self.init = dt.global_variables_initializer()
+            self.scramble = dt.group(self.w.assign(dt.zeros([2, 3])),
+                                     self.b.assign(dt.constant([7, 7, 7], dtype=dt.int32)),
+                                     self.gs.assign_add(5))
+            self.saver = Saver(**saver_kwargs)
+
+
+async def test_save_then_restore_round_trips_through_a_session(server, tmp_path):
+    model = Model()
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        await sess.run(model.gs.assign_add(3))
+        path = await model.saver.save(sess, str(tmp_path / "ckpt" / "model"), global_step=model.gs)
+        assert path == str(tmp_path / "ckpt" / "model-3")
+        assert latest_checkpoint(str(tmp_path / "ckpt")) == path
+        assert set(checkpoint.list_checkpoint_tensors(path)) == {"layer/w", "layer/b", "global_step"}
+        await sess.run(model.scramble)
+        assert (await sess.run(model.gs)) == 8
+        await model.saver.restore(sess, path)
+        w, b, gs = await sess.run([model.w, model.b, model.gs])
+    np.testing.assert_array_equal(w, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(b, [1, 2, 3])
+    assert gs == 3 and w.dtype == np.float32 and b.dtype == np.int32
+
+
+async def test_restore_sets_variables_never_initialized_on_a_fresh_server(tmp_path):
+    model = Model()
+    with dt.Server.create_local_server() as first:
+        async with dt.Session(first.target, graph=model.graph) as sess:
+            await sess.run(model.init)
+            await sess.run(model.scramble)
+            path = await model.saver.save(sess, str(tmp_path / "model"), global_step=11)
+    assert path.endswith("model-11")
+    fresh = Model()
+    with dt.Server.create_local_server() as second:
+        async with dt.Session(second.target, graph=fresh.graph) as sess:
+            with pytest.raises(dt.errors.FailedPreconditionError):
+                await sess.run(fresh.w)
+            await fresh.saver.restore(sess, latest_checkpoint(str(tmp_path)))
+            w, b, gs = await sess.run([fresh.w, fresh.b, fresh.gs])
+    np.testing.assert_array_equal(w, np.zeros((2, 3)))
+    np.testing.assert_array_equal(b, [7, 7, 7])
+    assert gs == 5
+
+
+async def test_max_to_keep_rotates_files_and_state(server, tmp_path):
+    model = Model(max_to_keep=2)
+    prefix = str(tmp_path / "model")
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        paths = [await model.saver.save(sess, prefix, global_step=step) for step in (1, 2, 3, 4)]
+    assert [os.path.exists(p) for p in paths] == [False, False, True, True]
+    assert model.saver.last_checkpoints == paths[2:]
+    state = checkpoint.get_checkpoint_state(str(tmp_path))
+    assert state.model_checkpoint_path == paths[3]
+    assert list(state.all_model_checkpoint_paths) == paths[2:]
+
+
+async def test_recovered_checkpoints_count_towards_max_to_keep(server, tmp_path):
+    prefix = str(tmp_path / "model")
+    first = Model(max_to_keep=2)
+    async with dt.Session(server.target, graph=first.graph) as sess:
+        await sess.run(first.init)
+        old = [await first.saver.save(sess, prefix, global_step=s) for s in (1, 2)]
+        second = Saver(var_list=[first.w], max_to_keep=2)
+        second.recover_last_checkpoints(old)
+        new = await second.save(sess, prefix, global_step=3)
+    assert not os.path.exists(old[0]) and os.path.exists(old[1]) and os.path.exists(new)
+    assert second.last_checkpoints == [old[1], new]
+
+
+async def test_corrupted_checkpoint_is_detected_and_latest_checkpoint_falls_back(server, tmp_path):
+    model = Model()
+    prefix = str(tmp_path / "model")
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        good = await model.saver.save(sess, prefix, global_step=1)
+        await sess.run(model.scramble)
+        bad = await model.saver.save(sess, prefix, global_step=2)
+        # flip the last byte: a tensor's data, so only the checksum can notice
+        with open(bad, "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([last[0] ^ 0xFF]))
+        with pytest.raises(DataLossError, match="model-2"):
+            await model.saver.restore(sess, bad)
+        # a truncated newest file: latest_checkpoint skips it for the older good one
+        with open(bad, "r+b") as f:
+            f.truncate(10)
+        assert latest_checkpoint(str(tmp_path)) == good
+        await model.saver.restore(sess, latest_checkpoint(str(tmp_path)))
+        assert (await sess.run(model.gs)) == 0
+
+
+async def test_restore_names_a_variable_missing_from_the_checkpoint(server, tmp_path):
+    model = Model()
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        only_w = Saver(var_list={"weights": model.w})
+        path = await only_w.save(sess, str(tmp_path / "partial"))
+        assert set(checkpoint.list_checkpoint_tensors(path)) == {"weights"}
+        with pytest.raises(NotFoundError, match="layer/b"):
+            await model.saver.restore(sess, path)
+        with pytest.raises(NotFoundError, match="does not exist"):
+            await model.saver.restore(sess, str(tmp_path / "nothing-here"))
+        with pytest.raises(InvalidArgumentError, match="None"):
+            await model.saver.restore(sess, None)
+
+
+def test_saver_rejects_duplicate_names_and_empty_graphs():
+    graph = dt.Graph()
+    with graph.as_default():
+        with pytest.raises(InvalidArgumentError, match="no variables"):
+            Saver()
+        v = dt.Variable(1.0, name="v")
+        with pytest.raises(InvalidArgumentError, match="same name"):
+            Saver(var_list=[v, v])
+        assert Saver(allow_empty=True, var_list=[]).var_list == {}
+
+
+def test_sync_session_and_blocking_twins(server, tmp_path):
+    model = Model()
+    sess = dt.SyncSession(server.target, graph=model.graph)
+    try:
+        sess.run(model.init)
+        path = model.saver.save_sync(sess, str(tmp_path / "model"), global_step=model.gs)
+        assert path.endswith("model-0")
+        sess.run(model.scramble)
+        model.saver.restore_sync(sess, path)
+        np.testing.assert_array_equal(sess.run(model.b), [1, 2, 3])
+    finally:
+        sess.close()
+
+
+async def test_async_save_accepts_a_sync_session(server, tmp_path):
+    model = Model()
+    sess = dt.SyncSession(server.target, graph=model.graph)
+    try:
+        sess.run(model.init)
+        path = await model.saver.save(sess, str(tmp_path / "model"))
+        sess.run(model.scramble)
+        await model.saver.restore(sess, path)
+        np.testing.assert_array_equal(sess.run(model.b), [1, 2, 3])
+    finally:
+        sess.close()
