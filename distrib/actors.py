@@ -339,11 +339,18 @@ def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: fl
 
 def default_transport_config() -> transports.TransportConfig:
     """The transport settings of this process: ``DISTRIB_TRANSPORT`` = auto | tcp | shm
-    forces the transport (benchmarks compare the two this way)."""
+    forces the transport (benchmarks compare the two this way);
+    ``DISTRIB_CONNECT_TIMEOUT_S`` is the deadline for reaching a peer (default 10)."""
     mode = os.environ.get("DISTRIB_TRANSPORT", "auto") or "auto"
     if mode not in ("auto", "tcp", "shm"):
         raise ValueError(f"DISTRIB_TRANSPORT must be auto, tcp or shm, not {mode!r}")
-    return transports.TransportConfig(mode=mode)
+    deadline = os.environ.get("DISTRIB_CONNECT_TIMEOUT_S")
+    try:
+        connect_timeout = float(deadline) if deadline else 10.0
+    except ValueError:
+        raise ValueError(f"DISTRIB_CONNECT_TIMEOUT_S must be a number of seconds, "
+                         f"not {deadline!r}") from None
+    return transports.TransportConfig(mode=mode, connect_timeout_s=connect_timeout)
 
 
 def client_name() -> str:

@@ -1,0 +1,222 @@
+"""Sessions on a real local server (actor system, master, worker on a free
+loopback port), through the same master path remote tasks use."""
+from __future__ import annotations
+
+import asyncio
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
+                            UnavailableError)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = dt.Server.create_local_server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def graph():
+    g = dt.Graph()
+    with g.as_default():
+        yield g
+
+
+def test_readme_hello_world(server, graph):
+    c = dt.constant("Hello, distributed world!")
+    sess = dt.SyncSession(server.target)
+    try:
+        assert sess.run(c) == "Hello, distributed world!"
+    finally:
+        sess.close()
+
+
+async def test_async_twin_of_hello_world(server, graph):
+    c = dt.constant("Hello, distributed world!")
+    async with dt.Session(server.target) as sess:
+        assert await sess.run(c) == "Hello, distributed world!"
+
+
+async def test_serve_runs_on_the_callers_loop(graph):
+    async with dt.serve({"local": ["localhost:0"]}) as srv:
+        assert srv.target.startswith("distrib://localhost:")
+        assert not srv.target.endswith(":0")
+        async with dt.Session(srv.target) as sess:
+            assert (await sess.run(dt.constant(2.0) * 3.0)) == 6.0
+
+
+Pair = namedtuple("Pair", "a b")
+
+
+async def test_nested_fetches_keep_their_structure(server, graph):
+    a = dt.constant([1.0, 2.0])
+    b = a * 2.0
+    op = dt.no_op()
+    async with dt.Session(server.target) as sess:
+        out = await sess.run({"x": [a, (b, op)], "p": Pair(a, b), "name": b.name})
+    assert set(out) == {"x", "p", "name"}
+    assert isinstance(out["x"], list) and isinstance(out["x"][1], tuple)
+    np.testing.assert_array_equal(out["x"][0], [1.0, 2.0])
+    np.testing.assert_array_equal(out["x"][1][0], [2.0, 4.0])
+    assert out["x"][1][1] is None
+    assert isinstance(out["p"], Pair)
+    np.testing.assert_array_equal(out["p"].b, out["name"])
+
+
+async def test_operators_dtypes_and_broadcasting(server, graph):
+    c = dt.constant([[1.0, 2.0], [3.0, 4.0]], dtype=dt.float32)
+    i = dt.constant([1, 2], dtype=dt.int64)
+    exprs = [100 + c, 2.0 * c, c @ c, -c, c / 2.0, c - [1.0, 1.0], dt.reduce_sum(c, axis=0),
+             i * 3, dt.argmax(c, axis=1), dt.equal(c, 2.0), dt.cast(c, dt.int32)]
+    async with dt.Session(server.target) as sess:
+        vals = await sess.run(exprs)
+    ref = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    expect = [100 + ref, 2 * ref, ref @ ref, -ref, ref / 2, ref - 1, ref.sum(0),
+              np.array([3, 6]), ref.argmax(1), ref == 2.0, ref.astype(np.int32)]
+    for got, want in zip(vals, expect):
+        np.testing.assert_allclose(got, want)
+        assert got.dtype == want.dtype or (got.dtype.kind == want.dtype.kind == "f"
+                                           and got.dtype == np.float32)
+
+
+async def test_feeds_are_checked_and_name_the_tensor(server, graph):
+    x = dt.placeholder(dt.float32, shape=[None, 3], name="x")
+    y = dt.reduce_sum(x * 2.0)
+    async with dt.Session(server.target) as sess:
+        assert await sess.run(y, {x: [[1, 2, 3]]}) == 12.0
+        assert await sess.run(y, {"x:0": np.ones((4, 3), np.float64)}) == 24.0
+        with pytest.raises(InvalidArgumentError, match=r"shape \[2\].*'x:0'.*\[\?, 3\]"):
+            await sess.run(y, {x: [1.0, 2.0]})
+        with pytest.raises(InvalidArgumentError, match="x"):
+            await sess.run(y)  # unfed placeholder
+        with pytest.raises(InvalidArgumentError, match="dtype"):
+            await sess.run(y, {x: [["a", "b", "c"]]})
+        # the session still works after every error
+        assert await sess.run(y, {x: [[0, 0, 1]]}) == 2.0
+
+
+async def test_feeding_an_intermediate_tensor_replaces_it(server, graph):
+    a = dt.constant(1.0)
+    b = a + 1.0
+    c = b * 10.0
+    async with dt.Session(server.target) as sess:
+        assert await sess.run(c) == 20.0
+        assert await sess.run(c, {b: 5.0}) == 50.0
+
+
+async def test_many_concurrent_runs_on_one_session(server, graph):
+    x = dt.placeholder(dt.float32, shape=[])
+    y = x * x
+    async with dt.Session(server.target) as sess:
+        outs = await asyncio.gather(*(sess.run(y, {x: float(i)}) for i in range(64)))
+    assert [float(o) for o in outs] == [float(i * i) for i in range(64)]
+
+
+async def test_variables_live_on_the_server_and_are_shared_across_sessions(server):
+    g1, g2 = dt.Graph(), dt.Graph()
+    with g1.as_default():
+        v1 = dt.Variable(10.0, name="shared_counter")
+        init = v1.initializer
+        inc = v1.assign_add(5.0)
+    with g2.as_default():
+        v2 = dt.Variable(0.0, name="shared_counter")
+        read = v2.read_value()
+    async with dt.Session(server.target, graph=g1) as s1, \
+            dt.Session(server.target, graph=g2) as s2:
+        await s1.run(init)
+        await s1.run(inc)
+        assert await s2.run(read) == 15.0
+
+
+async def test_uninitialized_variable_is_failed_precondition_naming_it(server, graph):
+    v = dt.Variable([1.0, 2.0], name="never_initialized_v")
+    async with dt.Session(server.target) as sess:
+        with pytest.raises(FailedPreconditionError, match="never_initialized_v"):
+            await sess.run(v)
+        await sess.run(v.initializer)
+        np.testing.assert_array_equal(await sess.run(v), [1.0, 2.0])
+
+
+async def test_graph_changes_are_sent_and_old_fetches_still_work(server, graph):
+    a = dt.constant(3.0)
+    async with dt.Session(server.target) as sess:
+        assert await sess.run(a) == 3.0
+        b = a * a  # the graph grows after the session opened
+        assert await sess.run(b) == 9.0
+        assert await sess.run(a) == 3.0
+
+
+async def test_runtime_errors_are_typed_and_the_server_keeps_working(server, graph):
+    x = dt.placeholder(dt.float32, shape=None)
+    y = dt.reshape(x, [2, 2])
+    async with dt.Session(server.target) as sess:
+        with pytest.raises(InvalidArgumentError) as ei:
+            await sess.run(y, {x: np.arange(3.0)})
+        assert ei.value.op is not None and "Reshape" in ei.value.op
+        with pytest.raises(NotFoundError, match="no_such_op"):
+            await sess.run("no_such_op:0")
+        np.testing.assert_array_equal(await sess.run(y, {x: np.arange(4.0)}),
+                                      np.arange(4.0).reshape(2, 2))
+
+
+def test_static_shape_errors_at_build_time_name_op_and_shapes(graph):
+    a = dt.constant(np.ones((2, 3)))
+    with pytest.raises(InvalidArgumentError, match=r"\[2, 3\].*\[2, 3\]"):
+        dt.matmul(a, a)
+
+
+async def test_list_devices_shows_the_cpu(server, graph):
+    async with dt.Session(server.target) as sess:
+        devs = await sess.list_devices()
+    assert any(d["name"].endswith("/device:CPU:0") for d in devs)
+
+
+def test_sync_session_list_devices_and_context_manager(server, graph):
+    with dt.SyncSession(server.target) as sess:
+        names = [d["name"] for d in sess.list_devices()]
+        assert names and all(n.startswith("/job:local/replica:0/task:0/device:") for n in names)
+
+
+async def test_closed_session_refuses_runs(server, graph):
+    sess = dt.Session(server.target)
+    assert await sess.run(dt.constant(1)) == 1
+    await sess.close()
+    with pytest.raises(InvalidArgumentError, match="closed"):
+        await sess.run(dt.constant(1))
+
+
+def test_bad_target_is_a_clear_error(graph):
+    with pytest.raises(InvalidArgumentError, match="port"):
+        dt.SyncSession("distrib://localhost")
+
+
+def test_server_stop_frees_the_port_at_once():
+    s = dt.Server.create_local_server()
+    port = int(s.target.rsplit(":", 1)[1])
+    s.stop()
+    assert s.join(timeout=1)
+    s2 = dt.Server({"local": [f"localhost:{port}"]})
+    try:
+        assert s2.target.endswith(f":{port}")
+    finally:
+        s2.stop()
+
+
+def test_unreachable_target_is_unavailable(graph, monkeypatch):
+    import socket
+    monkeypatch.setenv("DISTRIB_CONNECT_TIMEOUT_S", "0.5")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    sess = dt.SyncSession(f"distrib://127.0.0.1:{port}")
+    try:
+        with pytest.raises(UnavailableError, match=f"127.0.0.1:{port}"):
+            sess.run(dt.constant(1.0))
+    finally:
+        sess.close()
