@@ -1,0 +1,181 @@
+"""Supervisor: chief init and checkpoints, restart from checkpoints, non-chief waiting, stopping.
+
+Every test runs real local servers and sessions; the clusters are restarted
+by stopping a server and starting a fresh one (empty variable store).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.errors import FailedPreconditionError, OutOfRangeError
+from distrib.training import checkpoint
+from distrib.training.global_step import get_or_create_global_step
+from distrib.training.optimizers import GradientDescentOptimizer
+from distrib.training.saver import latest_checkpoint
+from distrib.training.supervisor import Supervisor
+
+W_INIT = np.array([4.0, -2.0])
+BOUND_S = 30  # no test waits longer than this for a condition
+
+
+@pytest.fixture
+def server():
+    srv = dt.Server.create_local_server()
+    yield srv
+    srv.stop()
+
+
+class Model:
+    """``w`` pulled towards 0 by gradient descent, counted by a global step; its own graph."""
+
+    def __init__(self) -> None:
+        self.graph = dt.Graph()
+        with self.graph.as_default():
+            self.w = dt.Variable(W_INIT, name="w")
+            self.gs = get_or_create_global_step()
+            loss = dt.reduce_sum(dt.square(self.w))
+            self.train = GradientDescentOptimizer(0.1).minimize(loss, global_step=self.gs)
+
+    def supervisor(self, **kwargs) -> Supervisor:
+        kwargs.setdefault("global_step", self.gs)
+        return Supervisor(graph=self.graph, **kwargs)
+
+
+def steps_on_disk(logdir: str) -> list[int]:
+    state = checkpoint.get_checkpoint_state(logdir)
+    if state is None:
+        return []
+    return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
+
+
+async def test_chief_initializes_saves_periodically_and_at_the_end(server, tmp_path):
+    logdir = str(tmp_path / "logs")
+    model = Model()
+    sv = model.supervisor(logdir=logdir, save_model_secs=0.05)
+    assert sv.is_chief and sv.global_step is model.gs and sv.saver is not None
+    async with asyncio.timeout(BOUND_S):
+        async with sv.managed_session(server.target) as sess:
+            np.testing.assert_array_equal(await sess.run(model.w), W_INIT)  # init_op ran
+            step = 0
+            while not sv.should_stop():
+                await sess.run(model.train)
+                step = await sess.run(model.gs)
+                if len({s for s in steps_on_disk(logdir) if s > 0}) >= 2:
+                    sv.request_stop()  # at least two periodic saves during training
+                await asyncio.sleep(0.005)
+            w_final = await sess.run(model.w)
+    # the final save happened before the block was left, at the last step
+    assert latest_checkpoint(logdir) == os.path.join(logdir, f"model.ckpt-{step}")
+    restored = checkpoint.read_checkpoint(latest_checkpoint(logdir))
+    np.testing.assert_array_equal(restored["w"], w_final)
+    assert restored["global_step"] == step
+    with pytest.raises(RuntimeError, match="finalized"):
+        with model.graph.as_default():
+            dt.constant(1.0)
+
+
+async def test_whole_cluster_restart_resumes_from_the_checkpoint(tmp_path):
+    logdir = str(tmp_path / "logs")
+    first = Model()
+    with dt.Server.create_local_server() as srv:
+        sv = first.supervisor(logdir=logdir, save_model_secs=3600)
+        async with sv.managed_session(srv.target) as sess:
+            for _ in range(5):
+                await sess.run(first.train)
+            w_before, gs_before = await sess.run([first.w, first.gs])
+    assert gs_before == 5
+    second = Model()  # a restarted chief: new process state, new server, same logdir
+    with dt.Server.create_local_server() as srv:
+        sv = second.supervisor(logdir=logdir, save_model_secs=3600)
+        async with sv.managed_session(srv.target) as sess:
+            w_after, gs_after = await sess.run([second.w, second.gs])
+            await sess.run(second.train)
+    np.testing.assert_array_equal(w_after, w_before)
+    assert gs_after == 5
+    assert latest_checkpoint(logdir).endswith("model.ckpt-6")
+
+
+async def test_restart_falls_back_past_a_corrupted_newest_checkpoint(tmp_path):
+    logdir = str(tmp_path / "logs")
+    first = Model()
+    with dt.Server.create_local_server() as srv:
+        sv = first.supervisor(logdir=logdir, save_model_secs=3600)
+        async with sv.managed_session(srv.target) as sess:
+            await sess.run(first.train)
+            older = await sv.saver.save(sess, os.path.join(logdir, "model.ckpt"), global_step=first.gs)
+            w_older = await sess.run(first.w)
+            await sess.run(first.train)
+    newest = latest_checkpoint(logdir)
+    assert newest.endswith("model.ckpt-2") and older.endswith("model.ckpt-1")
+    with open(newest, "r+b") as f:  # corrupt tensor data: the header still reads
+        f.seek(-1, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0x55]))
+    second = Model()
+    with dt.Server.create_local_server() as srv:
+        sv = second.supervisor(logdir=logdir, save_model_secs=3600)
+        async with sv.managed_session(srv.target) as sess:
+            w, gs = await sess.run([second.w, second.gs])
+    assert gs == 1
+    np.testing.assert_array_equal(w, w_older)
+
+
+async def test_non_chief_waits_until_the_chief_has_initialized(server):
+    events: list[str] = []
+    chief_model, worker_model = Model(), Model()  # between-graph replication: one graph each
+    worker_sv = worker_model.supervisor(is_chief=False, recovery_wait_secs=0.02)
+    chief_sv = chief_model.supervisor()  # no logdir: no checkpoints
+
+    async def non_chief() -> np.ndarray:
+        async with worker_sv.managed_session(server.target) as sess:
+            events.append("worker ready")
+            return await sess.run(worker_model.w)
+
+    async with asyncio.timeout(BOUND_S):
+        waiting = asyncio.create_task(non_chief())
+        done, _ = await asyncio.wait([waiting], timeout=0.5)
+        assert not done, "the non-chief must wait: nothing has initialized the variables"
+        async with chief_sv.managed_session(server.target) as sess:
+            events.append("chief ready")
+            await sess.run(chief_model.train)
+            value = await waiting
+    assert events == ["chief ready", "worker ready"]
+    assert value.shape == (2,)
+    assert np.allclose(value, W_INIT) or np.allclose(value, W_INIT * 0.8)  # before or after the step
+
+
+async def test_error_in_the_block_is_reraised_after_the_final_save(server, tmp_path):
+    logdir = str(tmp_path / "logs")
+    model = Model()
+    sv = model.supervisor(logdir=logdir, save_model_secs=3600)
+    with pytest.raises(ZeroDivisionError):
+        async with sv.managed_session(server.target) as sess:
+            await sess.run(model.train)
+            await sess.run(model.train)
+            1 / 0
+    assert sv.should_stop()
+    assert latest_checkpoint(logdir).endswith("model.ckpt-2")
+
+
+async def test_out_of_range_just_stops(server, tmp_path):
+    model = Model()
+    sv = model.supervisor(logdir=str(tmp_path), save_model_secs=3600)
+    async with sv.managed_session(server.target) as sess:
+        await sess.run(model.train)
+        raise OutOfRangeError("input exhausted")
+    assert sv.should_stop()
+    assert latest_checkpoint(str(tmp_path)).endswith("model.ckpt-1")
+
+
+async def test_chief_without_init_op_or_checkpoint_is_not_ready(server):
+    model = Model()
+    sv = model.supervisor(init_op=None)
+    with pytest.raises(FailedPreconditionError, match="'w'"):
+        async with sv.managed_session(server.target):
+            pass
