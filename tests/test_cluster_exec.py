@@ -1,0 +1,237 @@
+"""Cluster execution across processes: the seed's config.json example, a
+parameter server shared by concurrent between-graph clients, a large tensor
+crossing three tasks over shared memory and TCP, placement errors, and the
+rendezvous incarnation check.
+
+Every task but the test's own is a ``python -m distrib.server`` process on
+free loopback ports; each is stopped when its test ends.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.errors import AbortedError, InvalidArgumentError
+from distrib.worker import Rendezvous
+from tests.helpers import Proc
+from tests.peers.cli_cluster import (cli_flags_task, cli_task, cluster_spec, free_ports,
+                                     write_cluster)
+
+
+@contextlib.contextmanager
+def running(procs: list[Proc]) -> Iterator[list[Proc]]:
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+@contextlib.contextmanager
+def host_server(spec: dict, job: str = "host") -> Iterator[dt.Server]:
+    server = dt.Server(dt.ClusterSpec(spec), job_name=job, task_index=0)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- the seed's config.json example ------------------------------------------------
+
+def seed_graph() -> tuple[dt.Graph, object]:
+    g = dt.Graph()
+    with g.as_default():
+        with dt.device("/job:worker/task:0"):
+            a = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[2, 3], name="a")
+            b = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[3, 2], name="b")
+            c = dt.matmul(a, b)
+        with dt.device("/job:worker/task:1"):
+            d = dt.matmul(a, b) + dt.log(100 + c)
+    return g, d
+
+
+def seed_expected() -> np.ndarray:
+    a = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
+    b = np.arange(1, 7, dtype=np.float32).reshape(3, 2)
+    c = a @ b
+    return c + np.log(100 + c)
+
+
+@pytest.fixture
+def seed_cluster(tmp_path) -> Iterator[dict]:
+    spec = cluster_spec(worker=2, host=1)
+    cfg = write_cluster(tmp_path, spec)
+    with running([cli_task(cfg, "worker", i) for i in (0, 1)]) as procs:
+        assert procs[0].line.startswith("serving /job:worker/task:0 at ")
+        yield spec
+
+
+def test_seed_example_sync_session_matches_numpy(seed_cluster) -> None:
+    g, d = seed_graph()
+    with host_server(seed_cluster) as server:
+        with dt.SyncSession(server.target, graph=g) as sess:
+            out = sess.run(d)
+            again = sess.run(d)  # second step: cached plan and registrations
+    np.testing.assert_allclose(out, seed_expected(), rtol=1e-5)
+    np.testing.assert_array_equal(out, again)
+
+
+async def test_seed_example_async_session_matches_numpy(seed_cluster) -> None:
+    g, d = seed_graph()
+    with host_server(seed_cluster) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            outs = await asyncio.gather(*(sess.run(d) for _ in range(4)))
+    for out in outs:
+        np.testing.assert_allclose(out, seed_expected(), rtol=1e-5)
+
+
+# -- parameter server shared across sessions and graphs -----------------------------
+
+def ps_graph(seed: int):
+    """A model on a worker reading a variable on the ps, and an update that
+    carries a worker-computed tensor back to the ps (tensors both ways)."""
+    g = dt.Graph()
+    with g.as_default():
+        with dt.device("/job:ps/task:0"):
+            w = dt.Variable(dt.zeros([3], dtype=dt.float32), name="w")
+            counter = dt.Variable(0.0, dtype=dt.float32, name="counter")
+        with dt.device(f"/job:worker/task:{seed % 2}"):
+            x = dt.constant([1.0, 2.0, 3.0], name="x")
+            y = dt.reduce_sum(w * x)          # ps -> worker
+            one = dt.ones([], dtype=dt.float32) + 0.0 * y
+        inc = counter.assign_add(one)          # worker -> ps
+        bump = w.assign_add(x)
+        init = dt.global_variables_initializer()
+    return g, {"y": y, "inc": inc, "bump": bump, "init": init, "counter": counter, "w": w}
+
+
+@pytest.fixture
+def ps_cluster() -> Iterator[dict]:
+    spec = cluster_spec(ps=1, worker=2)
+    with running([cli_flags_task(spec, "ps", 0)]
+                 + [cli_flags_task(spec, "worker", i) for i in (0, 1)]) as procs:
+        assert procs[0].line.startswith("serving /job:ps/task:0 at ")
+        yield spec
+
+
+async def test_between_graph_clients_share_ps_variables(ps_cluster) -> None:
+    n = 15
+    g0, t0 = ps_graph(0)
+    async with dt.Session(f"distrib://{ps_cluster['worker'][0]}", graph=g0) as chief:
+        await chief.run(t0["init"])
+
+    async def client(i: int) -> None:
+        g, t = ps_graph(i)   # its own graph, same variable names
+        async with dt.Session(f"distrib://{ps_cluster['worker'][i]}", graph=g) as sess:
+            for _ in range(n):
+                await sess.run(t["inc"])
+
+    await asyncio.wait_for(asyncio.gather(client(0), client(1)), 60)
+    g2, t2 = ps_graph(1)
+    async with dt.Session(f"distrib://{ps_cluster['ps'][0]}", graph=g2) as reader:
+        assert await reader.run(t2["counter"]) == pytest.approx(2 * n)
+        await reader.run(t2["bump"])
+        assert await reader.run(t2["y"]) == pytest.approx(1 + 4 + 9)
+
+
+# -- a 64 MiB tensor across three tasks ----------------------------------------------
+
+def _new_shm(before: set[str]) -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm")) - before
+    except FileNotFoundError:
+        return set()
+
+
+@pytest.mark.parametrize("transport", ["auto", "tcp"])
+def test_64mib_tensor_crosses_three_tasks_intact(transport, tmp_path, monkeypatch,
+                                                 shm_snapshot) -> None:
+    env = {} if transport == "auto" else {"DISTRIB_TRANSPORT": "tcp"}
+    if transport == "tcp":
+        monkeypatch.setenv("DISTRIB_TRANSPORT", "tcp")
+    spec = cluster_spec(worker=2, ps=1, client=1)
+    cfg = write_cluster(tmp_path, spec)
+    n = (64 << 20) // 4
+    g = dt.Graph()
+    with g.as_default():
+        with dt.device("/job:worker/task:0"):
+            x = dt.random_uniform([n], seed=7, dtype=dt.float32)
+        with dt.device("/job:worker/task:1"):
+            y = dt.identity(x)
+        with dt.device("/job:ps/task:0"):
+            z = dt.identity(y)
+        with dt.device("/job:worker/task:0"):
+            s = dt.reduce_sum(x)
+    with running([cli_task(cfg, "worker", i, **env) for i in (0, 1)]
+                 + [cli_task(cfg, "ps", 0, **env)]):
+        with host_server(spec, job="client") as server:
+            with dt.SyncSession(server.target, graph=g) as sess:
+                xv, zv, sv = sess.run([x, z, s])
+    assert zv.shape == (n,) and zv.dtype == np.float32
+    np.testing.assert_array_equal(zv, xv)
+    assert np.float32(xv.sum(dtype=np.float64)) == pytest.approx(sv, rel=1e-3)
+    assert _new_shm(shm_snapshot) == set()
+
+
+# -- placement errors ------------------------------------------------------------------
+
+def test_unknown_job_or_task_is_invalid_argument_listing_tasks_and_session_survives(
+        seed_cluster) -> None:
+    g, d = seed_graph()
+    with g.as_default():
+        with dt.device("/job:worker/task:7"):
+            bad_task = dt.constant(1.0, name="on_missing_task") * 2.0
+        with dt.device("/job:chief/task:0"):
+            bad_job = dt.constant(1.0, name="on_missing_job") * 2.0
+    with host_server(seed_cluster) as server:
+        with dt.SyncSession(server.target, graph=g) as sess:
+            with pytest.raises(InvalidArgumentError) as e1:
+                sess.run(bad_task)
+            assert "/job:worker/task:7" in str(e1.value)
+            assert "/job:worker/task:0" in str(e1.value) and "/job:host/task:0" in str(e1.value)
+            with pytest.raises(InvalidArgumentError) as e2:
+                sess.run(bad_job)
+            assert "/job:chief/task:0" in str(e2.value)
+            np.testing.assert_allclose(sess.run(d), seed_expected(), rtol=1e-5)
+        with dt.SyncSession(server.target, graph=g) as other:
+            np.testing.assert_allclose(other.run(d), seed_expected(), rtol=1e-5)
+
+
+# -- rendezvous incarnations -------------------------------------------------------------
+
+async def test_rendezvous_rejects_tensor_from_a_restarted_sender() -> None:
+    rv = Rendezvous("/job:worker/task:1")
+    rv.begin(5, {"/job:worker/task:0": 0xA1})
+    rv.put(5, "t->w1", np.ones(2), "/job:worker/task:0", 0xB2)   # the sender restarted
+    with pytest.raises(AbortedError, match=r"/job:worker/task:0 restarted"):
+        await rv.get(5, "t->w1", "/job:worker/task:0", timeout=5)
+
+
+async def test_rendezvous_accepts_the_expected_incarnation_in_either_order() -> None:
+    rv = Rendezvous("/job:worker/task:1")
+    rv.begin(6, {"/job:worker/task:0": 0xA1})
+    getter = asyncio.ensure_future(rv.get(6, "k", "/job:worker/task:0", timeout=5))
+    await asyncio.sleep(0)
+    rv.put(6, "k", np.arange(3), "/job:worker/task:0", 0xA1)
+    np.testing.assert_array_equal(await getter, np.arange(3))
+    rv.put(6, "k2", 7, "/job:worker/task:0", 0xA1)
+    assert await rv.get(6, "k2", "/job:worker/task:0", timeout=5) == 7
+
+
+async def test_aborted_step_fails_waiting_receives_and_drops_late_tensors() -> None:
+    rv = Rendezvous("/job:worker/task:1")
+    rv.begin(7, {"/job:worker/task:0": 1})
+    getter = asyncio.ensure_future(rv.get(7, "k", "/job:worker/task:0", timeout=30))
+    await asyncio.sleep(0)
+    rv.abort(7, AbortedError("peer failed", task="/job:worker/task:0"))
+    with pytest.raises(AbortedError, match="peer failed"):
+        await asyncio.wait_for(getter, 5)
+    rv.put(7, "k", 1, "/job:worker/task:0", 1)   # late: dropped, not stored
+    with pytest.raises(AbortedError):
+        rv.begin(7, {})
