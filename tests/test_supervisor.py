@@ -179,3 +179,58 @@ async def test_chief_without_init_op_or_checkpoint_is_not_ready(server):
     with pytest.raises(FailedPreconditionError, match="'w'"):
         async with sv.managed_session(server.target):
             pass
+
+
+# -- between-graph replication on a real ps/worker cluster of processes ----------------
+
+@pytest.fixture
+def ps_worker_cluster():
+    from tests.peers.cli_cluster import cli_flags_task, cluster_spec
+    spec = cluster_spec(ps=1, worker=2)
+    procs = []
+    try:
+        procs.append(cli_flags_task(spec, "ps", 0))
+        procs.extend(cli_flags_task(spec, "worker", i) for i in (0, 1))
+        yield spec
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def replica_graph(spec: dict, task: int):
+    """Replica ``task``'s own graph: variables on the ps, Adam updates there, math on the worker."""
+    graph = dt.Graph()
+    with graph.as_default(), dt.device(dt.train.replica_device_setter(
+            cluster=dt.ClusterSpec(spec), worker_device=f"/job:worker/task:{task}")):
+        w = dt.Variable(W_INIT, name="w")
+        gs = get_or_create_global_step()
+        opt = dt.train.AdamOptimizer(0.1)
+        train = opt.minimize(dt.reduce_sum(dt.square(w)), global_step=gs)
+    assert opt.get_slot(w, "m").device == w.device == "/job:ps/task:0"
+    return graph, w, gs, train
+
+
+@pytest.mark.slow
+async def test_between_graph_training_with_supervisor_on_a_ps_cluster(ps_worker_cluster, tmp_path):
+    spec, logdir, steps = ps_worker_cluster, str(tmp_path / "logs"), 10
+    done: list[int] = []
+
+    async def replica(task: int) -> None:
+        graph, w, gs, train = replica_graph(spec, task)
+        sv = Supervisor(graph=graph, is_chief=task == 0, logdir=logdir if task == 0 else None,
+                        global_step=gs, recovery_wait_secs=0.05, save_model_secs=3600)
+        async with sv.managed_session(f"distrib://{spec['worker'][task]}") as sess:
+            for _ in range(steps):
+                await sess.run(train)
+            done.append(task)
+            while len(done) < 2:  # the chief's final save waits for the other replica
+                await asyncio.sleep(0.02)
+
+    async with asyncio.timeout(60):
+        await asyncio.gather(replica(1), replica(0))
+    saved = checkpoint.read_checkpoint(latest_checkpoint(logdir))
+    assert saved["global_step"] == 2 * steps  # both replicas incremented the one step on the ps
+    assert {"w", "w/Adam", "w/Adam_1", "beta1_power", "beta2_power"} <= set(saved)
+    # beta1_power advanced with the steps (its read-multiply-assign may race between replicas, as in TF)
+    assert 0.9 ** (2 * steps + 1) * (1 - 1e-6) <= saved["beta1_power"] <= 0.9 ** (steps + 1) * (1 + 1e-6)
+    assert np.all(np.abs(saved["w"]) < np.abs(W_INIT))
