@@ -1,0 +1,150 @@
+"""``python -m distrib.server``: the command-line contract.
+
+The ready line, a clean exit 0 on SIGTERM and SIGINT, exit code 2 with a
+one-line error for bad configuration, and the three ways to give the cluster
+(``--cluster FILE``, ``--ps_hosts/--worker_hosts``, ``TF_CONFIG``).
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from tests.helpers import ROOT, Proc, child_env
+from tests.peers.cli_cluster import cli_flags_task, cli_task, cluster_spec, write_cluster
+
+READY = re.compile(r"^serving (/job:\w+/task:\d+) at 127\.0\.0\.1:(\d+)$")
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "distrib.server", *args], cwd=ROOT,
+                          env=child_env(**env), capture_output=True, text=True, timeout=60)
+
+
+def assert_usage_error(res: subprocess.CompletedProcess, *words: str) -> None:
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in res.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def run_one_step(address: str, device: str) -> float:
+    g = dt.Graph()
+    with g.as_default(), dt.device(device):
+        out = dt.constant([1.0, 2.0]) * 3.0
+    with dt.SyncSession(f"distrib://{address}", graph=g) as sess:
+        return float(np.sum(sess.run(out)))
+
+
+# -- ready line and signals ----------------------------------------------------------
+
+def test_ready_line_names_task_and_bound_address(tmp_path) -> None:
+    spec = cluster_spec(worker=2)
+    cfg = write_cluster(tmp_path, spec)
+    with cli_task(cfg, "worker", 1) as p:
+        m = READY.match(p.line)
+        assert m is not None, p.line
+        assert m.group(1) == "/job:worker/task:1"
+        assert f"localhost:{m.group(2)}" == spec["worker"][1]
+        assert run_one_step(spec["worker"][1], "/job:worker/task:1") == 9.0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_shuts_down_cleanly_with_exit_0(sig, tmp_path, shm_snapshot) -> None:
+    spec = cluster_spec(worker=1)
+    cfg = write_cluster(tmp_path, spec)
+    with cli_task(cfg, "worker", 0) as p:
+        run_one_step(spec["worker"][0], "/job:worker/task:0")  # a live connection at exit
+        p.p.send_signal(sig)
+        assert p.p.wait(30) == 0
+        err = p.p.stderr.read()
+    assert "Traceback" not in err, err
+    # the port is free again at once
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", int(spec["worker"][0].rpartition(":")[2])))
+    finally:
+        s.close()
+
+
+# -- configuration errors: exit 2, one line ------------------------------------------------
+
+def test_port_in_use_is_exit_2_naming_the_address(tmp_path) -> None:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        port = holder.getsockname()[1]
+        cfg = write_cluster(tmp_path, {"worker": [f"localhost:{port}"]})
+        res = run_cli("--cluster", cfg, "--job_name", "worker", "--task_index", "0")
+    finally:
+        holder.close()
+    assert_usage_error(res, f"localhost:{port}", "/job:worker/task:0")
+
+
+def test_task_index_outside_the_job_is_exit_2(tmp_path) -> None:
+    cfg = write_cluster(tmp_path, cluster_spec(worker=2))
+    res = run_cli("--cluster", cfg, "--job_name", "worker", "--task_index", "5")
+    assert_usage_error(res, "5", "worker")
+
+
+def test_unknown_job_is_exit_2_listing_jobs(tmp_path) -> None:
+    cfg = write_cluster(tmp_path, cluster_spec(worker=1, ps=1))
+    res = run_cli("--cluster", cfg, "--job_name", "chief", "--task_index", "0")
+    assert_usage_error(res, "chief", "ps", "worker")
+
+
+@pytest.mark.parametrize("text, word", [
+    ("{\"worker\": [\"localhost:1\",", "JSON"),
+    ("{\"worker\": [\"localhost\"]}", "port"),
+    ("[\"localhost:1\"]", "object"),
+])
+def test_malformed_cluster_file_is_exit_2(text, word, tmp_path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    res = run_cli("--cluster", str(path), "--job_name", "worker", "--task_index", "0")
+    assert_usage_error(res, word)
+
+
+def test_missing_cluster_file_and_no_cluster_at_all_are_exit_2(tmp_path) -> None:
+    res = run_cli("--cluster", str(tmp_path / "nope.json"), "--job_name", "worker",
+                  "--task_index", "0")
+    assert_usage_error(res, "nope.json")
+    res = run_cli(TF_CONFIG="")
+    assert_usage_error(res, "--cluster")
+
+
+# -- the other ways to give the cluster ------------------------------------------------
+
+def test_ps_and_worker_host_flags(tmp_path) -> None:
+    spec = cluster_spec(ps=1, worker=2)
+    with cli_flags_task(spec, "ps", 0) as ps, cli_flags_task(spec, "worker", 1) as w1:
+        assert READY.match(ps.line).group(1) == "/job:ps/task:0"
+        assert READY.match(w1.line).group(1) == "/job:worker/task:1"
+        assert run_one_step(spec["ps"][0], "/job:worker/task:1") == 9.0
+
+
+def test_tf_config_gives_cluster_and_task(tmp_path) -> None:
+    spec = cluster_spec(chief=1, worker=2)
+    tf_config = json.dumps({"cluster": spec, "task": {"type": "worker", "index": 1}})
+    with Proc(["-m", "distrib.server", "--log_level", "WARNING"],
+              env=child_env(TF_CONFIG=tf_config), ready_prefix="serving") as p:
+        m = READY.match(p.line)
+        assert m is not None and m.group(1) == "/job:worker/task:1"
+        assert f"localhost:{m.group(2)}" == spec["worker"][1]
+        assert run_one_step(spec["worker"][1], "/job:worker/task:1") == 9.0
+
+
+def test_malformed_tf_config_is_exit_2() -> None:
+    res = run_cli(TF_CONFIG="{not json")
+    assert_usage_error(res, "TF_CONFIG")
