@@ -32,6 +32,8 @@ from distrib.worker import UNREGISTERED
 
 logger = logging.getLogger(__name__)
 
+_WAIT_LOG_S = 1.0  # a task slower than this to answer is named in a warning
+
 
 @dataclass
 class _StepPlan:
@@ -181,7 +183,7 @@ class MasterService:
             s.plans[key] = plan
         return plan
 
-    async def _ensure_task(self, task: str) -> _TaskState:
+    async def _ensure_task(self, task: str, limit: float | None) -> _TaskState:
         st = self._tasks.get(task)
         if st is not None:
             return st
@@ -189,24 +191,29 @@ class MasterService:
         async with lock:
             st = self._tasks.get(task)
             if st is None:
-                status = await self._contact(task)
+                status = await self._contact(task, limit)
                 st = self._tasks[task] = _TaskState(int(status["incarnation"]))
         return st
 
-    async def _contact(self, task: str) -> dict[str, Any]:
+    async def _contact(self, task: str, limit: float | None) -> dict[str, Any]:
         addr = self.address_of(task)
+        call = asyncio.ensure_future(self.worker(task).call("get_status", timeout=limit or 30.0))
+        # a session waits only for the tasks its graph uses; when it waits, say for whom
+        done, _ = await asyncio.wait([call], timeout=_WAIT_LOG_S)
+        if not done:
+            logger.warning("%s: waiting for %s at %s", self.task, task, addr)
         try:
-            return await self.worker(task).call("get_status", timeout=30.0)
+            return await call
         except UnavailableError as e:
             raise UnavailableError(f"{task} at {addr} is unavailable: {e.message}",
                                    task=self.task) from None
 
-    async def _prepare(self, task: str, plan: _StepPlan, soft: bool) -> int:
-        st = await self._ensure_task(task)
+    async def _prepare(self, task: str, plan: _StepPlan, soft: bool, limit: float | None) -> int:
+        st = await self._ensure_task(task, limit)
         if plan.key not in st.registered:
             part = plan.parts[task]
             await self.worker(task).call("register_partition", plan.key, part.nodes,
-                                         part.fetches, soft, timeout=60.0)
+                                         part.fetches, soft, timeout=limit or 60.0)
             st.registered.add(plan.key)
         return st.incarnation
 
@@ -215,7 +222,9 @@ class MasterService:
         soft = bool(opts.get("allow_soft_placement", False))
         timeout = opts.get("operation_timeout_s")
         tasks = list(plan.parts)
-        incs = await asyncio.gather(*(self._prepare(t, plan, soft) for t in tasks))
+        # operation_timeout_s bounds the control calls too: a stuck task must not hold
+        # a step for the 30-60 s defaults of get_status/register_partition
+        incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout) for t in tasks))
         incarnations = dict(zip(tasks, incs))
         step = random.getrandbits(62)
         peers = {t: self.address_of(t) for t in tasks}
@@ -234,22 +243,37 @@ class MasterService:
 
     async def _gather_step(self, step: int, calls: dict[str, asyncio.Future]) -> dict[str, list]:
         pending = set(calls.values())
-        first: BaseException | None = None
         while pending:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
             failed = [f for f in done if f.exception() is not None]
-            if failed and first is None:
+            if failed:
                 first = _primary_error(failed)
                 wire = errors.to_wire(first, task=self.task)
                 for t, fut in calls.items():
                     if fut in pending:
-                        try:
-                            await self.worker(t).tell("abort_step", step, wire)
-                        except OpError:
-                            pass
-        if first is not None:
-            raise first
+                        # the late replies are not awaited: retrieve them so that
+                        # asyncio does not log "exception was never retrieved"
+                        fut.add_done_callback(_discard)
+                        # fire and forget: telling a task whose connection is gone
+                        # means reconnecting, which must not delay the error either
+                        self.system._spawn_task(self._tell_abort(t, step, wire),
+                                                f"abort_step on {t}")
+                # Raise now, not after the other partitions return: a task that is
+                # stuck (not dead) would otherwise hold the step for its call timeout,
+                # well past the operation timeout that failed it.
+                raise first
         return {t: f.result() for t, f in calls.items()}
+
+    async def _tell_abort(self, task: str, step: int, wire: dict[str, Any]) -> None:
+        try:
+            await self.worker(task).tell("abort_step", step, wire)
+        except OpError as e:
+            logger.debug("could not abort step on %s: %s", task, e)
+
+
+def _discard(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _primary_error(failed: list[asyncio.Future]) -> BaseException:
