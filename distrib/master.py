@@ -28,7 +28,7 @@ from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, O
                             UnavailableError)
 from distrib.fetches import check_feed
 from distrib.plan import Partition, partition, place, prune, tensor_op
-from distrib.worker import UNREGISTERED
+from distrib.worker import RESTARTED, UNREGISTERED
 
 logger = logging.getLogger(__name__)
 
@@ -155,6 +155,13 @@ class MasterService:
                     raise
                 # a worker restarted since we registered: forget it and register again
                 self._tasks.pop(e.task or "", None)
+            except AbortedError as e:
+                if RESTARTED in e.message:
+                    # our view of some task's incarnation is stale: contact the step's
+                    # tasks afresh next time, or every retry would abort the same way
+                    for t in plan.parts:
+                        self._tasks.pop(t, None)
+                raise
         raise AssertionError("unreachable")
 
     def _check_feeds(self, s: _SessionState, feeds: dict[str, Any]) -> dict[str, Any]:

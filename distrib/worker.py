@@ -25,6 +25,8 @@ from distrib.executor import CompiledPartition, VariableStore
 logger = logging.getLogger(__name__)
 
 UNREGISTERED = "partition is not registered on this task"
+# in the AbortedError of a tensor from a restarted sender; the master matches it
+RESTARTED = "restarted during the step"
 _MAX_ABORTED = 4096
 
 
@@ -72,7 +74,7 @@ class Rendezvous:
         want = self._expected.get(step, {}).get(sender)
         if want is not None and want != inc:
             raise AbortedError(
-                f"{sender} restarted during the step (incarnation {inc:x}, expected {want:x}); "
+                f"{sender} {RESTARTED} (incarnation {inc:x}, expected {want:x}); "
                 "the step is aborted, run it again", task=self.task)
         return value
 

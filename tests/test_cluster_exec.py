@@ -235,3 +235,21 @@ async def test_aborted_step_fails_waiting_receives_and_drops_late_tensors() -> N
     rv.put(7, "k", 1, "/job:worker/task:0", 1)   # late: dropped, not stored
     with pytest.raises(AbortedError):
         rv.begin(7, {})
+
+
+def test_tensor_from_a_sender_restarted_since_the_step_began_aborts_it(seed_cluster) -> None:
+    """End to end across processes: the master starts a step believing worker 0
+    has an older incarnation (what it would see if worker 0 restarted after the
+    step began); worker 0's tensor reaches worker 1 carrying its real
+    incarnation, and worker 1 fails the step instead of using it. The master
+    then forgets its stale view, so the next step works."""
+    g, d = seed_graph()
+    with host_server(seed_cluster) as server:
+        with dt.SyncSession(server.target, graph=g) as sess:
+            sess.run(d)
+            master = server._core.master           # white-box: the host's master
+            state = master._tasks["/job:worker/task:0"]
+            state.incarnation ^= 0x5A5A
+            with pytest.raises(AbortedError, match=r"/job:worker/task:0 restarted during the step"):
+                sess.run(d)
+            np.testing.assert_allclose(sess.run(d), seed_expected(), rtol=1e-5)
