@@ -12,6 +12,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -148,3 +150,45 @@ def test_tf_config_gives_cluster_and_task(tmp_path) -> None:
 def test_malformed_tf_config_is_exit_2() -> None:
     res = run_cli(TF_CONFIG="{not json")
     assert_usage_error(res, "TF_CONFIG")
+
+
+def test_sigterm_during_a_step_still_exits_0_and_the_step_fails_naming_the_task(
+        tmp_path) -> None:
+    spec = cluster_spec(worker=1, host=1)
+    cfg = write_cluster(tmp_path, spec)
+    g = dt.Graph()
+    with g.as_default(), dt.device("/job:worker/task:0"):
+        x = dt.random_uniform([1500, 1500], seed=1, dtype=dt.float32)
+        y = x
+        for _ in range(100):   # seconds of CPU: the signal lands mid-step
+            y = dt.matmul(y, x) * (1.0 / 1500)
+        out = dt.reduce_sum(y)
+    with cli_task(cfg, "worker", 0) as p:
+        server = dt.Server(dt.ClusterSpec(spec), job_name="host", task_index=0)
+        try:
+            with dt.SyncSession(server.target, graph=g) as sess:
+                killer = threading.Thread(target=signal_once_dispatched,
+                                          args=(server, p, "/job:worker/task:0"))
+                killer.start()
+                try:
+                    with pytest.raises(dt.errors.OpError, match=r"/job:worker/task:0"):
+                        sess.run(out)
+                finally:
+                    killer.join(30)
+        finally:
+            server.stop()
+        assert p.p.wait(30) == 0
+        assert "Traceback" not in p.p.stderr.read()
+
+
+def signal_once_dispatched(server: dt.Server, p: Proc, task: str) -> None:
+    """SIGTERM ``p`` once the host's master has registered the step's plan on
+    ``task`` (white-box: that master is in this process), then a little later."""
+    master = server._core.master
+    for _ in range(1200):
+        st = master._tasks.get(task)
+        if st is not None and st.registered:
+            time.sleep(0.3)
+            break
+        time.sleep(0.025)
+    p.p.send_signal(signal.SIGTERM)

@@ -80,13 +80,16 @@ def pinned_sum(task: str, name: str):
 
 
 def cross_graph():
-    """worker0 produces, worker1 consumes: one tensor crosses per step."""
+    """worker0 -> worker1 -> worker0: a tensor crosses each way per step, so a
+    restarted task is reached both by new connections and by its peers' old ones."""
     g = dt.Graph()
     with g.as_default():
         with dt.device("/job:worker/task:0"):
             x = dt.constant(np.arange(6, dtype=np.float32).reshape(2, 3), name="x")
         with dt.device("/job:worker/task:1"):
-            y = dt.reduce_sum(x * 2.0)
+            s = dt.reduce_sum(x * 2.0)
+        with dt.device("/job:worker/task:0"):
+            y = s + 0.0
     return g, y
 
 
