@@ -125,20 +125,25 @@ class MasterService:
         return s
 
     async def list_devices(self) -> list[dict[str, Any]]:
+        tasks = [(job, idx) for job in self.cluster.jobs for idx in self.cluster.task_indices(job)]
+        # all tasks at once: each down task costs a connect deadline, which must
+        # not add up over the cluster
+        statuses = await asyncio.gather(*(self._status_or_none(f"/job:{j}/task:{i}")
+                                          for j, i in tasks))
         out = []
-        for job in self.cluster.jobs:
-            for idx in self.cluster.task_indices(job):
-                task = f"/job:{job}/task:{idx}"
-                try:
-                    st = await self.worker(task).call("get_status", timeout=2.0)
-                except OpError as e:
-                    logger.info("list_devices: %s unreachable (%s)", task, e)
-                    continue
-                for d in st["devices"]:
-                    out.append({"name": f"/job:{job}/replica:0/task:{idx}/device:{d['name']}",
-                                "device_type": d["name"].split(":")[0],
-                                "memory_limit_bytes": d.get("memory_bytes", 0)})
+        for (job, idx), st in zip(tasks, statuses):
+            for d in (st or {}).get("devices", []):
+                out.append({"name": f"/job:{job}/replica:0/task:{idx}/device:{d['name']}",
+                            "device_type": d["name"].split(":")[0],
+                            "memory_limit_bytes": d.get("memory_bytes", 0)})
         return out
+
+    async def _status_or_none(self, task: str) -> dict[str, Any] | None:
+        try:
+            return await self.worker(task).call("get_status", timeout=2.0)
+        except OpError as e:
+            logger.info("list_devices: %s unreachable (%s)", task, e)
+            return None
 
     # -- steps -----------------------------------------------------------------
     async def run(self, handle: str, fetches: list[str], targets: list[str],

@@ -239,3 +239,15 @@ async def test_stuck_task_fails_the_step_within_the_operation_timeout_naming_it(
             finally:
                 c.procs[("worker", 0)].p.send_signal(signal.SIGCONT)
             assert await run(sess, y) == 30.0
+
+
+async def test_list_devices_skips_down_tasks_and_lists_the_live_ones(tmp_path) -> None:
+    with cluster(tmp_path, worker=4) as (c, server):
+        c.start("worker", 0)            # workers 1-3 never start
+        g, _ = pinned_sum("/job:worker/task:0", "on0")
+        async with dt.Session(server.target, graph=g) as sess:
+            devices = await asyncio.wait_for(sess.list_devices(), GUARD_S)
+        names = {d["name"] for d in devices}
+        assert "/job:worker/replica:0/task:0/device:CPU:0" in names
+        assert "/job:host/replica:0/task:0/device:CPU:0" in names
+        assert not any(n.startswith("/job:worker/") and "/task:0/" not in n for n in names)
