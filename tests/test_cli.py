@@ -100,6 +100,12 @@ def test_task_index_outside_the_job_is_exit_2(tmp_path) -> None:
     assert_usage_error(res, "5", "worker")
 
 
+def test_missing_job_name_or_task_index_is_exit_2_when_ambiguous(tmp_path) -> None:
+    cfg = write_cluster(tmp_path, cluster_spec(worker=2, ps=1))
+    assert_usage_error(run_cli("--cluster", cfg, "--task_index", "0"), "job_name")
+    assert_usage_error(run_cli("--cluster", cfg, "--job_name", "worker"), "task_index")
+
+
 def test_unknown_job_is_exit_2_listing_jobs(tmp_path) -> None:
     cfg = write_cluster(tmp_path, cluster_spec(worker=1, ps=1))
     res = run_cli("--cluster", cfg, "--job_name", "chief", "--task_index", "0")

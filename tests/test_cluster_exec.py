@@ -20,8 +20,7 @@ import distrib as dt
 from distrib.errors import AbortedError, InvalidArgumentError
 from distrib.worker import Rendezvous
 from tests.helpers import Proc
-from tests.peers.cli_cluster import (cli_flags_task, cli_task, cluster_spec, free_ports,
-                                     write_cluster)
+from tests.peers.cli_cluster import cli_flags_task, cli_task, cluster_spec, write_cluster
 
 
 @contextlib.contextmanager

@@ -150,6 +150,8 @@ async def test_task_killed_mid_step_fails_the_step_naming_it_then_restart_recove
                 dt.Session(server.target, graph=gs, config=config) as slow_sess, \
                 dt.Session(server.target, graph=g1, config=config) as s1:
             assert await run(sess, y) == 30.0
+            master = server._core.master    # white-box: the host's master
+            stale = master._tasks["/job:worker/task:0"]
             step = asyncio.ensure_future(slow_sess.run(slow))
             await _wait_step_dispatched(server, "/job:worker/task:0")
             c.kill("worker", 0)
@@ -161,8 +163,13 @@ async def test_task_killed_mid_step_fails_the_step_naming_it_then_restart_recove
             with pytest.raises(UnavailableError, match=r"/job:worker/task:0"):
                 await run(sess, y)
             c.start("worker", 0)        # new incarnation on the same port
+            # as if the master had missed the restart: it still believes the old
+            # incarnation has the partitions; the new one says they are unknown,
+            # and the master registers them again within the same step
+            master._tasks["/job:worker/task:0"] = stale
             for _ in range(3):
                 assert await run(sess, y) == 30.0
+            assert master._tasks["/job:worker/task:0"].incarnation != stale.incarnation
 
 
 async def _wait_step_dispatched(server: dt.Server, task: str) -> None:
