@@ -1,0 +1,250 @@
+"""Step latency and fetch throughput of distrib, beside raw baselines measured
+in the same run.
+
+Local (one server in this process, reached over loopback like any task):
+- ``actor-call``: one raw actor call round trip between two actor systems;
+- ``trivial-step``: ``sess.run`` of a scalar constant;
+- ``matmul-step``: ``sess.run`` of a 1024x1024 float32 matmul, fetched;
+- ``numpy-matmul``: the same matmul done directly with numpy.
+
+Remote (``--remote``, default on): task 1 is a separate server process started
+through the CLI; this process hosts task 0 (the master) and the client:
+- ``remote-trivial-step``: client -> master on task 0 -> op on task 1 -> back;
+- ``fetch-64MiB-shm`` / ``fetch-64MiB-tcp``: a 64 MiB tensor made on task 1,
+  fetched to the client, over shared memory and over forced TCP;
+- ``memcpy`` and ``raw-socket``: the in-process copy and a raw blocking socket
+  between two processes, the limits for the two fetches.
+
+Medians after warm-up; a table on stdout; ``--json PATH`` writes
+``{"rows": [{"name", "us", "GBps", "baseline", "ratio", "target"}]}``.
+Timings are never asserted anywhere: this only reports.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import distrib as dt  # noqa: E402
+from distrib.actors import ActorSystem  # noqa: E402
+from distrib.demo import free_ports  # noqa: E402
+
+MiB = 1 << 20
+
+
+def median_time(fn, reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def amedian_time(fn, reps: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        await fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        await fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+class _Pong:
+    def ping(self, x):
+        return x
+
+
+async def actor_call_us(reps: int) -> float:
+    a = await ActorSystem("/job:bench/task:0").start()
+    b = await ActorSystem("/job:bench/task:1", listen=False).start()
+    try:
+        a.spawn("pong", _Pong())
+        ref = b.ref(a.address, "pong")
+        return await amedian_time(lambda: ref.call("ping", 1), reps, warmup=200) * 1e6
+    finally:
+        await b.shutdown()
+        await a.shutdown()
+
+
+async def local_rows(reps: int) -> list[dict]:
+    rows = []
+    call_us = await actor_call_us(reps * 20)
+    rows.append({"name": "actor-call", "us": call_us})
+    async with dt.serve({"local": ["localhost:0"]}) as srv:
+        g = dt.Graph()
+        with g.as_default():
+            c = dt.constant(1.0)
+            rng = np.random.default_rng(0)
+            a_np = rng.standard_normal((1024, 1024)).astype(np.float32)
+            b_np = rng.standard_normal((1024, 1024)).astype(np.float32)
+            mm = dt.matmul(dt.constant(a_np), dt.constant(b_np))
+        async with dt.Session(srv.target, graph=g) as sess:
+            triv = await amedian_time(lambda: sess.run(c), reps * 20, warmup=50) * 1e6
+            rows.append({"name": "trivial-step", "us": triv, "baseline": "actor-call",
+                         "ratio": triv / call_us, "target": "<= 3.0x"})
+            mm_s = await amedian_time(lambda: sess.run(mm), reps)
+    np_s = median_time(lambda: a_np @ b_np, reps)
+    rows.append({"name": "numpy-matmul", "us": np_s * 1e6})
+    rows.append({"name": "matmul-step", "us": mm_s * 1e6, "baseline": "numpy-matmul",
+                 "ratio": mm_s / np_s, "target": "<= 1.3x"})
+    return rows
+
+
+def start_task(cfg: str, index: int, env: dict) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-m", "distrib.server", "--cluster", cfg,
+                          "--job_name", "t", "--task_index", str(index), "--log_level", "WARNING"],
+                         stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    line = p.stdout.readline()
+    if not line.startswith("serving"):
+        p.kill()
+        raise SystemExit(f"task {index} did not start")
+    return p
+
+
+async def remote_rows(reps: int, transport: str, call_us: float) -> list[dict]:
+    """Task 0 (master) here, task 1 in a child process."""
+    env = dict(os.environ, DISTRIB_TRANSPORT=transport,
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    os.environ["DISTRIB_TRANSPORT"] = transport
+    p0, p1 = free_ports(2)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = os.path.join(tmp, "cluster.json")
+        spec = {"t": [f"localhost:{p0}", f"localhost:{p1}"]}
+        with open(cfg, "w") as f:
+            json.dump(spec, f)
+        child = start_task(cfg, 1, env)
+        try:
+            async with dt.serve(spec, job_name="t", task_index=0) as srv:
+                g = dt.Graph()
+                with g.as_default():
+                    with dt.device("/job:t/task:1"):
+                        one = dt.constant(1.0)
+                        big = dt.constant(np.ones(64 * MiB // 4, np.float32))
+                async with dt.Session(srv.target, graph=g) as sess:
+                    if transport == "shm":
+                        t = await amedian_time(lambda: sess.run(one), reps * 20, warmup=50) * 1e6
+                        rows.append({"name": "remote-trivial-step", "us": t,
+                                     "baseline": "actor-call", "ratio": t / call_us,
+                                     "target": "<= 4.0x"})
+                    s = await amedian_time(lambda: sess.run(big), reps)
+                    rows.append({"name": f"fetch-64MiB-{transport}", "us": s * 1e6,
+                                 "GBps": 64 * MiB / s / 1e9})
+        finally:
+            child.terminate()
+            child.wait(10)
+            os.environ.pop("DISTRIB_TRANSPORT", None)
+    return rows
+
+
+def memcpy_gbps(reps: int) -> float:
+    src = np.ones(64 * MiB, np.uint8)
+    dst = np.empty_like(src)
+    s = median_time(lambda: np.copyto(dst, src), reps)
+    return 64 * MiB / s / 1e9
+
+
+_RAW_SINK = r"""
+import socket, struct
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+buf = bytearray(64 << 20); view = memoryview(buf)
+while True:
+    head = c.recv(8, socket.MSG_WAITALL)
+    if len(head) < 8: break
+    left = struct.unpack("<Q", head)[0]
+    while left:
+        n = c.recv_into(view[:min(left, len(view))])
+        if not n: raise SystemExit
+        left -= n
+    c.sendall(b"k")
+"""
+
+
+def raw_socket_gbps(reps: int) -> float:
+    """One-way throughput of a raw blocking socket between two processes: a
+    length prefix, the payload received straight into a preallocated buffer,
+    and a one-byte acknowledgement so the sender times whole transfers."""
+    import socket
+    import struct
+    p = subprocess.Popen([sys.executable, "-c", _RAW_SINK], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(p.stdout.readline())
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = memoryview(np.ones(64 * MiB, np.uint8))
+
+        def once() -> None:
+            s.sendall(struct.pack("<Q", len(payload)))
+            s.sendall(payload)
+            s.recv(1)
+        t = median_time(once, reps, warmup=2)
+        s.close()
+        return 64 * MiB / t / 1e9
+    finally:
+        p.kill()
+        p.wait(10)
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'measure':<22} {'time':>12} {'GB/s':>8}   {'vs baseline':<28} target")
+    for r in rows:
+        t = f"{r['us']:.1f} us" if "us" in r else ""
+        gb = f"{r['GBps']:.2f}" if "GBps" in r else ""
+        vs = f"{r['ratio']:.2f}x {r['baseline']}" if "ratio" in r else ""
+        print(f"{r['name']:<22} {t:>12} {gb:>8}   {vs:<28} {r.get('target', '')}")
+
+
+async def amain(args: argparse.Namespace) -> list[dict]:
+    reps = 5 if args.quick else 15
+    rows = await local_rows(reps)
+    if args.remote:
+        call_us = rows[0]["us"]
+        rows += await remote_rows(reps, "shm", call_us)
+        rows += await remote_rows(reps, "tcp", call_us)
+        mem = memcpy_gbps(reps)
+        raw = raw_socket_gbps(reps)
+        rows.append({"name": "memcpy", "GBps": mem})
+        rows.append({"name": "raw-socket", "GBps": raw})
+        for r in rows:
+            if r["name"] == "fetch-64MiB-shm":
+                r.update(baseline="memcpy", ratio=r["GBps"] / mem, target=">= 0.4x")
+            elif r["name"] == "fetch-64MiB-tcp":
+                r.update(baseline="raw-socket", ratio=r["GBps"] / raw, target=">= 0.6x")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--no-remote", dest="remote", action="store_false",
+                    help="skip the two-process measurements")
+    args = ap.parse_args()
+    import uvloop
+    rows = uvloop.run(amain(args))
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
