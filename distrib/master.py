@@ -40,6 +40,11 @@ class _StepPlan:
     key: str
     parts: dict[str, Partition]
     fetches: list[str]
+    peers: dict[str, str] = field(default_factory=dict)   # task -> address
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.parts)
 
 
 @dataclass
@@ -191,7 +196,8 @@ class MasterService:
                            tasks=self._valid)
             full = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in fetches]
             parts = partition(s.nodes, order, placed, full, feeds)
-            plan = _StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full)
+            plan = _StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full,
+                             {t: self.address_of(t) for t in parts})
             s.plans[key] = plan
         return plan
 
@@ -233,24 +239,58 @@ class MasterService:
                         opts: dict[str, Any]) -> list[Any]:
         soft = bool(opts.get("allow_soft_placement", False))
         timeout = opts.get("operation_timeout_s")
-        tasks = list(plan.parts)
-        # operation_timeout_s bounds the control calls too: a stuck task must not hold
-        # a step for the 30-60 s defaults of get_status/register_partition
-        incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout) for t in tasks))
-        incarnations = dict(zip(tasks, incs))
+        tasks = plan.tasks
+        incarnations = self._ready_incarnations(plan)
+        if incarnations is None:
+            # operation_timeout_s bounds the control calls too: a stuck task must not hold
+            # a step for the 30-60 s defaults of get_status/register_partition
+            incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout) for t in tasks))
+            incarnations = dict(zip(tasks, incs))
         step = random.getrandbits(62)
-        peers = {t: self.address_of(t) for t in tasks}
+        call_timeout = None if timeout is None else timeout + 5.0
+        if len(tasks) == 1 and tasks[0] == self.task:
+            # the common local step: no fan-out, no task, straight into the worker
+            part = plan.parts[self.task]
+            out = await self._local_worker.run_partition(
+                plan.key, step, {n: feeds[n] for n in part.feeds}, incarnations,
+                plan.peers, timeout)
+            return self._collect(plan, feeds, {self.task: out})
         calls = {}
         for t in tasks:
             part = plan.parts[t]
             local_feeds = {n: feeds[n] for n in part.feeds}
-            calls[t] = asyncio.ensure_future(self.worker(t).call(
-                "run_partition", plan.key, step, local_feeds, incarnations, peers, timeout,
-                timeout=None if timeout is None else timeout + 5.0))
-        results = await self._gather_step(step, calls)
+            if t == self.task:
+                calls[t] = asyncio.ensure_future(self._local_worker.run_partition(
+                    plan.key, step, local_feeds, incarnations, plan.peers, timeout))
+            else:
+                calls[t] = self.worker(t).request(
+                    "run_partition", plan.key, step, local_feeds, incarnations, plan.peers,
+                    timeout, timeout=call_timeout)
+        if len(calls) == 1:
+            (t, fut), = calls.items()
+            return self._collect(plan, feeds, {t: await fut})
+        return self._collect(plan, feeds, await self._gather_step(step, calls))
+
+    @property
+    def _local_worker(self) -> Any:
+        return self.system._actors["worker"]
+
+    def _ready_incarnations(self, plan: _StepPlan) -> dict[str, int] | None:
+        """The incarnations of the step's tasks when all are known and hold the
+        plan already (every step after the first), else None."""
+        out = {}
+        for t in plan.tasks:
+            st = self._tasks.get(t)
+            if st is None or plan.key not in st.registered:
+                return None
+            out[t] = st.incarnation
+        return out
+
+    @staticmethod
+    def _collect(plan: _StepPlan, feeds: dict[str, Any], results: dict[str, list]) -> list[Any]:
         values: dict[str, Any] = dict(feeds)
-        for t in tasks:
-            values.update(zip(plan.parts[t].fetches, results[t]))
+        for t, out in results.items():
+            values.update(zip(plan.parts[t].fetches, out))
         return [values[f] for f in plan.fetches]
 
     async def _gather_step(self, step: int, calls: dict[str, asyncio.Future]) -> dict[str, list]:
