@@ -330,7 +330,8 @@ class Wire(asyncio.BufferedProtocol):
 
     async def drain(self) -> None:
         while self._paused and not self.closed:
-            self._drain = asyncio.get_running_loop().create_future()
+            if self._drain is None or self._drain.done():  # one future shared by all senders
+                self._drain = asyncio.get_running_loop().create_future()
             await self._drain
         if self.closed:
             raise ConnectionClosed(f"connection {self.label} closed while sending") from self.close_exc

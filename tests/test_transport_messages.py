@@ -1,0 +1,235 @@
+"""Message-level behaviour, run over both kinds of connection (tcp, shm)."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+
+import numpy as np
+import pytest
+
+from transports import (ConnectionClosed, PeerInfo, TransportConfig, connect, listen,
+                        local_host_id, new_incarnation)
+
+KINDS = ["tcp", "shm"]
+BIG = (512, 256)  # over the 64 KiB shm threshold for every dtype below
+
+
+def identity(name: str) -> PeerInfo:
+    return PeerInfo(name, new_incarnation(), local_host_id())
+
+
+@contextlib.asynccontextmanager
+async def connected(kind: str):
+    """(client, server) connections of the given kind, closed afterwards."""
+    config = TransportConfig(mode=kind, connect_timeout_s=5.0, handshake_timeout_s=2.0)
+    accepted: asyncio.Queue = asyncio.Queue()
+    listener = await listen("127.0.0.1", 0, accepted.put_nowait, identity=identity("server"),
+                            config=config)
+    client = await connect(listener.address, identity=identity("client"), config=config)
+    try:
+        server = await asyncio.wait_for(accepted.get(), 2.0)
+        assert client.kind == server.kind == kind
+        yield client, server
+    finally:
+        await client.close()
+        await listener.close()
+
+
+@pytest.fixture(params=KINDS)
+async def pair(request):
+    async with connected(request.param) as conns:
+        yield conns
+
+
+@pytest.fixture
+async def shm_pair():
+    async with connected("shm") as conns:
+        yield conns
+
+
+async def roundtrip(pair, obj):
+    client, server = pair
+    await client.send(obj)
+    return await asyncio.wait_for(server.recv(), 10.0)
+
+
+NUMERIC = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+           np.uint64, np.float16, np.float32, np.float64, np.longdouble, np.complex64,
+           np.complex128, np.clongdouble]
+SHAPES = [(), (0,), (3, 0), (7,), (4, 5), BIG]
+
+
+def sample(dtype, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    vals = rng.integers(0, 100, size=shape) if shape else rng.integers(0, 100)
+    return np.asarray(vals).astype(dtype)
+
+
+def assert_same(got, want):
+    assert isinstance(got, np.ndarray)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=lambda d: np.dtype(d).name)
+async def test_numeric_arrays_arrive_equal(pair, dtype):
+    sent = [sample(dtype, s, i) for i, s in enumerate(SHAPES)]
+    got = await roundtrip(pair, sent)
+    for g, w in zip(got, sent):
+        assert_same(g, w)
+
+
+@pytest.mark.parametrize("layout", ["fortran", "strided", "transposed3d", "bigendian", "fortran_big"])
+async def test_non_c_contiguous_layouts_arrive_equal(pair, layout):
+    base = np.arange(6 * 70 * 300, dtype=np.float64).reshape(6, 70, 300)
+    arr = {
+        "fortran": np.asfortranarray(base[0]),
+        "strided": base[:, ::3, 1::2],
+        "transposed3d": base.transpose(2, 0, 1),
+        "bigendian": base.astype(">i4"),
+        "fortran_big": np.asfortranarray(base),
+    }[layout]
+    assert_same(await roundtrip(pair, arr), arr)
+
+
+async def test_string_arrays_arrive_as_unicode_or_bytes(pair):
+    uni = np.array([["héllo", "", "wörld"], ["a", "bb", "ccc"]])
+    raw = np.array([b"x", b"\x00yz", b""])
+    obj = np.array(["one", "two", "three"], dtype=object)
+    big = np.array(["s%05d" % i for i in range(20000)])
+    got = await roundtrip(pair, [uni, raw, obj, big, np.array([], dtype=object)])
+    assert_same(got[0], uni)
+    assert_same(got[1], raw)
+    assert got[2].dtype == np.dtype("<U5") and got[2].tolist() == ["one", "two", "three"]
+    assert_same(got[3], big)
+    assert got[4].dtype.kind == "U" and got[4].shape == (0,)
+
+
+async def test_nested_structures_and_scalars(pair):
+    msg = {"none": None, "t": True, "f": False, "int": -(2**63), "u": 2**64 - 1, "x": 1.5,
+           "s": "ünï", "b": b"\x00\xff", "list": [1, [2, [3, {"k": (4, 5)}]]], 7: "int key",
+           "np32": np.float32(2.5), "np64": np.float64(0.25), "npint": np.int16(-3)}
+    got = await roundtrip(pair, msg)
+    assert got["list"] == [1, [2, [3, {"k": [4, 5]}]]]
+    assert got[7] == "int key"
+    for key in ("none", "t", "f", "int", "u", "x", "s", "b"):
+        assert got[key] == msg[key] and type(got[key]) is type(msg[key])
+    assert got["np32"].dtype == np.float32 and got["np32"].shape == () and got["np32"] == 2.5
+    assert type(got["np64"]) is float and got["np64"] == 0.25
+    assert got["npint"].dtype == np.int16 and got["npint"] == -3
+
+
+async def test_unsendable_objects_raise_type_error(pair):
+    client, _ = pair
+    for bad in (object(), {1, 2}, np.array([1, "x"], dtype=object)):
+        with pytest.raises(TypeError):
+            await client.send(bad)
+    await client.send("still works")
+    assert await pair[1].recv() == "still works"
+
+
+async def test_many_messages_arrive_in_order(pair):
+    client, server = pair
+    n = 3000
+    for i in range(n):
+        client.send_nowait({"i": i, "a": np.full(3 if i % 50 else 40000, i, np.int32)})
+    for i in range(n):
+        msg = await asyncio.wait_for(server.recv(), 10.0)
+        assert msg["i"] == i and msg["a"][0] == i
+
+
+async def test_concurrent_senders_keep_each_order(pair):
+    client, server = pair
+
+    async def sender(k: int):
+        for i in range(150):
+            await client.send([k, i, np.full(20000 if i % 10 == 0 else 4, i, np.int64)])
+
+    await asyncio.gather(*(sender(k) for k in range(4)))
+    seen = {k: [] for k in range(4)}
+    for _ in range(600):
+        k, i, arr = await asyncio.wait_for(server.recv(), 10.0)
+        assert arr[-1] == i
+        seen[k].append(i)
+    assert all(seen[k] == list(range(150)) for k in range(4))
+
+
+async def test_callback_delivery_in_order_and_close_reported(pair):
+    client, server = pair
+    events = []
+    closed = asyncio.get_running_loop().create_future()
+    for i in range(5):
+        await client.send(i)  # some arrive before start(): they are delivered first
+    await asyncio.sleep(0.05)
+    server.start(events.append, lambda exc: closed.set_result(exc))
+    for i in range(5, 10):
+        await client.send(i)
+    await client.close()
+    assert await asyncio.wait_for(closed, 5.0) is None
+    assert events == list(range(10))
+    assert server.closed
+    with pytest.raises(ConnectionClosed):
+        await client.send("after close")
+
+
+async def test_both_directions(pair):
+    client, server = pair
+    big = np.arange(300_000, dtype=np.float32)
+    await server.send({"from": "server", "a": big})
+    got = await asyncio.wait_for(client.recv(), 5.0)
+    assert got["from"] == "server"
+    assert_same(got["a"], big)
+
+
+async def test_shm_receiver_gets_readonly_views_never_overwritten(pair):
+    client, server = pair
+    held = []
+    for i in range(6):
+        await client.send(np.full(BIG, i, np.float64))
+        held.append(await asyncio.wait_for(server.recv(), 5.0))
+    for i, arr in enumerate(held):  # later sends never reused a buffer still held
+        assert (arr == i).all()
+    if client.kind == "shm":
+        assert not held[0].flags.writeable
+        view = held[0][::2]
+        del held
+        gc.collect()
+        await client.send(np.full(BIG, 99, np.float64))
+        await asyncio.wait_for(server.recv(), 5.0)
+        assert (view == 0).all()  # a view keeps its segment lent
+
+
+async def test_shm_segments_are_reused_in_steady_state(shm_pair):
+    client, server = shm_pair
+    for i in range(30):
+        await client.send(np.full(BIG, i, np.float64))
+        arr = await asyncio.wait_for(server.recv(), 5.0)
+        assert arr[0, 0] == i
+        del arr
+        await asyncio.sleep(0)  # let the release notice go
+    assert len(client._pool._lent) + sum(map(len, client._pool._free.values())) <= 3
+
+
+async def test_shm_pool_bound_falls_back_to_inline(shm_pair):
+    client, server = shm_pair
+    client._pool._limit = 1 << 20
+    held = [None] * 5
+    for i in range(5):  # each needs a 1 MiB segment; only one fits the bound while held
+        await client.send(np.full(1 << 17, i, np.float64))
+        held[i] = await asyncio.wait_for(server.recv(), 5.0)
+    assert [int(a[0]) for a in held] == list(range(5))
+    assert not held[0].flags.writeable and held[1].flags.writeable  # second went inline
+
+
+@pytest.mark.slow
+async def test_one_gib_array(pair):
+    client, server = pair
+    arr = np.empty(1 << 30, np.uint8)
+    arr[::4096] = np.arange(arr[::4096].size, dtype=np.uint64).astype(np.uint8)
+    await client.send(arr)
+    got = await asyncio.wait_for(server.recv(), 60.0)
+    assert got.shape == arr.shape and got.dtype == arr.dtype
+    assert np.array_equal(got[::4096], arr[::4096]) and got[-1] == arr[-1]
+    del got
+    gc.collect()
