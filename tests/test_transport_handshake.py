@@ -223,7 +223,8 @@ async def test_frame_over_configured_max_closes_connection(caplog):
             with pytest.raises(ConnectionClosed):
                 await asyncio.wait_for(conn.recv(), 3.0)
         assert any("over the limit" in r.getMessage() for r in caplog.records)
-        sender = await connect(listener.address, identity=identity("c"), config=small)
+        sender = await connect(listener.address, identity=identity("c"),
+                               config=TransportConfig(mode="tcp", max_frame_bytes=1 << 20, **FAST))
         with pytest.raises(FrameError, match="max_frame_bytes"):  # caught before it is sent
             await sender.send(np.zeros(2 << 20))
         await sender.close()
