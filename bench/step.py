@@ -2,7 +2,7 @@
 in the same run.
 
 Local (one server in this process, reached over loopback like any task):
-- ``actor-call``: one raw actor call round trip between two actor systems;
+- ``actor-call``: one raw actor call round trip to an actor in another process;
 - ``trivial-step``: ``sess.run`` of a scalar constant;
 - ``matmul-step``: ``sess.run`` of a 1024x1024 float32 matmul, fetched;
 - ``numpy-matmul``: the same matmul done directly with numpy.
@@ -65,21 +65,40 @@ async def amedian_time(fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
-class _Pong:
+_PONG = r"""
+import sys, asyncio, uvloop
+sys.path.insert(0, sys.argv[1])
+from distrib.actors import ActorSystem
+class Pong:
     def ping(self, x):
         return x
+async def main():
+    system = await ActorSystem("/job:pong/task:0").start()
+    system.spawn("pong", Pong())
+    print(system.address, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await system.shutdown()
+uvloop.run(main())
+"""
 
 
 async def actor_call_us(reps: int) -> float:
-    a = await ActorSystem("/job:bench/task:0").start()
-    b = await ActorSystem("/job:bench/task:1", listen=False).start()
+    """Median round trip of one actor call to an actor in another process on
+    this host (the default transport between co-located tasks)."""
+    p = subprocess.Popen([sys.executable, "-c", _PONG, ROOT], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
     try:
-        a.spawn("pong", _Pong())
-        ref = b.ref(a.address, "pong")
-        return await amedian_time(lambda: ref.call("ping", 1), reps, warmup=200) * 1e6
+        address = p.stdout.readline().strip()
+        system = await ActorSystem("/job:bench/task:0", listen=False).start()
+        try:
+            ref = system.ref(address, "pong")
+            return await amedian_time(lambda: ref.call("ping", 1), reps, warmup=200) * 1e6
+        finally:
+            await system.shutdown()
     finally:
-        await b.shutdown()
-        await a.shutdown()
+        p.stdin.close()
+        p.terminate()
+        p.wait(10)
 
 
 async def local_rows(reps: int) -> list[dict]:
