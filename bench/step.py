@@ -3,7 +3,10 @@ in the same run.
 
 Local (one server in this process, reached over loopback like any task):
 - ``actor-call``: one raw actor call round trip to an actor in another process;
-- ``trivial-step``: ``sess.run`` of a scalar constant;
+- ``trivial-step``: ``sess.run`` of a scalar constant (a Session on the loop of
+  an in-process ``serve()``, which skips the socket hop);
+- ``trivial-step-wire``: the same through a socket (``SyncSession`` to a
+  ``Server`` on its own loop thread);
 - ``matmul-step``: ``sess.run`` of a 1024x1024 float32 matmul, fetched;
 - ``numpy-matmul``: the same matmul done directly with numpy.
 
@@ -118,6 +121,19 @@ async def local_rows(reps: int) -> list[dict]:
             rows.append({"name": "trivial-step", "us": triv, "baseline": "actor-call",
                          "ratio": triv / call_us, "target": "<= 3.0x"})
             mm_s = await amedian_time(lambda: sess.run(mm), reps)
+    # the same trivial step over the wire: a blocking Server on its own loop
+    # thread and a SyncSession, so no in-process shortcut applies
+    server = dt.Server.create_local_server()
+    try:
+        with dt.Graph().as_default():
+            c2 = dt.constant(1.0)
+            sync = dt.SyncSession(server.target)
+            wire = median_time(lambda: sync.run(c2), reps * 20, warmup=50) * 1e6
+            sync.close()
+    finally:
+        server.stop()
+    rows.append({"name": "trivial-step-wire", "us": wire, "baseline": "actor-call",
+                 "ratio": wire / call_us, "target": "<= 3.0x"})
     np_s = median_time(lambda: a_np @ b_np, reps)
     rows.append({"name": "numpy-matmul", "us": np_s * 1e6})
     rows.append({"name": "matmul-step", "us": mm_s * 1e6, "baseline": "numpy-matmul",

@@ -12,8 +12,10 @@ Design choices, each for a measured reason:
   method runs as its own task, so a long step never blocks a heartbeat or a
   rendezvous push to the same actor. Actors keep their state consistent by
   being single-threaded on the loop, not by a serial mailbox.
-- A call to an actor of the same system skips serialization and sockets but
-  keeps the semantics: the same typed errors, the same timeouts.
+- A call to an actor of the same system, or of another system of this process
+  on the same event loop, skips serialization and sockets but keeps the
+  semantics: the same typed errors, the same timeouts. (Arguments are passed
+  by reference then: callers must not mutate what they sent.)
 - One pooled connection per peer; a lost connection fails every call pending
   on it with UnavailableError naming the peer, and the next call reconnects.
 
@@ -58,6 +60,9 @@ class ActorRef:
     async def call(self, method: str, *args: Any, timeout: float | None = DEFAULT_TIMEOUT_S) -> Any:
         if self._local or self.address == self.system.address:
             return await self.system._call_local(self.name, method, args, timeout)
+        near = _in_process(self.address)
+        if near is not None:
+            return await near._call_local(self.name, method, args, timeout)
         return await self.system._call_remote(self.address, self.name, method, args, timeout)
 
     def request(self, method: str, *args: Any,
@@ -73,6 +78,10 @@ class ActorRef:
     async def tell(self, method: str, *args: Any) -> None:
         if self._local or self.address == self.system.address:
             self.system._tell_local(self.name, method, args)
+            return
+        near = _in_process(self.address)
+        if near is not None:
+            near._tell_local(self.name, method, args)
             return
         conn = await self.system._connection(self.address)
         await conn.send([TELL, self.name, method, list(args)])
@@ -111,6 +120,7 @@ class ActorSystem:
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.address = f"{host}:{port}" if not listen else ""
         self.on_peer_lost: list[Callable[[str, transports.PeerInfo], None]] = []
 
@@ -121,6 +131,8 @@ class ActorSystem:
                 self.host, self.port, self._accept, identity=self.identity, config=self.config)
             self.port = self._listener.port
             self.address = f"{self.host}:{self.port}"
+            self._loop = asyncio.get_running_loop()
+            _IN_PROCESS[_norm(self.address)] = self
         return self
 
     async def shutdown(self) -> None:
@@ -128,6 +140,8 @@ class ActorSystem:
         if self._closed:
             return
         self._closed = True
+        if _IN_PROCESS.get(_norm(self.address)) is self:
+            del _IN_PROCESS[_norm(self.address)]
         for actor in list(self._actors.values()):
             stop = getattr(actor, "on_stop", None)
             if stop is not None:
@@ -258,7 +272,7 @@ class ActorSystem:
 
     def _request_nowait(self, address: str, actor: str, method: str, args: tuple,
                         timeout: float | None) -> asyncio.Future | None:
-        if address == self.address:
+        if address == self.address or _in_process(address) is not None:
             return None
         peer = self._out.get(address)
         if peer is None or peer.conn.closed:
@@ -364,6 +378,32 @@ class ActorSystem:
             if not fut.done():
                 fut.set_exception(exc)
         peer.pending.clear()
+
+
+# Actor systems listening in this process, by normalized address. A call to one
+# of them from the same event loop skips serialization and sockets (same typed
+# errors and timeouts): a Session on the loop of an in-process server (serve())
+# then costs no socket hop. Systems on other loops (a blocking Server's thread)
+# are reached over the wire as usual.
+_IN_PROCESS: dict[str, ActorSystem] = {}
+
+
+def _norm(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{'127.0.0.1' if host in ('localhost', '') else host}:{port}"
+
+
+def _in_process(address: str) -> ActorSystem | None:
+    if not _IN_PROCESS:
+        return None
+    system = _IN_PROCESS.get(_norm(address))
+    if system is None or system._closed:
+        return None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return system if system._loop is loop else None
 
 
 def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: float) -> None:

@@ -163,3 +163,23 @@ async def test_unreachable_address_is_unavailable_naming_it():
             await sys_.ref(f"127.0.0.1:{port}", "echo").call("echo", 1)
     finally:
         await sys_.shutdown()
+
+
+async def test_call_to_another_system_of_this_process_skips_the_wire():
+    server = await ActorSystem("/job:a/task:0").start()
+    client_ = await ActorSystem("/job:b/task:0", listen=False).start()
+    try:
+        c = Counter()
+        server.spawn("counter", c)
+        ref = client_.ref(server.address.replace("127.0.0.1", "localhost"), "counter")
+        assert await ref.call("incr", 3) == 3
+        await ref.tell("note", "y")
+        assert c.seen == ["y"]
+        with pytest.raises(InvalidArgumentError, match="bad input"):
+            await ref.call("fail")
+        with pytest.raises(DeadlineExceededError):
+            await ref.call("slow", 5, timeout=0.05)
+        assert not client_._out, "no connection should have been opened"
+    finally:
+        await client_.shutdown()
+        await server.shutdown()
