@@ -23,6 +23,8 @@ __all__ = ["Connection"]
 
 logger = logging.getLogger("transports")
 
+_RELEASE_WAIT_S = 0.2
+
 
 class Connection:
     """An authenticated, ordered message channel to one peer.
@@ -57,6 +59,10 @@ class Connection:
         self._maps = SegmentMaps(fd_sock, self._release_soon)
         self._releases: collections.deque[int] = collections.deque()
         self._release_scheduled = False
+        # Shared-memory flow control: past this many bytes lent to a peer that
+        # has not released them, send() waits (briefly) for a release notice.
+        self._shm_high_water = config.shm_pool_bytes // 4
+        self._released: asyncio.Future | None = None
         self._wire.encoder = type(self._wire.encoder)(self._pool.put, config.shm_threshold)
         self._wire.decoder = type(self._wire.decoder)(self._maps.array)
         self._wire.on_control = self._on_control
@@ -82,8 +88,12 @@ class Connection:
         """Send one message; waits only while the peer is slow to take bytes."""
         wire = self._wire
         wire.write_message(obj)
-        if self._pool is not None and self._pool.evicted:
-            self._send_forget()
+        pool = self._pool
+        if pool is not None:
+            if pool.evicted:
+                self._send_forget()
+            if pool.lent_bytes > self._shm_high_water:
+                await self._await_release()
         if wire.paused:
             await wire.drain()
 
@@ -117,11 +127,30 @@ class Connection:
         if ftype == FRAME_RELEASE:
             for i in ids:
                 self._pool.release(i)
+            if self._released is not None and not self._released.done():
+                self._released.set_result(None)
         elif ftype == FRAME_FORGET:
             for i in ids:
                 self._maps.forget(i)
         else:
             raise FrameError(f"unknown frame type {ftype}")
+
+    async def _await_release(self) -> None:
+        # Bounded: a receiver may legitimately hold arrays until it gets more
+        # messages; after the wait the pool grows or the array goes inline.
+        assert self._pool is not None
+        loop = self._loop
+        deadline = loop.time() + _RELEASE_WAIT_S
+        while self._pool.lent_bytes > self._shm_high_water and not self._wire.closed:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            if self._released is None or self._released.done():
+                self._released = loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._released), remaining)
+            except asyncio.TimeoutError:
+                return
 
     def _release_soon(self, seg_id: int) -> None:
         # Runs wherever the last view of a received array died (any thread):

@@ -74,6 +74,7 @@ class SegmentPool:
         self._total = 0
         self._next_id = 1
         self.evicted: list[int] = []
+        self.lent_bytes = 0
 
     def put(self, arr: np.ndarray, fortran: bool) -> int | None:
         """Copy ``arr`` into a segment lent to the peer; its id, or None."""
@@ -84,6 +85,7 @@ class SegmentPool:
         np.copyto(dest, arr, casting="no")
         del dest
         self._lent[seg.id] = seg
+        self.lent_bytes += seg.size
         return seg.id
 
     def release(self, seg_id: int) -> None:
@@ -91,6 +93,7 @@ class SegmentPool:
         if seg is None:
             logger.warning("peer released shared-memory segment %d that it does not hold", seg_id)
             return
+        self.lent_bytes -= seg.size
         self._free.setdefault(seg.size, []).append(seg)
 
     def close(self) -> None:
@@ -98,7 +101,7 @@ class SegmentPool:
             _unmap(seg.mm)
         self._lent.clear()
         self._free.clear()
-        self._total = 0
+        self._total = self.lent_bytes = 0
 
     def _take(self, size: int) -> _Segment | None:
         free = self._free.get(size)
