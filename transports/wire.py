@@ -28,6 +28,7 @@ import collections
 import logging
 import socket
 import struct
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -50,6 +51,8 @@ _BUF_SIZE = 256 * 1024            # frames up to this size are decoded in place
 _COALESCE = 64 * 1024             # payloads up to this size are joined into one write
 _WRITE_HIGH = 256 * 1024          # send() waits when more than this is unsent
 _ZEROS = memoryview(bytes(ALIGN))
+_CACHE_BLOCKS = 2                 # big-frame receive blocks kept for reuse...
+_CACHE_BLOCK_MAX = 256 << 20      # ...when at most this big
 _INBOX_PAUSE = 4096               # stop reading when recv() lags this many messages behind
 
 
@@ -69,6 +72,7 @@ class Wire(asyncio.BufferedProtocol):
         self._start = self._end = 0
         self._preamble = False
         self._direct: np.ndarray | None = None  # destination block of a big frame
+        self._blocks: list[np.ndarray] = []
         self._dmv: memoryview | None = None
         self._doff = 0
         self._dframe: tuple = ()
@@ -117,6 +121,9 @@ class Wire(asyncio.BufferedProtocol):
             self._parse()
         except TransportError as exc:
             self.fail(exc)
+        except Exception as exc:  # a bug of ours: still only this connection goes
+            logger.exception("error while reading from %s", self.label)
+            self.fail(FrameError(f"internal error while reading: {exc!r}"))
 
     def eof_received(self) -> None:
         if self._dmv is not None or self._end > self._start:
@@ -131,6 +138,7 @@ class Wire(asyncio.BufferedProtocol):
         exc = self._error or (ConnectionClosed(f"connection {self.label} lost: {exc}") if exc else None)
         self.close_exc = exc
         self._direct = self._dmv = None
+        self._blocks = []
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
         if self._drain is not None and not self._drain.done():
@@ -218,7 +226,7 @@ class Wire(asyncio.BufferedProtocol):
         start = self._start
         spans = _spans(self._buf, start + _P, nbufs, plen)
         header = bytes(self._mv[start + _P + 8 * nbufs:start + meta])
-        block = np.empty(plen, np.uint8)
+        block = self._take_block(plen)
         got = avail - meta
         block[:got] = np.frombuffer(self._buf, np.uint8, got, start + meta)
         self._start = self._end = 0
@@ -226,6 +234,27 @@ class Wire(asyncio.BufferedProtocol):
             self._grow(_BUF_SIZE)
         self._direct, self._dmv, self._doff = block, memoryview(block), got
         self._dframe = (ftype, header, spans)
+
+    def _take_block(self, size: int) -> np.ndarray:
+        """A destination block for a big frame, reusing one the user has dropped.
+
+        Faulting in fresh pages costs about a third of a 64 MiB TCP receive
+        (measured: 7-11 ms of ~30 ms), so the last few blocks are kept and
+        reused once nothing but this cache refers to them (every array decoded
+        from a block keeps it as its base, so the refcount tells).
+        """
+        cache = self._blocks
+        for i in range(len(cache)):
+            if cache[i].size == size and sys.getrefcount(cache[i]) == 2:  # the cache, the argument
+                block = cache.pop(i)
+                break
+        else:
+            block = np.empty(size, np.uint8)
+        if size <= _CACHE_BLOCK_MAX:
+            cache.append(block)
+            if len(cache) > _CACHE_BLOCKS:
+                del cache[0]
+        return block
 
     def _finish_direct(self) -> None:
         block, (ftype, header, spans) = self._direct, self._dframe

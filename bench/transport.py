@@ -1,0 +1,335 @@
+"""Transport benchmark: our TCP and shared-memory connections against their limits.
+
+Between this process and a peer process on the same host, for 1 KiB, 1 MiB,
+64 MiB and 256 MiB messages, the one-way throughput of
+
+* ``tcp``        our Connection, mode="tcp"
+* ``shm``        our Connection, mode="shm" (arrays through memfd segments)
+* ``raw-socket`` a blocking socket: sendall / recv_into a preallocated buffer
+* ``memcpy``     in-process ``np.copyto`` into a preallocated array (the copy limit)
+
+and the small-message round trip of our Connection (``transport-rtt``) beside
+a minimal uvloop + msgpack length-prefixed echo (``raw-echo``). Medians of
+repeated runs after a warm-up. Prints a table; ``--json PATH`` writes
+``{"rows": [{"transport", "size", "GBps", "us"}, ...]}``. Never asserts.
+
+    python bench/transport.py [--quick] [--json PATH]
+
+``raw_echo_rtt_us`` and ``print_table`` are importable for other benches.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from typing import Any, Iterator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import msgpack  # noqa: E402
+import numpy as np  # noqa: E402
+import uvloop  # noqa: E402
+
+from transports import PeerInfo, TransportConfig, connect, listen, local_host_id, new_incarnation  # noqa: E402
+
+SIZES = [1 << 10, 1 << 20, 64 << 20, 256 << 20]
+_LEN = struct.Struct("<I")
+
+
+def _count(size: int) -> int:
+    """Messages per timed run: enough bytes to time, bounded in run time."""
+    return max(1, min(2000, (128 << 20) // size))
+
+
+def _identity(name: str) -> PeerInfo:
+    return PeerInfo(name, new_incarnation(), local_host_id())
+
+
+# ---- peer process ---------------------------------------------------------------
+
+async def _peer_transport(mode: str) -> None:
+    """Echo every message that is not an array; drop arrays (a sink for them)."""
+    def on_connection(conn):
+        def on_message(msg: Any) -> None:
+            if not isinstance(msg, np.ndarray):
+                conn.send_nowait(msg)
+        conn.start(on_message, lambda exc: None)
+
+    listener = await listen("127.0.0.1", 0, on_connection, identity=_identity("bench-peer"),
+                            config=TransportConfig(mode=mode))
+    print("ADDRESS", listener.address, flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await listener.close()
+
+
+class _EchoProtocol(asyncio.Protocol):
+    """The raw-echo baseline: length-prefixed msgpack, decoded and re-encoded."""
+
+    def connection_made(self, transport):
+        self.transport = transport
+        self.buf = b""
+
+    def data_received(self, data):
+        buf = self.buf + data
+        while len(buf) >= 4:
+            (n,) = _LEN.unpack_from(buf)
+            if len(buf) < 4 + n:
+                break
+            body = msgpack.packb(msgpack.unpackb(buf[4:4 + n]))
+            self.transport.write(_LEN.pack(len(body)) + body)
+            buf = buf[4 + n:]
+        self.buf = buf
+
+
+async def _peer_raw_echo() -> None:
+    server = await asyncio.get_running_loop().create_server(_EchoProtocol, "127.0.0.1", 0)
+    print("ADDRESS", "127.0.0.1:%d" % server.sockets[0].getsockname()[1], flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    server.close()
+
+
+def _peer_raw_socket() -> None:
+    """Per round: read (size, count), receive count*size bytes into one buffer, ack."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    print("ADDRESS", "127.0.0.1:%d" % lsock.getsockname()[1], flush=True)
+    conn, _ = lsock.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray(max(SIZES))
+    view = memoryview(buf)
+    while True:
+        head = conn.recv(16, socket.MSG_WAITALL)
+        if len(head) < 16:
+            return
+        size, count = struct.unpack("<QQ", head)
+        for _ in range(count):
+            got = 0
+            while got < size:
+                n = conn.recv_into(view[got:size])
+                if not n:
+                    return
+                got += n
+        conn.sendall(b"k")
+
+
+@contextlib.contextmanager
+def _peer(*args: str) -> Iterator[str]:
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--peer", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("ADDRESS "):
+            raise RuntimeError(f"bench peer did not start: {line!r}")
+        yield line.split()[1]
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+
+
+# ---- measurements ---------------------------------------------------------------
+
+def _median_time(run, reps: int) -> float:
+    run()  # warm-up: faults pages in, fills pools
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _row(transport: str, size: int, seconds: float, count: int) -> dict:
+    return {"transport": transport, "size": size, "GBps": size * count / seconds / 1e9,
+            "us": seconds / count * 1e6}
+
+
+def bench_memcpy(size: int, reps: int) -> dict:
+    src = np.ones(size, np.uint8)
+    dst = np.empty_like(src)
+    count = _count(size)
+
+    def run():
+        for _ in range(count):
+            np.copyto(dst, src)
+    return _row("memcpy", size, _median_time(run, reps), count)
+
+
+def bench_raw_socket(sizes: list[int], reps: int) -> list[dict]:
+    rows = []
+    with _peer("raw-socket") as address:
+        host, port = address.rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for size in sizes:
+            data = memoryview(np.ones(size, np.uint8))
+            count = _count(size)
+
+            def run():
+                sock.sendall(struct.pack("<QQ", size, count))
+                for _ in range(count):
+                    sock.sendall(data)
+                assert sock.recv(1) == b"k"
+            rows.append(_row("raw-socket", size, _median_time(run, reps), count))
+        sock.close()
+    return rows
+
+
+async def _amedian_time(run, reps: int) -> float:
+    await run()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        await run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def bench_transport(mode: str, sizes: list[int], reps: int) -> list[dict]:
+    rows = []
+    with _peer("transport", mode) as address:
+        conn = await connect(address, identity=_identity("bench"), config=TransportConfig(mode=mode))
+        assert conn.kind == mode
+        for size in sizes:
+            arr = np.ones(size, np.uint8)
+            count = _count(size)
+
+            async def run():
+                for _ in range(count):
+                    await conn.send(arr)
+                await conn.send("sync")
+                assert await conn.recv() == "sync"
+            rows.append(_row(mode, size, await _amedian_time(run, reps), count))
+        rows.append({**await _rtt(conn, 2000, reps), "transport": "transport-rtt"})
+        await conn.close()
+    return rows
+
+
+async def _rtt(conn, n: int, reps: int) -> dict:
+    msg = {"op": "ping", "i": 1}
+
+    async def run():
+        for _ in range(n):
+            await conn.send(msg)
+            await conn.recv()
+    seconds = await _amedian_time(run, reps)
+    return _row("transport-rtt", len(msgpack.packb(msg)), seconds, n)
+
+
+class _EchoClient(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future | None = None
+        self.buf = b""
+
+    def data_received(self, data):
+        self.buf += data
+        if len(self.buf) >= 4 and len(self.buf) >= 4 + _LEN.unpack_from(self.buf)[0]:
+            n = _LEN.unpack_from(self.buf)[0]
+            msg, self.buf = msgpack.unpackb(self.buf[4:4 + n]), self.buf[4 + n:]
+            self.waiter.set_result(msg)
+
+
+async def _raw_echo_rtt(address: str, n: int, reps: int) -> float:
+    loop = asyncio.get_running_loop()
+    host, port = address.rsplit(":", 1)
+    transport, proto = await loop.create_connection(_EchoClient, host, int(port))
+    msg = {"op": "ping", "i": 1}
+
+    async def run():
+        for _ in range(n):
+            proto.waiter = loop.create_future()
+            body = msgpack.packb(msg)
+            transport.write(_LEN.pack(len(body)) + body)
+            await proto.waiter
+    seconds = await _amedian_time(run, reps)
+    transport.close()
+    return seconds / n * 1e6
+
+
+def raw_echo_rtt_us(n: int = 2000, reps: int = 5) -> float:
+    """Round trip (us) of a minimal uvloop + msgpack echo to a peer process."""
+    with _peer("raw-echo") as address:
+        return uvloop.run(_raw_echo_rtt(address, n, reps))
+
+
+def print_table(rows: list[dict], file=sys.stdout) -> None:
+    print(f"{'transport':<14}{'size':>12}{'GB/s':>10}{'us/msg':>12}", file=file)
+    for r in rows:
+        size = r["size"]
+        label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB" if size >= 1 << 10 else f"{size} B"
+        print(f"{r['transport']:<14}{label:>12}{r['GBps']:>10.2f}{r['us']:>12.1f}", file=file)
+
+
+def _summary(rows: list[dict]) -> list[str]:
+    get = {(r["transport"], r["size"]): r for r in rows}
+    lines = []
+    big = 64 << 20
+    if ("shm", big) in get and ("memcpy", big) in get:
+        lines.append(f"shm / memcpy at 64 MiB: {get['shm', big]['GBps'] / get['memcpy', big]['GBps']:.2f}x")
+    if ("tcp", big) in get and ("raw-socket", big) in get:
+        lines.append(f"tcp / raw-socket at 64 MiB: {get['tcp', big]['GBps'] / get['raw-socket', big]['GBps']:.2f}x")
+    rtt = [r for r in rows if r["transport"] == "transport-rtt"]
+    echo = [r for r in rows if r["transport"] == "raw-echo"]
+    if rtt and echo:
+        lines.append(f"transport-rtt / raw-echo: {min(r['us'] for r in rtt) / echo[0]['us']:.2f}x")
+    return lines
+
+
+async def _main_async(reps: int) -> list[dict]:
+    rows = []
+    for mode in ("tcp", "shm"):
+        rows += await bench_transport(mode, SIZES, reps)
+    with _peer("raw-echo") as address:
+        us = await _raw_echo_rtt(address, 2000, reps)
+    rows.append({"transport": "raw-echo", "size": len(msgpack.packb({"op": "ping", "i": 1})),
+                 "GBps": 0.0, "us": us})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.peer:
+        role = args.peer[0]
+        if role == "transport":
+            uvloop.run(_peer_transport(args.peer[1]))
+        elif role == "raw-echo":
+            uvloop.run(_peer_raw_echo())
+        else:
+            _peer_raw_socket()
+        return
+    reps = 3 if args.quick else 7
+    rows = [bench_memcpy(size, reps) for size in SIZES]
+    rows += bench_raw_socket(SIZES, reps)
+    rows += uvloop.run(_main_async(reps))
+    for r in rows:
+        if r["transport"] == "transport-rtt":
+            r["GBps"] = 0.0
+    order = ["shm", "tcp", "raw-socket", "memcpy", "transport-rtt", "raw-echo"]
+    rows.sort(key=lambda r: (order.index(r["transport"]), r["size"]))
+    print_table(rows)
+    for line in _summary(rows):
+        print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
