@@ -48,7 +48,8 @@ def test_every_catalogue_op_has_a_cpu_kernel():
         text = f.read()
 
     named = set(re.findall(r"`([A-Z_][A-Za-z]+)`", text)) - stateful
-    named = {n for n in named if not n.endswith("Error")}  # error names, not ops
+    # error names and Python literals are not ops
+    named = {n for n in named if not n.endswith("Error") and n not in ("None", "True", "False")}
     missing = sorted(op for op in named if not kernels.has_kernel(op, CPU))
     assert missing == []
 
