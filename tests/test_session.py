@@ -220,3 +220,16 @@ def test_unreachable_target_is_unavailable(graph, monkeypatch):
             sess.run(dt.constant(1.0))
     finally:
         sess.close()
+
+
+async def test_a_server_told_training_is_over_returns_from_join():
+    import threading
+    from distrib.server import request_stop
+    s = dt.Server.create_local_server()
+    joined = threading.Event()
+    t = threading.Thread(target=lambda: (s.join(), joined.set()), daemon=True)
+    t.start()
+    assert not joined.wait(0.2)
+    await request_stop(s.target)
+    assert await asyncio.get_running_loop().run_in_executor(None, joined.wait, 10)
+    t.join(5)

@@ -13,7 +13,8 @@ import contextlib
 import logging
 import os
 import threading
-from typing import Any, AsyncIterator
+import time
+from typing import Any, AsyncIterator, Callable
 
 from distrib.actors import ActorSystem
 from distrib.cluster import ClusterSpec
@@ -88,6 +89,7 @@ class ServerCore:
         self.started = False
         self.stopped = asyncio.Event()
         self._stop_requested: asyncio.Event | None = None
+        self.on_stop_requested: Callable[[], None] | None = None
 
     @property
     def target(self) -> str:
@@ -139,10 +141,25 @@ class _ServerControl:
     def request_stop(self) -> bool:
         if self._core._stop_requested is not None:
             self._core._stop_requested.set()
+        if self._core.on_stop_requested is not None:
+            self._core.on_stop_requested()
         return True
 
     def task(self) -> str:
         return self._core.task
+
+
+async def request_stop(target: str, timeout: float = 10.0) -> None:
+    """Tell the server at ``target`` ('distrib://host:port' or 'host:port') that
+    training is over: its ``join()`` returns and the CLI exits 0. This is how a
+    chief worker releases the ps tasks, which otherwise serve forever."""
+    from distrib.actors import ActorSystem, client_name
+    from distrib.session import parse_target
+    system = await ActorSystem(client_name(), listen=False).start()
+    try:
+        await system.ref(parse_target(target), "server").call("request_stop", timeout=timeout)
+    finally:
+        await system.shutdown()
 
 
 @contextlib.asynccontextmanager
@@ -170,6 +187,7 @@ class Server:
         self._core = ServerCore(server_or_cluster_def, job_name, task_index, config)
         self._loop: _LoopThread | None = None
         self._stopped = threading.Event()
+        self._stop_requested = threading.Event()
         self._lock = threading.Lock()
         if start:
             self.start()
@@ -201,14 +219,26 @@ class Server:
             self._loop = _LoopThread(f"distrib-server {self._core.task}")
             try:
                 self._loop.run(self._core.start())
+                self._core.on_stop_requested = self._stop_requested.set
             except BaseException:
                 self._loop.stop()
                 self._loop = None
                 raise
 
     def join(self, timeout: float | None = None) -> bool:
-        """Block until the server stops (or ``timeout`` seconds); True if it stopped."""
-        return self._stopped.wait(timeout)
+        """Block until the server stops, or a peer tells it that training is over
+        (:func:`request_stop`), or ``timeout`` seconds pass; True if it stopped.
+        A server told to stop shuts down before join returns."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stopped.is_set():
+            if self._stop_requested.is_set():
+                self.stop()
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._stopped.wait(0.05 if left is None else min(0.05, left))
+        return True
 
     def stop(self) -> None:
         with self._lock:
