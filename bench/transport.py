@@ -262,26 +262,54 @@ async def _raw_echo_rtt(address: str, n: int, reps: int) -> float:
     return seconds / n * 1e6
 
 
+class _Pong:
+    def ping(self, x):
+        return x
+
+
+async def _peer_actor() -> None:
+    from distrib.actors import ActorSystem
+    system = await ActorSystem("/job:pong/task:0").start()
+    system.spawn("pong", _Pong())
+    print(f"ADDRESS {system.address}", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await system.shutdown()
+
+
+def _actor_call_run(ref, n: int):
+    async def run():
+        for _ in range(n):
+            await ref.call("ping", _PING)
+    return run
+
+
 async def bench_rtt(n: int, reps: int) -> list[dict]:
-    """transport-rtt (mode auto, as the runtime uses it) and raw-echo, runs interleaved
-    so that both see the same machine load."""
-    with _peer("transport", "auto") as address, _peer("raw-echo") as echo_address:
+    """transport-rtt (mode auto, as the runtime uses it), actor-call (one call of
+    distrib's actor runtime on top of it) and raw-echo, runs interleaved so that
+    all three see the same machine load."""
+    from distrib.actors import ActorSystem
+    with _peer("transport", "auto") as address, _peer("raw-echo") as echo_address, \
+            _peer("actor") as actor_address:
         conn = await connect(address, identity=_identity("bench"))
         echo_transport, echo_run = await _raw_echo_client(echo_address, n)
+        system = await ActorSystem("/job:bench/task:0", listen=False).start()
         ours_run = _transport_rtt_run(conn, n)
-        await ours_run()
-        await echo_run()
-        ours, theirs = [], []
+        actor_run = _actor_call_run(system.ref(actor_address, "pong"), n)
+        runs = [(ours_run, []), (actor_run, []), (echo_run, [])]
+        for run, _ in runs:
+            await run()
         for _ in range(reps):
-            for run, times in ((ours_run, ours), (echo_run, theirs)):
+            for run, times in runs:
                 t0 = time.perf_counter()
                 await run()
                 times.append(time.perf_counter() - t0)
         echo_transport.close()
         await conn.close()
+        await system.shutdown()
     size = len(msgpack.packb(_PING))
-    return [{"transport": "transport-rtt", "size": size, "GBps": 0.0, "us": statistics.median(ours) / n * 1e6},
-            {"transport": "raw-echo", "size": size, "GBps": 0.0, "us": statistics.median(theirs) / n * 1e6}]
+    return [{"transport": name, "size": size, "GBps": 0.0,
+             "us": statistics.median(times) / n * 1e6}
+            for name, (_, times) in zip(("transport-rtt", "actor-call", "raw-echo"), runs)]
 
 
 def raw_echo_rtt_us(n: int = 2000, reps: int = 5) -> float:
@@ -308,8 +336,11 @@ def _summary(rows: list[dict]) -> list[str]:
         lines.append(f"tcp / raw-socket at 64 MiB: {get['tcp', big]['GBps'] / get['raw-socket', big]['GBps']:.2f}x")
     rtt = [r for r in rows if r["transport"] == "transport-rtt"]
     echo = [r for r in rows if r["transport"] == "raw-echo"]
+    actor = [r for r in rows if r["transport"] == "actor-call"]
     if rtt and echo:
         lines.append(f"transport-rtt / raw-echo: {rtt[0]['us'] / echo[0]['us']:.2f}x")
+    if actor and echo:
+        lines.append(f"actor-call / raw-echo: {actor[0]['us'] / echo[0]['us']:.2f}x (target <= 2x)")
     return lines
 
 
@@ -332,6 +363,8 @@ def main() -> None:
             uvloop.run(_peer_transport(args.peer[1]))
         elif role == "raw-echo":
             uvloop.run(_peer_raw_echo())
+        elif role == "actor":
+            uvloop.run(_peer_actor())
         else:
             _peer_raw_socket()
         return
@@ -339,7 +372,7 @@ def main() -> None:
     rows = [bench_memcpy(size, reps) for size in SIZES]
     rows += bench_raw_socket(SIZES, reps)
     rows += uvloop.run(_main_async(reps))
-    order = ["shm", "tcp", "raw-socket", "memcpy", "transport-rtt", "raw-echo"]
+    order = ["shm", "tcp", "raw-socket", "memcpy", "transport-rtt", "actor-call", "raw-echo"]
     rows.sort(key=lambda r: (order.index(r["transport"]), r["size"]))
     print_table(rows)
     for line in _summary(rows):
