@@ -1,16 +1,17 @@
 """``make demo``: a small cluster on loopback, end to end.
 
-1. Two worker servers start as separate processes through the CLI
-   (``python -m distrib.server --cluster config.json ...``), the seed's
-   config.json example; this process is the "host" task.
-2. The host runs the seed's graph: matmuls pinned to worker 0 and worker 1,
-   the result fetched to the host.
-3. Tensors of growing size move from worker 0 to worker 1 (over shared
-   memory, the default between co-located tasks) and, with a second pair of
-   workers started with ``DISTRIB_TRANSPORT=tcp``, over TCP; the demo prints
-   sizes, the transport and the throughput of each step.
+1. Training, the main job: 1 ps and 2 workers of ``examples/trainer.py`` as
+   separate processes (async between-graph replication of an MLP on the 8x8
+   digits), their progress, the final accuracy and the wall time.
+2. The seed's config.json example: two worker servers started through the
+   CLI (``python -m distrib.server --cluster config.json ...``), this process
+   as the "host" task running matmuls pinned to each worker.
+3. Tensors of growing size moving from worker 0 to worker 1, over shared
+   memory (the default between co-located tasks) and over forced TCP.
 
-Every process it starts is stopped at the end, also on Ctrl-C.
+Every process it starts is stopped at the end, also on Ctrl-C. Each child
+uses one BLAS thread: several numpy processes on one small host otherwise
+spin-wait against each other.
 """
 from __future__ import annotations
 
@@ -115,17 +116,53 @@ def transfer_table(dt, spec: dict, transport: str) -> None:
         server.stop()
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAINER = os.path.join(ROOT, "examples", "trainer.py")
+
+
+def train_cluster(env: dict[str, str], procs: list[subprocess.Popen], logdir: str,
+                  steps: int) -> None:
+    ps, w0, w1 = free_ports(3)
+    flags = [f"--ps_hosts=localhost:{ps}", f"--worker_hosts=localhost:{w0},localhost:{w1}",
+             f"--train_steps={steps}", "--log_every=250"]
+    t0 = time.perf_counter()
+    roles = [("ps", 0), ("worker", 1), ("worker", 0)]
+    for job, i in roles:
+        extra = [f"--logdir={logdir}"] if (job, i) == ("worker", 0) else []
+        procs.append(subprocess.Popen(
+            [sys.executable, TRAINER, f"--job_name={job}", f"--task_index={i}", *flags, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+        print(f"  started /job:{job}/task:{i} (pid {procs[-1].pid})")
+    chief = procs[-1]
+    results = []
+    for line in chief.stdout:
+        line = line.rstrip()
+        if "examples/s" in line or line.startswith("done"):
+            print("  chief:", line.split(": ", 1)[-1] if "trainer:" in line else line)
+        if line.startswith("done"):
+            results.append(line)
+    for p in procs[-3:]:
+        p.wait(60)
+    if not results:
+        raise SystemExit("training did not finish: see the trainer's output above")
+    print(f"  {results[-1]}; wall time {time.perf_counter() - t0:.1f}s; "
+          f"ps exit {procs[-3].returncode}, workers exit {procs[-2].returncode}, "
+          f"{procs[-1].returncode}")
+
+
 def main() -> int:
     import distrib as dt
-    env = dict(os.environ)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+               MKL_NUM_THREADS="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     procs: list[subprocess.Popen] = []
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         stack.callback(stop, procs)
-        print("1) starting the seed's cluster: two workers as processes, this process as host")
+        print("1) training: 1 ps + 2 workers of examples/trainer.py, async between-graph")
+        train_cluster(env, procs, os.path.join(tmp, "logs"), steps=2000)
+        print("2) the seed's config.json example: two workers via the CLI, this process as host")
         cfg, spec = cluster_files(tmp, "config")
         procs += [start_worker(cfg, i, env) for i in (0, 1)]
-        print("2) the seed's config.json graph: matmul on worker 0, matmul + log on worker 1")
         seed_example(dt, spec)
         print("3) tensors crossing tasks, shared memory (auto) then TCP (forced)")
         transfer_table(dt, spec, "shm")
