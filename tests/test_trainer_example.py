@@ -62,3 +62,12 @@ def test_async_between_graph_training_reaches_target_accuracy(tmp_path):
     assert "restored" in again[1].stdout.lower(), again[1].stdout[-2000:]
     step2, acc2 = done_line(again[1].stdout)
     assert step2 >= 700 and acc2 >= 0.9
+
+
+def test_in_graph_replication_example_trains_one_tower_per_worker():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "in_graph.py"),
+                          "--train_steps=200"], capture_output=True, text=True, timeout=120,
+                         env=child_env(OPENBLAS_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    step, acc = done_line(out.stdout)
+    assert step == 200 and acc >= 0.85
