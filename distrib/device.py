@@ -27,6 +27,7 @@ __all__ = ["DeviceSpec", "merge_device", "canonical_device", "check_device_strin
 _VALID_FORM = ("valid forms: '/job:NAME/replica:N/task:N/device:TYPE:N' (any part may be "
                "left out), '/cpu:0', '/gpu:1', 'GPU:0', '/device:CPU:*', or ''")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_SHORT_TYPES = frozenset({"CPU", "GPU", "TPU"})
 
 
 class DeviceSpec:
@@ -78,9 +79,9 @@ class DeviceSpec:
             elif key == "device" and len(fields) in (2, 3) and fields[1]:
                 self.device_type = _normalize_type(fields[1])
                 self.device_index = _parse_index(fields[2]) if len(fields) == 3 else None
-            elif len(fields) == 2 and fields[0] and _NAME_RE.match(fields[0]) and key not in (
-                    "job", "replica", "task", "device"):
-                # the short forms "/cpu:0", "/gpu:1", "GPU:0"
+            elif len(fields) == 2 and key.upper() in _SHORT_TYPES:
+                # the short forms "/cpu:0", "/gpu:1", "GPU:0" (only for known device
+                # types: "/taks:1" is a typo, not a device type)
                 self.device_type = _normalize_type(fields[0])
                 self.device_index = _parse_index(fields[1])
             else:

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from distrib.errors import InvalidArgumentError
+
 from distrib.cluster import ClusterSpec
 from distrib.training.device_setter import (STANDARD_PS_OPS, GreedyLoadBalancingStrategy,
                                             byte_size_load_fn, replica_device_setter)
@@ -130,7 +132,7 @@ def test_non_callable_strategy_is_a_type_error() -> None:
 
 def test_bad_device_string_names_it() -> None:
     setter = replica_device_setter(ps_tasks=1)
-    with pytest.raises(ValueError, match=r"'/job:ps/taks:1'"):
+    with pytest.raises(InvalidArgumentError, match=r"'/job:ps/taks:1'"):
         place(setter, "VariableV2", "/job:ps/taks:1")
 
 

@@ -14,21 +14,20 @@ called once per new op with that op and returns the op's device string:
 
 The op is anything with ``.type`` (the op type, e.g. ``"VariableV2"``) and
 ``.device`` (the device requested so far, maybe ``""``); TF's ``node_def.op``
-is accepted too. Device strings are parsed by a small private
-:class:`_DeviceSpec` so this module depends on nothing but the string form
-``/job:J/replica:R/task:T/device:TYPE:I`` (and the short ``/cpu:0``,
-``/gpu:1``).
+is accepted too. Device strings are parsed and merged by
+:class:`distrib.device.DeviceSpec`, like every device string in distrib.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from distrib.cluster import ClusterSpec
+from distrib.device import DeviceSpec
 
 logger = logging.getLogger(__name__)
 
@@ -41,87 +40,14 @@ STANDARD_PS_OPS: tuple[str, ...] = (
     "MutableDenseHashTable", "MutableDenseHashTableV2", "VarHandleOp",
 )
 
-# The device types a bare "/cpu:0" may name; "/device:TYPE:I" takes any type.
-_SHORT_DEVICE_TYPES = frozenset({"CPU", "GPU", "TPU"})
 
 PsStrategy = Callable[[Any], int]
 DeviceFunction = Callable[[Any], str]
 
 
-# -- device strings -------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _DeviceSpec:
-    """A parsed device string; ``None`` fields are unset (they merge away)."""
-
-    job: str | None = None
-    replica: int | None = None
-    task: int | None = None
-    device_type: str | None = None
-    device_index: int | None = None
-
-    @classmethod
-    def parse(cls, spec: str) -> _DeviceSpec:
-        fields: dict[str, Any] = {}
-        for part in spec.split("/"):
-            if part:
-                _parse_part(spec, part.split(":"), fields)
-        return cls(**fields)
-
-    def merged_with(self, other: _DeviceSpec) -> _DeviceSpec:
-        """This spec with every field that ``other`` sets taken from ``other``."""
-        return _DeviceSpec(
-            job=other.job if other.job is not None else self.job,
-            replica=other.replica if other.replica is not None else self.replica,
-            task=other.task if other.task is not None else self.task,
-            device_type=other.device_type if other.device_type is not None else self.device_type,
-            device_index=other.device_index if other.device_index is not None else self.device_index,
-        )
-
-    def __str__(self) -> str:
-        out = []
-        if self.job is not None:
-            out.append(f"/job:{self.job}")
-        if self.replica is not None:
-            out.append(f"/replica:{self.replica}")
-        if self.task is not None:
-            out.append(f"/task:{self.task}")
-        if self.device_type is not None:
-            index = "*" if self.device_index is None else str(self.device_index)
-            out.append(f"/device:{self.device_type}:{index}")
-        return "".join(out)
-
-
-def _parse_int(spec: str, what: str, text: str) -> int:
-    if not text.isdigit():
-        raise ValueError(f"Bad {what} {text!r} in device string {spec!r}: write an int, e.g. '/job:ps/task:0'")
-    return int(text)
-
-
-def _set_device(spec: str, fields: dict[str, Any], device_type: str, index: str | None) -> None:
-    if "device_type" in fields:
-        raise ValueError(f"Device string {spec!r} names more than one device type")
-    # TF upper-cases the short form ("/gpu:0"); upper-casing "/device:gpu:0" too
-    # keeps one spelling per device so merged strings compare equal.
-    fields["device_type"] = device_type.upper()
-    if index is not None and index != "*":
-        fields["device_index"] = _parse_int(spec, "device index", index)
-
-
-def _parse_part(spec: str, pieces: list[str], fields: dict[str, Any]) -> None:
-    key = pieces[0]
-    if len(pieces) == 2 and key == "job":
-        fields["job"] = pieces[1]
-    elif len(pieces) == 2 and key in ("replica", "task"):
-        fields[key] = _parse_int(spec, key, pieces[1])
-    elif len(pieces) in (1, 2) and key.upper() in _SHORT_DEVICE_TYPES:
-        _set_device(spec, fields, key, pieces[1] if len(pieces) == 2 else None)
-    elif len(pieces) == 3 and key == "device":
-        _set_device(spec, fields, pieces[1], pieces[2])
-    else:
-        raise ValueError(
-            f"Unknown part {'/' + ':'.join(pieces)!r} in device string {spec!r}: "
-            "write /job:J/replica:R/task:T/device:TYPE:I (any part may be left out)")
+def _parse(spec: str) -> DeviceSpec:
+    """The one device-string parser of distrib (``distrib.device``)."""
+    return DeviceSpec.from_string(spec)
 
 
 # -- strategies -----------------------------------------------------------------
@@ -251,21 +177,21 @@ class _ReplicaDeviceChooser:
         # Without merging, a device the op already has is final.
         if not self.merge_devices and op.device:
             return op.device
-        current = _DeviceSpec.parse(op.device or "")
+        current = _parse(op.device or "")
         if self.ps_tasks and self.ps_device and _op_type(op) in self.ps_ops:
-            ps = _DeviceSpec.parse(self.ps_device)
+            ps = _parse(self.ps_device)
             # The strategy picks a task only when the ps job survives the merge:
             # an op pinned to another job keeps its own task, and the strategy's
             # turn is not spent on it.
             if ps.job and (not current.job or current.job == ps.job):
-                ps = replace(ps, task=self.ps_strategy(op))
-            return str(ps.merged_with(current))
-        return str(_DeviceSpec.parse(self.worker_device or "").merged_with(current))
+                ps = ps.replace(task=self.ps_strategy(op))
+            return ps.merge_from(current).to_string()
+        return _parse(self.worker_device or "").merge_from(current).to_string()
 
 
 def _ps_tasks_from_cluster(cluster: ClusterSpec | Mapping[str, Any], ps_device: str) -> int:
     spec = cluster if isinstance(cluster, ClusterSpec) else ClusterSpec(cluster)
-    ps_job = _DeviceSpec.parse(ps_device).job
+    ps_job = _parse(ps_device).job
     if ps_job not in spec.jobs:
         return 0
     return spec.num_tasks(ps_job)
