@@ -1,0 +1,53 @@
+"""A bad graph from a client is a typed error for that client; the server
+keeps serving everyone else. GraphDefs are sent straight to the master
+service, as a buggy or hostile client could."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.actors import ActorSystem
+from distrib.errors import InvalidArgumentError, NotFoundError, OpError
+from distrib.session import parse_target
+
+
+def node(name, op, inputs=(), **attrs):
+    return {"name": name, "op": op, "inputs": list(inputs), "device": "", "attrs": attrs}
+
+
+BAD_GRAPHS = [
+    ({"nodes": "not a list"}, ["x:0"], InvalidArgumentError),
+    ({"nodes": [{"op": "Const"}]}, ["x:0"], InvalidArgumentError),
+    ({"nodes": [node("x", "Add", ["ghost:0", "ghost:0"])]}, ["x:0"], NotFoundError),
+    ({"nodes": [node("a", "Neg", ["b:0"]), node("b", "Neg", ["a:0"])]}, ["a:0"],
+     InvalidArgumentError),
+    ({"nodes": [node("x", "NoSuchOpType")]}, ["x:0"], NotFoundError),
+    ({"nodes": [node("x", "Const", value=[1, [2, 3]], dtype="float32")]}, ["x:0"], OpError),
+    ({"nodes": [node("x", "Const", value=np.ones(3, np.float32), dtype="float32"),
+                node("y", "MatMul", ["x:0", "x:0"])]}, ["y:0"], InvalidArgumentError),
+    ({"nodes": [node("x", "Const", value=1.0, dtype="float32", )]}, ["x:7"], OpError),
+]
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = dt.Server.create_local_server()
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("graph_def,fetches,error", BAD_GRAPHS)
+async def test_bad_graph_is_a_typed_error_and_the_server_keeps_serving(server, graph_def,
+                                                                        fetches, error):
+    system = await ActorSystem("client:bad", listen=False).start()
+    try:
+        master = system.ref(parse_target(server.target), "master")
+        with pytest.raises(error):
+            handle = await master.call("create_session", graph_def, {})
+            await master.call("run", handle, fetches, [], {}, None)
+    finally:
+        await system.shutdown()
+    with dt.Graph().as_default():
+        async with dt.Session(server.target) as sess:
+            assert await sess.run(dt.constant(2.0) * 21.0) == 42.0
