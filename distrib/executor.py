@@ -9,18 +9,33 @@ either blocked on a receive that the other can only satisfy after its own
 receive.
 
 Kernels come from the one registry in ``kernels``. A kernel that costs more
-than a fraction of a millisecond runs on a thread (numpy releases the GIL), so
-the event loop keeps answering heartbeats, rendezvous pushes and other
-sessions while a big matmul runs.
+than a fraction of a millisecond runs on a thread of a small kernel pool
+(numpy releases the GIL), so the event loop keeps answering heartbeats,
+rendezvous pushes and other sessions while a big matmul runs, and independent
+heavy kernels of one step (the two matmuls of a layer's backward pass) run at
+the same time, as TensorFlow's inter-op pool does. ``DISTRIB_INTER_OP_THREADS``
+sizes the pool (default: the number of cores; 1 runs heavy kernels one at a
+time). A value is dropped as soon as its last consumer has started, so big
+activations do not live for the whole step.
 
 Stateful ops (variables and their updates, ``docs/ops.md``) run here against
-the task's :class:`VariableStore`, which outlives steps and sessions.
+the task's :class:`VariableStore`, which outlives steps and sessions. Reading
+a variable does not copy it: the store copies on write instead (an update
+finds the array shared, by its reference count, only while some step, fetch
+or send still holds a read of it), so a read is always a snapshot and a
+training step whose reads are done before its updates copies nothing.
+Updates run on the event loop, so they are atomic with respect to reads and
+to each other (no lost updates between asynchronous replicas).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
+import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Protocol
 
 import numpy as np
@@ -43,6 +58,10 @@ STATEFUL_OPS = frozenset({
 })
 
 
+_UPDATE_OPS = frozenset({"Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent",
+                         "ApplyMomentum", "ApplyAdagrad", "ApplyAdam"})
+
+
 class StepChannel(Protocol):
     """How a partition talks to the other partitions of the same step."""
 
@@ -53,11 +72,16 @@ class StepChannel(Protocol):
 
 class VariableStore:
     """The variables a task owns, by shared name. They outlive steps and
-    sessions: every client that names a variable sees the same storage."""
+    sessions: every client that names a variable sees the same storage.
+
+    A stored array is never changed while anyone else holds it: in-place
+    updates go through :meth:`writable`, which copies first when the array is
+    shared (copy on write). Readers therefore take the array itself."""
 
     def __init__(self, task: str = "") -> None:
         self.task = task
         self._values: dict[str, Any] = {}
+        self._owned: set[int] = set()   # ids of the stored arrays, see owns()
 
     def __contains__(self, name: str) -> bool:
         return name in self._values
@@ -74,14 +98,56 @@ class VariableStore:
                 "(e.g. dt.global_variables_initializer()) or restore a checkpoint first",
                 task=self.task or None, op=op) from None
 
+    def writable(self, name: str, op: str | None = None) -> Any:
+        """The variable's array for an in-place update: the stored one when
+        nobody else holds it, else a private copy that replaces it."""
+        # no local reference to the array while counting: it would count as a holder
+        if type(self.get(name, op)) is np.ndarray and _shared(self._values, name):
+            self.set(name, self._values[name].copy())
+        return self._values[name]
+
+    def owns(self, value: Any) -> bool:
+        """Whether ``value`` is (a view of) a stored array, which must be
+        copied before it leaves the runtime's hands (a client may write to it)."""
+        base = getattr(value, "base", None)
+        return id(value if base is None else base) in self._owned
+
     def set(self, name: str, value: Any) -> None:
+        old = self._values.get(name)
+        if old is not None:
+            self._owned.discard(id(old))
         self._values[name] = value
+        self._owned.add(id(value))
 
     def delete(self, name: str) -> None:
-        self._values.pop(name, None)
+        old = self._values.pop(name, None)
+        if old is not None:
+            self._owned.discard(id(old))
 
     def clear(self) -> None:
         self._values.clear()
+        self._owned.clear()
+
+
+def _refs(values: dict[str, Any], name: str) -> int:
+    value = values[name]
+    return sys.getrefcount(value)
+
+
+def _calibrate_refs() -> int:
+    # The count an unshared stored array shows through the same code path, on
+    # this interpreter (the dict's reference, the local, the call's argument).
+    values = {"x": np.zeros(1)}
+    return _refs(values, "x")
+
+
+_UNSHARED_REFS = _calibrate_refs()
+
+
+def _shared(values: dict[str, Any], name: str) -> bool:
+    # CPython counts every holder: a step's pending consumer, a view, a
+    # fetched result in this process, a transport still sending it.
+    return _refs(values, name) > _UNSHARED_REFS
 
 
 def _device_of(node: Node) -> tuple[str, int]:
@@ -112,6 +178,7 @@ class CompiledPartition:
         n = len(nodes)
         self.inputs: list[list[tuple[int, int] | str]] = [[] for _ in range(n)]
         self.consumers: list[list[int]] = [[] for _ in range(n)]
+        self.preds: list[list[int]] = [[] for _ in range(n)]
         self.indegree = [0] * n
         for i, node in enumerate(nodes):
             for inp in node["inputs"]:
@@ -128,13 +195,84 @@ class CompiledPartition:
         self.fetch_refs = [(index[tensor_op(t)[0]], tensor_op(t)[1]) for t in self.fetches]
         self.devices = [self._resolve_device(node, soft_placement, gpu_count) for node in nodes]
         self.kernels = [self._kernel(node, dev) for node, dev in zip(nodes, self.devices)]
-        self.wanted = [bool(c) for c in self.consumers]
-        for i, _ in self.fetch_refs:
-            self.wanted[i] = True
         self.recv_nodes = [i for i, node in enumerate(nodes) if node["op"] == "_Recv"]
+        self.is_recv = [node["op"] == "_Recv" for node in nodes]
+        # data uses of each node's outputs; a fetched node is never released
+        self.uses = [0] * n
+        for refs in self.inputs:
+            for ref in refs:
+                if type(ref) is not str:
+                    self.uses[ref[0]] += 1
+        for i, _ in self.fetch_refs:
+            self.uses[i] = -1
+        # an update whose value nobody reads returns nothing: the step must not
+        # hold the stored array (it would look shared to the next update)
+        self.wanted = [u != 0 for u in self.uses]
+        self.producers = [[ref[0] for ref in refs if type(ref) is not str] for refs in self.inputs]
+        # a variable's read (the Identity that Variable() puts after it) forwards
+        # the stored array: the store copies on write, so no copy is needed here
+        self.alias = [node["op"] == "Identity" and self.devices[i][0] == "CPU"
+                      and len(self.inputs[i]) == 1 and type(self.inputs[i][0]) is not str
+                      and nodes[self.inputs[i][0][0]]["op"] == "VariableV2"
+                      for i, node in enumerate(nodes)]
+        self._order_updates_after_reads()
+        self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]]
+
+    def _order_updates_after_reads(self) -> None:
+        """Let an update of a variable wait for this step's readers of it.
+
+        Nothing in the graph orders ``dX = dY @ w.T`` before ``w``'s update
+        (both only need ``dY``); run concurrently, the update would find ``w``
+        shared and copy it. An extra edge from each reader makes the step read
+        before it writes, as a serial run would, unless the reader itself
+        depends on the update (that edge would be a cycle) or waits for another
+        task (which might wait for the update: a cycle through two partitions)."""
+        readers: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            if node["op"] == "VariableV2":
+                found = readers.setdefault(node["attrs"].get("var"), [])
+                for c in self.consumers[i]:
+                    if self.alias[c]:
+                        found.extend(c2 for c2 in self.consumers[c] if self._reads(c2, c))
+                    elif self._reads(c, i):
+                        found.append(c)
+        for i, node in enumerate(self.nodes):
+            if node["op"] not in _UPDATE_OPS or not readers.get(node["attrs"].get("var")):
+                continue
+            after = self._descendants(i)
+            for r in set(readers[node["attrs"]["var"]]):
+                if r != i and r not in after and not self._waits_for_recv(r):
+                    self._edge(r, i)
+
+    def _waits_for_recv(self, i: int) -> bool:
+        seen = {i}
+        stack = [i]
+        while stack:
+            j = stack.pop()
+            if self.is_recv[j]:
+                return True
+            for p in self.preds[j]:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        return False
+
+    def _reads(self, consumer: int, producer: int) -> bool:
+        return any(type(ref) is not str and ref[0] == producer for ref in self.inputs[consumer])
+
+    def _descendants(self, i: int) -> set[int]:
+        seen: set[int] = set()
+        stack = [i]
+        while stack:
+            for c in self.consumers[stack.pop()]:
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+        return seen
 
     def _edge(self, src: int, dst: int) -> None:
         self.consumers[src].append(dst)
+        self.preds[dst].append(src)
         self.indegree[dst] += 1
 
     def _resolve_device(self, node: Node, soft: bool, gpu_count: int) -> tuple[str, int]:
@@ -166,31 +304,30 @@ class CompiledPartition:
         return kernels.get_kernel(op, "CPU")
 
     async def run(self, feeds: dict[str, Any], variables: VariableStore,
-                  channel: StepChannel | None = None) -> list[Any]:
+                  channel: StepChannel | None = None, stats: RunStats | None = None) -> list[Any]:
         """Run one step; returns the values of ``self.fetches`` (on the host)."""
         n = len(self.nodes)
         values: list[list[Any] | None] = [None] * n
         remaining = list(self.indegree)
-        ready = deque(i for i in range(n) if remaining[i] == 0 and self.nodes[i]["op"] != "_Recv")
+        uses = list(self.uses)
+        ready = deque(self.sources)
         pending: dict[asyncio.Future, int] = {}
         for i in self.recv_nodes:
             if remaining[i] == 0:
                 pending[asyncio.ensure_future(self._recv(i, channel))] = i
         done = 0
-        loop = asyncio.get_running_loop()
+        clock = [0.0]   # seconds spent in kernels, summed over threads
         try:
             while done < n:
                 while ready:
                     i = ready.popleft()
-                    values[i] = await self._run_node(i, values, feeds, variables, channel, loop)
+                    out = await self._run_node(i, values, uses, feeds, variables, channel, clock)
+                    if type(out) is not list:   # a heavy kernel, now on the pool
+                        pending[out] = i
+                        continue
+                    values[i] = out if self.uses[i] else None
                     done += 1
-                    for c in self.consumers[i]:
-                        remaining[c] -= 1
-                        if remaining[c] == 0:
-                            if self.nodes[c]["op"] == "_Recv":
-                                pending[asyncio.ensure_future(self._recv(c, channel))] = c
-                            else:
-                                ready.append(c)
+                    self._finished(i, remaining, ready, pending, channel)
                 if done < n:
                     if not pending:
                         raise UnknownError("partition stalled with no runnable op",
@@ -198,16 +335,44 @@ class CompiledPartition:
                     finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                     for fut in finished:
                         i = pending.pop(fut)
-                        values[i] = [fut.result()]
+                        out = self._result(i, fut)
+                        values[i] = out if self.uses[i] else None
                         done += 1
-                        for c in self.consumers[i]:
-                            remaining[c] -= 1
-                            if remaining[c] == 0:
-                                ready.append(c)
+                        self._finished(i, remaining, ready, pending, channel)
         finally:
             for fut in pending:
                 fut.cancel()
-        return [_host(values[i][out]) for i, out in self.fetch_refs]  # type: ignore[index]
+            if stats is not None:
+                stats.kernel_s += clock[0]
+        return [self._fetched(values[i][out], variables)  # type: ignore[index]
+                for i, out in self.fetch_refs]
+
+    def _finished(self, i: int, remaining: list[int], ready: deque,
+                  pending: dict[asyncio.Future, int], channel: StepChannel | None) -> None:
+        for c in self.consumers[i]:
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                if self.is_recv[c]:
+                    pending[asyncio.ensure_future(self._recv(c, channel))] = c
+                else:
+                    ready.append(c)
+
+    def _result(self, i: int, fut: asyncio.Future) -> list[Any]:
+        if self.is_recv[i]:
+            return [fut.result()]
+        try:
+            return fut.result()
+        except Exception as e:
+            err = self._op_error(i, e)
+            if err is e:
+                raise
+            raise err from e
+
+    @staticmethod
+    def _fetched(value: Any, variables: VariableStore) -> Any:
+        value = _host(value)
+        # a stored array (or a view of it) goes out as a copy: the client may write to it
+        return value.copy() if variables.owns(value) else value
 
     async def _recv(self, i: int, channel: StepChannel | None) -> Any:
         attrs = self.nodes[i]["attrs"]
@@ -216,7 +381,7 @@ class CompiledPartition:
                                "but this step has no channel", task=self.task or None)
         return await channel.recv(attrs["key"], attrs["src_task"])
 
-    def _gather(self, i: int, values: list, feeds: dict[str, Any]) -> list[Any]:
+    def _gather(self, i: int, values: list, uses: list[int], feeds: dict[str, Any]) -> list[Any]:
         args = []
         for ref in self.inputs[i]:
             if type(ref) is str:
@@ -228,22 +393,34 @@ class CompiledPartition:
                         op=self.nodes[i]["name"]) from None
             else:
                 args.append(values[ref[0]][ref[1]])
+        for p in self.producers[i]:
+            uses[p] -= 1
+            if uses[p] == 0:
+                # the last consumer has its inputs: drop the step's reference, so
+                # memory is freed early and a variable read no longer counts as shared
+                values[p] = None
         return args
 
-    async def _run_node(self, i: int, values: list, feeds: dict[str, Any],
+    async def _run_node(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
                         variables: VariableStore, channel: StepChannel | None,
-                        loop: asyncio.AbstractEventLoop) -> list[Any]:
+                        clock: list[float]) -> list[Any] | asyncio.Future:
         node = self.nodes[i]
         op = node["op"]
         try:
-            args = self._gather(i, values, feeds)
+            args = self._gather(i, values, uses, feeds)
             fn = self.kernels[i]
             if fn is not None:
+                if self.alias[i]:
+                    return [args[0]]
                 dev = self.devices[i]
                 args = _to_device(args, dev) if dev[0] != "CPU" else [_host(a) for a in args]
                 if _heavy(op, args):
-                    return await loop.run_in_executor(None, fn, args, node["attrs"])
-                return fn(args, node["attrs"])
+                    return asyncio.wrap_future(_kernel_pool().submit(
+                        _timed_kernel, fn, args, node["attrs"], clock))
+                t0 = time.perf_counter()
+                out = fn(args, node["attrs"])
+                clock[0] += time.perf_counter() - t0
+                return out
             if op == "Placeholder":
                 name = node["name"] + ":0"
                 if name not in feeds:
@@ -260,22 +437,68 @@ class CompiledPartition:
                 if res is not None:
                     await res
                 return []
-            return _run_stateful(node, args, variables, self.wanted[i], self.devices[i])
-        except OpError as e:
+            t0 = time.perf_counter()
+            out = _run_stateful(node, args, variables, self.wanted[i], self.devices[i])
+            clock[0] += time.perf_counter() - t0
+            return out
+        except Exception as e:
+            err = self._op_error(i, e)
+            if err is e:
+                raise
+            raise err from e
+
+    def _op_error(self, i: int, e: Exception) -> Exception:
+        """``e`` as a typed error that names this task and op."""
+        node = self.nodes[i]
+        op = node["op"]
+        if isinstance(e, OpError):
             if e.op is None:
                 e.op = node["name"]
             if e.task is None and self.task:
                 e.task = self.task
-            raise
-        except (ValueError, TypeError, IndexError, ArithmeticError) as e:
-            raise InvalidArgumentError(f"{op} failed: {e}", task=self.task or None,
-                                       op=node["name"]) from e
-        except kernels.KernelNotFound as e:
-            raise NotFoundError(str(e), task=self.task or None, op=node["name"]) from e
-        except Exception as e:  # a kernel bug must still name the op and keep the server up
-            logger.exception("op %s (%s) failed", node["name"], op)
-            raise UnknownError(f"{op} failed: {type(e).__name__}: {e}",
-                               task=self.task or None, op=node["name"]) from e
+            return e
+        if isinstance(e, (ValueError, TypeError, IndexError, ArithmeticError)):
+            return InvalidArgumentError(f"{op} failed: {e}", task=self.task or None,
+                                        op=node["name"])
+        if isinstance(e, kernels.KernelNotFound):
+            return NotFoundError(str(e), task=self.task or None, op=node["name"])
+        # a kernel bug must still name the op and keep the server up
+        logger.error("op %s (%s) failed", node["name"], op, exc_info=e)
+        return UnknownError(f"{op} failed: {type(e).__name__}: {e}",
+                            task=self.task or None, op=node["name"])
+
+
+class RunStats:
+    """Time a worker's partitions spent in kernels (summed over the pool's
+    threads, so it can exceed the wall time), for benchmarks and tools."""
+
+    __slots__ = ("kernel_s",)
+
+    def __init__(self) -> None:
+        self.kernel_s = 0.0
+
+
+def _timed_kernel(fn: Callable, args: list[Any], attrs: dict[str, Any],
+                  clock: list[float]) -> list[Any]:
+    t0 = time.perf_counter()
+    try:
+        return fn(args, attrs)
+    finally:
+        clock[0] += time.perf_counter() - t0
+        # drop the inputs here, on the kernel's thread: a variable read must not
+        # look shared (and be copied on write) because of a finished kernel
+        args.clear()
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _kernel_pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        threads = int(os.environ.get("DISTRIB_INTER_OP_THREADS") or 0) or (os.cpu_count() or 1)
+        _POOL = ThreadPoolExecutor(max(1, threads), thread_name_prefix="distrib-kernel")
+    return _POOL
 
 
 def _heavy(op: str, args: list[Any]) -> bool:
@@ -315,26 +538,25 @@ def _run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: boo
                   dev: tuple[str, int]) -> list[Any]:
     op, attrs, name = node["op"], node["attrs"], node["attrs"].get("var")
     if op == "VariableV2":
-        value = store.get(name, node["name"])
-        return [value.copy() if type(value) is np.ndarray else value]
+        return [store.get(name, node["name"])]   # no copy: the store copies on write
     if op == "IsVariableInitialized":
         return [np.array(name in store)]
     if op == "Assign":
         store.set(name, _as_var_value(args[0], attrs, name, dev))
         return [args[0]]
     if op in ("AssignAdd", "AssignSub"):
-        cur = store.get(name, node["name"])
+        cur = store.writable(name, node["name"])
         delta = np.asarray(_host(args[0]), dtype=cur.dtype)
         if op == "AssignAdd":
             np.add(cur, delta, out=cur)
         else:
             np.subtract(cur, delta, out=cur)
-        return [cur.copy() if wanted else None]
-    var = store.get(name, node["name"])
-    slots = [store.get(attrs[k], node["name"]) for k in _SLOTS[op]]
+        return [cur if wanted else None]
+    var = store.writable(name, node["name"])
+    slots = [store.writable(attrs[k], node["name"]) for k in _SLOTS[op]]
     fn = kernels.get_kernel(op, dev[0] if kernels.has_kernel(op, dev[0]) else "CPU")
     fn([var, *slots, *args], attrs)
-    return [var.copy() if wanted and type(var) is np.ndarray else var]
+    return [var if wanted else None]
 
 
 _SLOTS = {

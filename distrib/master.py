@@ -11,6 +11,10 @@ uses are contacted: a dead task that the step does not touch cannot hang it.
 When any partition fails, the master tells every other involved worker to
 abort the step (their pending receives fail at once) and raises the first
 error, which names the task and op.
+
+Counters for benchmarks (``stats`` / ``reset_stats``): steps run, partition
+calls to other tasks (each one request and one reply message), bytes fed and
+fetched.
 """
 from __future__ import annotations
 
@@ -77,6 +81,13 @@ class MasterService:
         self._plan_ids = itertools.count(1)
         self._valid = {j: list(cluster.task_indices(j)) for j in cluster.jobs}
         system.on_peer_lost.append(self._peer_lost)
+        self.counters = _zero_counters()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counters)
+
+    def reset_stats(self) -> None:
+        self.counters = _zero_counters()
 
     # -- addresses -------------------------------------------------------------
     def address_of(self, task: str) -> str:
@@ -157,9 +168,14 @@ class MasterService:
         opts = {**s.config, **(options or {})}
         feeds = self._check_feeds(s, feeds)
         plan = self._plan(s, fetches, targets, feeds)
+        c = self.counters
+        c["steps"] += 1
+        c["feed_bytes"] += sum(getattr(v, "nbytes", 0) for v in feeds.values())
         for attempt in range(2):
             try:
-                return await self._run_step(s, plan, feeds, opts)
+                out = await self._run_step(s, plan, feeds, opts)
+                c["fetch_bytes"] += sum(getattr(v, "nbytes", 0) for v in out)
+                return out
             except NotFoundError as e:
                 if UNREGISTERED not in e.message or attempt:
                     raise
@@ -263,6 +279,7 @@ class MasterService:
                 calls[t] = asyncio.ensure_future(self._local_worker.run_partition(
                     plan.key, step, local_feeds, incarnations, plan.peers, timeout))
             else:
+                self.counters["remote_calls"] += 1
                 calls[t] = self.worker(t).request(
                     "run_partition", plan.key, step, local_feeds, incarnations, plan.peers,
                     timeout, timeout=call_timeout)
@@ -321,6 +338,10 @@ class MasterService:
             await self.worker(task).tell("abort_step", step, wire)
         except OpError as e:
             logger.debug("could not abort step on %s: %s", task, e)
+
+
+def _zero_counters() -> dict[str, int]:
+    return {"steps": 0, "remote_calls": 0, "feed_bytes": 0, "fetch_bytes": 0}
 
 
 def _discard(fut: asyncio.Future) -> None:

@@ -9,18 +9,24 @@ one-way, worker to worker); ``_Recv`` awaits it in the rendezvous table under
 from a task that restarted since the step began fails the step instead of
 being mixed in. An aborted step fails every receive of it at once and drops
 whatever arrives for it later.
+
+The worker keeps a few counters (tensors and bytes sent to and received from
+other tasks, partitions run, time in them and in their kernels); ``stats``
+returns them and ``reset_stats`` zeroes them, so a benchmark can say what one
+step costs.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from typing import Any
 
 from distrib import errors
-from distrib.actors import ActorRef, ActorSystem
+from distrib.actors import ActorRef, ActorSystem, _in_process
 from distrib.errors import (AbortedError, DeadlineExceededError, NotFoundError, OpError)
-from distrib.executor import CompiledPartition, VariableStore
+from distrib.executor import CompiledPartition, RunStats, VariableStore
 
 logger = logging.getLogger(__name__)
 
@@ -106,10 +112,16 @@ class _StepChannel:
     async def send(self, key: str, dst_task: str, value: Any) -> None:
         w = self.worker
         if dst_task == w.task:
-            w.rendezvous.put(self.step, key, value, w.task, w.system.incarnation)
+            w.rendezvous.put(self.step, key, w.detached(value), w.task, w.system.incarnation)
             return
-        await w.peer(dst_task, self.peers).tell(
-            "recv_tensor", self.step, key, value, w.task, w.system.incarnation)
+        ref = w.peer(dst_task, self.peers)
+        if w.variables.owns(value) and _in_process(ref.address) is not None:
+            # no wire in between: a stored variable must not be handed over by
+            # reference (the receiver may return it to a client that writes to it)
+            value = value.copy()
+        w.counters["tensors_sent"] += 1
+        w.counters["bytes_sent"] += getattr(value, "nbytes", 0)
+        await ref.tell("recv_tensor", self.step, key, value, w.task, w.system.incarnation)
 
     async def recv(self, key: str, src_task: str) -> Any:
         return await self.worker.rendezvous.get(self.step, key, src_task, self.timeout)
@@ -127,6 +139,12 @@ class WorkerService:
         self.rendezvous = Rendezvous(task)
         self._partitions: dict[str, CompiledPartition] = {}
         self._refs: dict[str, ActorRef] = {}
+        self._run_stats = RunStats()
+        self.counters = _zero_counters()
+
+    def detached(self, value: Any) -> Any:
+        """``value``, copied if it is one of this task's stored variables."""
+        return value.copy() if self.variables.owns(value) else value
 
     @property
     def gpu_count(self) -> int:
@@ -167,16 +185,30 @@ class WorkerService:
         if part is None:
             raise NotFoundError(f"{UNREGISTERED}: {key}", task=self.task)
         self.rendezvous.begin(step, incarnations)
+        t0 = time.perf_counter()
         try:
-            return await part.run(feeds, self.variables, _StepChannel(self, step, peers, timeout))
+            return await part.run(feeds, self.variables, _StepChannel(self, step, peers, timeout),
+                                  self._run_stats)
         except OpError as e:
             self.rendezvous.abort(step, e)
             raise
         finally:
             self.rendezvous.end(step)
+            self.counters["partitions_run"] += 1
+            self.counters["partition_s"] += time.perf_counter() - t0
 
     def recv_tensor(self, step: int, key: str, value: Any, src_task: str, incarnation: int) -> None:
+        self.counters["tensors_received"] += 1
+        self.counters["bytes_received"] += getattr(value, "nbytes", 0)
         self.rendezvous.put(step, key, value, src_task, incarnation)
+
+    def stats(self) -> dict[str, Any]:
+        """The counters since the last ``reset_stats`` (see the module header)."""
+        return {**self.counters, "kernel_s": self._run_stats.kernel_s}
+
+    def reset_stats(self) -> None:
+        self.counters = _zero_counters()
+        self._run_stats.kernel_s = 0.0
 
     def abort_step(self, step: int, error: dict[str, Any]) -> None:
         exc = errors.from_wire(error)
@@ -200,3 +232,8 @@ class WorkerService:
 
     def ping(self) -> str:
         return self.task
+
+
+def _zero_counters() -> dict[str, Any]:
+    return {"tensors_sent": 0, "bytes_sent": 0, "tensors_received": 0, "bytes_received": 0,
+            "partitions_run": 0, "partition_s": 0.0}
