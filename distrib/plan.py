@@ -11,6 +11,9 @@ Principles:
 - Every edge that crosses tasks becomes one ``_Send`` on the producer's task
   and one ``_Recv`` per consuming task, whatever the number of consumers there
   (each tensor crosses to a task once per step).
+- Control edges from several ops of one task into one op of another (the
+  ``minimize`` NoOp after the updates on a ps) cross as one message: a
+  trigger on the source task waits for all of them.
 """
 from __future__ import annotations
 
@@ -180,6 +183,7 @@ def partition(nodes: dict[str, Node], order: list[str], placed: dict[str, Device
               fetches: list[str], feeds: Iterable[str]) -> dict[str, Partition]:
     """Split the pruned graph by task, adding _Send/_Recv pairs on crossing edges."""
     fed = set(feeds)
+    placed = dict(placed)   # the control-group triggers are added to it below
     parts: dict[str, Partition] = {}
 
     def part(task: str) -> Partition:
@@ -194,7 +198,13 @@ def partition(nodes: dict[str, Node], order: list[str], placed: dict[str, Device
         dev = placed[name]
         task = dev.task_name
         new_inputs = []
-        for inp in node["inputs"]:
+        inputs, merged = _merge_remote_controls(name, node["inputs"], placed, task)
+        for trig_node, src_task in merged:
+            # the group's trigger stands in for its ops; it crosses like any control edge
+            part(src_task).nodes.append(trig_node)
+            src = placed[trig_node["inputs"][0][1:]]
+            placed[trig_node["name"]] = Device(src.job, 0, src.task, "CPU", 0)
+        for inp in inputs:
             ctrl = inp.startswith("^")
             if not ctrl and inp in fed:
                 new_inputs.append(inp)
@@ -233,6 +243,29 @@ def partition(nodes: dict[str, Node], order: list[str], placed: dict[str, Device
         op, _ = tensor_op(t)
         part(placed[op].task_name).fetches.append(_full(t))
     return parts
+
+
+def _merge_remote_controls(name: str, inputs: list[str], placed: dict[str, Device],
+                           task: str) -> tuple[list[str], list[tuple[Node, str]]]:
+    """``inputs`` with the control inputs that come from another task in
+    groups of two or more replaced by one NoOp per source task that waits for
+    the group (so the group costs one message instead of one each)."""
+    groups: dict[str, list[str]] = {}
+    for inp in inputs:
+        if inp.startswith("^") and placed[inp[1:]].task_name != task:
+            groups.setdefault(placed[inp[1:]].task_name, []).append(inp)
+    groups = {t: g for t, g in groups.items() if len(g) > 1}
+    if not groups:
+        return inputs, []
+    grouped = {inp for g in groups.values() for inp in g}
+    out = [inp for inp in inputs if inp not in grouped]
+    merged = []
+    for src_task, group in groups.items():
+        trig = {"name": f"_ctrl_group/{name}/{src_task}", "op": "NoOp", "inputs": group,
+                "device": f"{src_task}/device:CPU:0", "attrs": {}}
+        merged.append((trig, src_task))
+        out.append("^" + trig["name"])
+    return out, merged
 
 
 def _full(tensor: str) -> str:

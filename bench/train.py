@@ -1,0 +1,452 @@
+"""Training throughput of distrib beside plain numpy loops, measured in the
+same run: the seeds' speedup table on this machine.
+
+The model: a 784-512-512-10 MLP (relu, softmax cross-entropy, mean loss),
+batch 256 per worker, plain SGD (``GradientDescentOptimizer(0.01)``).
+Synthetic data: one fixed random batch (inputs and one-hot labels) made once
+per process and fed every step through ``feed_dict``. Every process (this
+one and the ones it starts) runs with one BLAS thread: the BLAS variables are
+set to 1 in the environment before numpy is imported.
+
+Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
+- ``numpy-plain``: the training loop in numpy, fresh temporaries every step;
+- ``numpy-prealloc``: the same with every temporary preallocated (``out=``);
+- ``local-1proc``: an in-process local server (``dt.serve``), variables and
+  model on one task, a Session on the same loop;
+- ``ps1-w1``: a ps task (``python -m distrib.server``) and a worker process
+  (this file with ``--replica``: it serves its task and runs its own client
+  session, between-graph, variables on the ps via ``replica_device_setter``);
+  the second worker of the cluster idles meanwhile;
+- ``ps1-w2``: both workers train at once (asynchronous), examples/s summed.
+
+The configurations take turns in rounds and each row reports the median over
+rounds, so load from other processes on the machine hits all of them alike.
+What a step costs comes from the runtime's own counters (``stats`` of the
+worker and master services): messages (tensors between tasks, plus one
+request and one reply per remote partition call) and bytes per step, and the
+time spent in kernels beside the step's wall time. Timings are never
+asserted: this only reports. ``--json PATH`` writes the rows.
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"   # before numpy loads BLAS, here and in every child
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import select  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import distrib as dt  # noqa: E402
+from distrib.demo import free_ports  # noqa: E402
+
+BATCH = 256
+SIZES = [784, 512, 512, 10]
+LR = 0.01
+WARMUP_STEPS = 5
+TARGETS = {"local-1proc": ">= 1.0x", "ps1-w1": ">= 0.9x", "ps1-w2": ">= 1.5x"}
+
+
+def synthetic_batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((BATCH, SIZES[0])).astype(np.float32)
+    y = np.eye(SIZES[-1], dtype=np.float32)[rng.integers(0, SIZES[-1], BATCH)]
+    return x, y
+
+
+def initial_params(seed: int = 1) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for a, b in zip(SIZES, SIZES[1:]):
+        out += [(rng.standard_normal((a, b)) * 0.05).astype(np.float32), np.zeros(b, np.float32)]
+    return out
+
+
+# -- numpy baselines -------------------------------------------------------------
+
+class NumpyPlain:
+    """The training step written directly in numpy, new arrays every step."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = x, y
+        self.p = initial_params()
+
+    def step(self) -> None:
+        w0, b0, w1, b1, w2, b2 = self.p
+        x, y = self.x, self.y
+        z1 = x @ w0 + b0
+        h1 = np.maximum(z1, 0)
+        z2 = h1 @ w1 + b1
+        h2 = np.maximum(z2, 0)
+        z3 = h2 @ w2 + b2
+        e = np.exp(z3 - z3.max(axis=1, keepdims=True))
+        prob = e / e.sum(axis=1, keepdims=True)
+        d3 = (prob - y) / np.float32(BATCH)
+        d2 = (d3 @ w2.T) * (z2 > 0)
+        d1 = (d2 @ w1.T) * (z1 > 0)
+        grads = [x.T @ d1, d1.sum(0), h1.T @ d2, d2.sum(0), h2.T @ d3, d3.sum(0)]
+        lr = np.float32(LR)
+        for p, g in zip(self.p, grads):
+            p -= lr * g
+
+
+class NumpyPrealloc:
+    """The same step with every temporary allocated once (``out=``)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
+        self.x, self.y = x, y
+        self.p = initial_params()
+        e = lambda *s: np.empty(s, np.float32)  # noqa: E731
+        n, (a, b, c, d) = BATCH, SIZES
+        self.z1, self.z2, self.z3 = e(n, b), e(n, c), e(n, d)
+        self.h1, self.h2 = e(n, b), e(n, c)
+        self.m1, self.m2 = np.empty((n, b), bool), np.empty((n, c), bool)
+        self.row = e(n, 1)
+        self.d1, self.d2 = e(n, b), e(n, c)
+        self.g = [e(a, b), e(b), e(b, c), e(c), e(c, d), e(d)]
+        self.scratch = [np.empty_like(g) for g in self.g]
+
+    def step(self) -> None:
+        w0, b0, w1, b1, w2, b2 = self.p
+        z1, z2, z3, h1, h2, d1, d2, row = (self.z1, self.z2, self.z3, self.h1, self.h2,
+                                          self.d1, self.d2, self.row)
+        np.add(np.matmul(self.x, w0, out=z1), b0, out=z1)
+        np.maximum(z1, 0, out=h1)
+        np.add(np.matmul(h1, w1, out=z2), b1, out=z2)
+        np.maximum(z2, 0, out=h2)
+        np.add(np.matmul(h2, w2, out=z3), b2, out=z3)
+        np.subtract(z3, np.max(z3, axis=1, keepdims=True, out=row), out=z3)
+        np.exp(z3, out=z3)
+        np.divide(z3, np.sum(z3, axis=1, keepdims=True, out=row), out=z3)
+        np.subtract(z3, self.y, out=z3)
+        np.multiply(z3, np.float32(1.0 / BATCH), out=z3)           # d3
+        np.multiply(np.matmul(z3, w2.T, out=d2), np.greater(z2, 0, out=self.m2), out=d2)
+        np.multiply(np.matmul(d2, w1.T, out=d1), np.greater(z1, 0, out=self.m1), out=d1)
+        g = self.g
+        np.matmul(self.x.T, d1, out=g[0]); np.sum(d1, axis=0, out=g[1])  # noqa: E702
+        np.matmul(h1.T, d2, out=g[2]); np.sum(d2, axis=0, out=g[3])  # noqa: E702
+        np.matmul(h2.T, z3, out=g[4]); np.sum(z3, axis=0, out=g[5])  # noqa: E702
+        lr = np.float32(LR)
+        for p, gr, s in zip(self.p, g, self.scratch):
+            np.subtract(p, np.multiply(gr, lr, out=s), out=p)
+
+
+def timed_window(step: Any, seconds: float) -> tuple[int, float]:
+    """Steps of ``step()`` for about ``seconds``; returns (steps, elapsed)."""
+    t0 = time.perf_counter()
+    steps = 0
+    while True:
+        step()
+        steps += 1
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            return steps, elapsed
+
+
+# -- the model on distrib ----------------------------------------------------------
+
+def build_model() -> tuple[Any, Any, Any, Any]:
+    """x, y placeholders, the train op and the initializer, in the default graph."""
+    x = dt.placeholder(dt.float32, [None, SIZES[0]], name="x")
+    y = dt.placeholder(dt.float32, [None, SIZES[-1]], name="y")
+    h = x
+    init = iter(initial_params())
+    for i in range(len(SIZES) - 1):
+        w = dt.Variable(next(init), name=f"w{i}")
+        b = dt.Variable(next(init), name=f"b{i}")
+        h = dt.matmul(h, w) + b
+        if i < len(SIZES) - 2:
+            h = dt.nn.relu(h)
+    loss = dt.reduce_mean(dt.nn.softmax_cross_entropy_with_logits(labels=y, logits=h))
+    train = dt.train.GradientDescentOptimizer(LR).minimize(loss)
+    return x, y, train, dt.global_variables_initializer()
+
+
+class LocalTrainer:
+    """``local-1proc``: one in-process server holds the variables and runs the model."""
+
+    async def __aenter__(self) -> LocalTrainer:
+        self._serve = dt.serve({"local": ["localhost:0"]})
+        self.server = await self._serve.__aenter__()
+        graph = dt.Graph()
+        with graph.as_default():
+            x, y, self.train, init = build_model()
+        self.sess = dt.Session(self.server.target, graph=graph)
+        await self.sess.__aenter__()
+        await self.sess.run(init)
+        bx, by = synthetic_batch(0)
+        self.feed = {x: bx, y: by}
+        for _ in range(WARMUP_STEPS):
+            await self.sess.run(self.train, self.feed)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        try:
+            await self.sess.__aexit__(*exc)
+        finally:
+            await self._serve.__aexit__(*exc)
+
+    async def window(self, seconds: float) -> dict[str, Any]:
+        self.server.worker.reset_stats()
+        self.server.master.reset_stats()
+        t0 = time.perf_counter()
+        steps = 0
+        while time.perf_counter() - t0 < seconds:
+            await self.sess.run(self.train, self.feed)
+            steps += 1
+        elapsed = time.perf_counter() - t0
+        return step_costs(steps, elapsed, self.server.master.stats(),
+                          [self.server.worker.stats()])
+
+
+def step_costs(steps: int, elapsed: float, master: dict, workers: list[dict]) -> dict[str, Any]:
+    """Examples/s and per-step costs from the runtime's counters."""
+    tensors = sum(w["tensors_sent"] for w in workers)
+    return {
+        "steps": steps, "seconds": elapsed, "examples_per_s": steps * BATCH / elapsed,
+        "ms_per_step": elapsed / steps * 1e3,
+        "kernel_ms_per_step": sum(w["kernel_s"] for w in workers) / steps * 1e3,
+        "messages_per_step": (tensors + 2 * master["remote_calls"]) / steps,
+        "tensors_per_step": tensors / steps,
+        "tensor_MB_per_step": sum(w["bytes_sent"] for w in workers) / steps / 1e6,
+        "feed_MB_per_step": master["feed_bytes"] / steps / 1e6,
+    }
+
+
+# -- the ps cluster ------------------------------------------------------------------
+
+async def replica_main(spec: dict[str, list[str]], task: int) -> None:
+    """A worker task: serves itself, trains its own graph, obeys stdin.
+
+    Commands: ``go SECONDS`` trains for that long and prints one JSON line;
+    ``quit`` ends the process."""
+    async with dt.serve(spec, job_name="worker", task_index=task) as server:
+        graph = dt.Graph()
+        with graph.as_default(), dt.device(dt.train.replica_device_setter(
+                cluster=dt.ClusterSpec(spec), worker_device=f"/job:worker/task:{task}")):
+            x, y, train, init = build_model()
+        bx, by = synthetic_batch(task)
+        feed = {x: bx, y: by}
+        async with dt.Session(server.target, graph=graph) as sess:
+            if task == 0:
+                await sess.run(init)
+            await _until_initialized(sess, train, feed)
+            for _ in range(WARMUP_STEPS):
+                await sess.run(train, feed)
+            ps = server.system.ref(spec["ps"][0], "worker")
+            print("ready", flush=True)
+            loop = asyncio.get_running_loop()
+            while True:
+                line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
+                if not line or line[0] == "quit":
+                    return
+                seconds = float(line[1])
+                for svc in (server.worker, server.master):
+                    svc.reset_stats()
+                await ps.call("reset_stats")
+                t0 = time.perf_counter()
+                steps = 0
+                while time.perf_counter() - t0 < seconds:
+                    await sess.run(train, feed)
+                    steps += 1
+                elapsed = time.perf_counter() - t0
+                print(json.dumps({"steps": steps, "seconds": elapsed,
+                                  "master": server.master.stats(),
+                                  "worker": server.worker.stats(),
+                                  "ps": await ps.call("stats")}), flush=True)
+
+
+async def _until_initialized(sess: Any, train: Any, feed: dict) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await sess.run(train, feed)
+            return
+        except dt.errors.FailedPreconditionError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+
+
+class Child:
+    """A process of the cluster that answers on stdout; always stopped."""
+
+    def __init__(self, args: list[str], ready: str) -> None:
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        line = self.readline(60)
+        if not line.startswith(ready):
+            self.stop()
+            raise SystemExit(f"{' '.join(args[:3])} did not start: {line!r}")
+
+    def readline(self, timeout: float) -> str:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise SystemExit(f"no answer from pid {self.proc.pid} within {timeout:g}s")
+        return self.proc.stdout.readline()
+
+    def command(self, text: str) -> None:
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.command("quit")
+            except (BrokenPipeError, OSError):
+                pass
+            self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class PsCluster:
+    """One ps (the CLI) and two worker replicas (this file, ``--replica``)."""
+
+    def __init__(self) -> None:
+        ports = free_ports(3)
+        self.spec = {"ps": [f"localhost:{ports[0]}"],
+                     "worker": [f"localhost:{ports[1]}", f"localhost:{ports[2]}"]}
+        self.children: list[Child] = []
+
+    def __enter__(self) -> PsCluster:
+        try:
+            self.children.append(Child(
+                ["-m", "distrib.server", "--ps_hosts", self.spec["ps"][0],
+                 "--worker_hosts", ",".join(self.spec["worker"]), "--job_name", "ps",
+                 "--task_index", "0", "--log_level", "WARNING"], ready="serving"))
+            for task in (0, 1):   # the chief first: it initializes the variables
+                self.children.append(Child(
+                    [os.path.abspath(__file__), "--replica", str(task),
+                     "--spec", json.dumps(self.spec)], ready="ready"))
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for child in reversed(self.children):
+            child.stop()
+
+    def window(self, workers: int, seconds: float) -> dict[str, Any]:
+        replicas = self.children[1:1 + workers]
+        for r in replicas:
+            r.command(f"go {seconds}")
+        results = [json.loads(r.readline(seconds + 60)) for r in replicas]
+        # per step of any replica: every replica's traffic and the ps's (which
+        # counts all replicas' steps) over all replicas' steps
+        master = {k: sum(r["master"][k] for r in results) for k in results[0]["master"]}
+        out = step_costs(sum(r["steps"] for r in results),
+                         statistics.mean(r["seconds"] for r in results) / len(results),
+                         master, [r["worker"] for r in results] + [results[-1]["ps"]])
+        out["examples_per_s"] = sum(r["steps"] * BATCH / r["seconds"] for r in results)
+        out["ms_per_step"] = statistics.mean(r["seconds"] / r["steps"] for r in results) * 1e3
+        return out
+
+
+# -- the run -------------------------------------------------------------------------
+
+async def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
+    bx, by = synthetic_batch(0)
+    plain, prealloc = NumpyPlain(bx, by), NumpyPrealloc(bx, by)
+    for runner in (plain, prealloc):
+        for _ in range(WARMUP_STEPS):
+            runner.step()
+    samples: dict[str, list[dict[str, Any]]] = {}
+
+    def add(name: str, result: dict[str, Any]) -> None:
+        samples.setdefault(name, []).append(result)
+
+    with PsCluster() as cluster:
+        async with LocalTrainer() as local:
+            for _ in range(rounds):
+                steps, elapsed = timed_window(plain.step, seconds)
+                add("numpy-plain", {"examples_per_s": steps * BATCH / elapsed,
+                                    "ms_per_step": elapsed / steps * 1e3})
+                steps, elapsed = timed_window(prealloc.step, seconds)
+                add("numpy-prealloc", {"examples_per_s": steps * BATCH / elapsed,
+                                       "ms_per_step": elapsed / steps * 1e3})
+                add("local-1proc", await local.window(seconds))
+                add("ps1-w1", cluster.window(1, seconds))
+                add("ps1-w2", cluster.window(2, seconds))
+    return samples
+
+
+def summarize(samples: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Median of each measure over rounds; the ratio is the median of each
+    round's ratio to that round's numpy-plain."""
+    base = [s["examples_per_s"] for s in samples["numpy-plain"]]
+    rows = []
+    for name, runs in samples.items():
+        row: dict[str, Any] = {"name": name}
+        for key in runs[0]:
+            row[key] = statistics.median(r[key] for r in runs)
+        row["ratio"] = statistics.median(r["examples_per_s"] / b for r, b in zip(runs, base))
+        row["rounds"] = len(runs)
+        if name in TARGETS:
+            row["target"] = TARGETS[name]
+        rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    print(f"{'config':<15} {'examples/s':>10} {'vs plain':>9} {'target':>8} {'ms/step':>8} "
+          f"{'kernel ms':>9} {'msgs/step':>9} {'tensor MB':>9} {'feed MB':>8}")
+    for r in rows:
+        def col(key: str, fmt: str, width: int) -> str:
+            return format(r[key], fmt).rjust(width) if key in r else "".rjust(width)
+        print(f"{r['name']:<15} {r['examples_per_s']:>10.0f} {r['ratio']:>8.2f}x "
+              f"{r.get('target', ''):>8} {col('ms_per_step', '.2f', 8)} "
+              f"{col('kernel_ms_per_step', '.2f', 9)} {col('messages_per_step', '.1f', 9)} "
+              f"{col('tensor_MB_per_step', '.2f', 9)} {col('feed_MB_per_step', '.2f', 8)}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write the rows to this file")
+    ap.add_argument("--quick", action="store_true", help="2 short rounds (under a minute)")
+    ap.add_argument("--rounds", type=int, help="rounds of all configurations (default 3)")
+    ap.add_argument("--seconds", type=float, help="seconds per configuration and round")
+    ap.add_argument("--replica", type=int, help=argparse.SUPPRESS)   # internal: a worker task
+    ap.add_argument("--spec", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    import uvloop
+    if args.replica is not None:
+        uvloop.run(replica_main(json.loads(args.spec), args.replica))
+        return
+    rounds = args.rounds or (2 if args.quick else 3)
+    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    rows = summarize(uvloop.run(measure(rounds, seconds)))
+    print(f"784-512-512-10 MLP, batch {BATCH} per worker, SGD lr {LR}; one fixed synthetic "
+          "batch fed each step (feed_dict)")
+    print("every process: OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=1; "
+          f"distrib kernel pool: DISTRIB_INTER_OP_THREADS="
+          f"{os.environ.get('DISTRIB_INTER_OP_THREADS') or os.cpu_count()}; "
+          f"{rounds} rounds x {seconds:g} s, medians")
+    print_table(rows)
+    print("kernel ms: time in kernels per step (worker + ps, summed over kernel threads); "
+          "msgs: tensors between tasks + 2 per remote partition call; "
+          "tensor MB: bytes of those tensors")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
