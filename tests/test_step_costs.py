@@ -1,0 +1,142 @@
+"""What a training step costs the runtime: variable reads without copies (the
+store copies on write), control edges merged across tasks, the counters that
+bench/train.py reports. Each test also pins the behaviour the saving must
+not change (a read is a snapshot, a fetched value is the caller's own)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.executor import CompiledPartition, VariableStore, evaluate
+from distrib.plan import partition, place, prune
+
+
+@pytest.fixture
+def store():
+    return VariableStore()
+
+
+def test_an_update_copies_a_stored_array_only_while_someone_holds_it(store):
+    store.set("w", np.zeros(3))
+    first = store.get("w")
+    store.writable("w")[0] = 1.0                  # `first` still holds it: copy on write
+    assert first.tolist() == [0, 0, 0] and store.get("w").tolist() == [1, 0, 0]
+    del first
+    stored = id(store.get("w"))
+    store.writable("w")[1] = 2.0                  # nobody else holds it: in place
+    assert id(store.get("w")) == stored
+    view = store.get("w")[1:]
+    store.writable("w")[2] = 3.0                  # a view counts as a holder
+    assert view.tolist() == [2, 0] and store.get("w").tolist() == [1, 2, 3]
+    assert store.owns(store.get("w")) and store.owns(store.get("w")[1:])
+    assert not store.owns(np.zeros(3)) and not store.owns(view)   # the old array is not stored
+
+
+def test_fetched_reads_are_snapshots_the_caller_may_write(store):
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable(np.array([1.0, 2.0]), name="w")
+        read = w.read_value()
+        step = w.assign_add(np.array([10.0, 10.0]))
+        init = dt.global_variables_initializer()
+    evaluate(init, graph=g, variables=store)
+    before = evaluate(read, graph=g, variables=store)
+    evaluate(step, graph=g, variables=store)
+    assert before.tolist() == [1.0, 2.0]          # the update did not reach the snapshot
+    before[0] = -99.0                              # nor does the caller's write reach the store
+    assert evaluate(read, graph=g, variables=store).tolist() == [11.0, 12.0]
+    together = evaluate([read, step], graph=g, variables=store)
+    # the read in the same step happens before the update (it is ordered first)
+    assert together[0].tolist() == [11.0, 12.0] and together[1].tolist() == [21.0, 22.0]
+
+
+def test_training_step_reads_weights_without_copying_them(store):
+    """After warm-up, a step of an MLP with SGD leaves each variable in the
+    same array: no copy on read, none on write (the reads finish first)."""
+    g = dt.Graph()
+    with g.as_default():
+        x = dt.placeholder(dt.float32, [None, 8])
+        w1 = dt.Variable(dt.random_normal([8, 16], seed=1), name="w1")
+        w2 = dt.Variable(dt.random_normal([16, 4], seed=2), name="w2")
+        logits = dt.matmul(dt.nn.relu(dt.matmul(x, w1)), w2)
+        loss = dt.reduce_mean(dt.nn.softmax_cross_entropy_with_logits(
+            labels=np.eye(4, dtype=np.float32)[[0, 1, 2, 3]], logits=logits))
+        train = dt.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = dt.global_variables_initializer()
+    feed = {x: np.ones((4, 8), np.float32)}
+    evaluate(init, graph=g, variables=store)
+    evaluate(train, feed, graph=g, variables=store)
+    ids = {n: id(store.get(n)) for n in ("w1", "w2")}
+    losses = [evaluate([loss, train], feed, graph=g, variables=store)[0] for _ in range(5)]
+    assert {n: id(store.get(n)) for n in ("w1", "w2")} == ids
+    assert losses[-1] < losses[0]
+
+
+def test_update_waits_for_a_reader_that_is_unordered_with_it():
+    # dx = dy @ w.T and w's update both only need dy: the executor orders the
+    # reader first (an extra edge), which it must not do when that is a cycle
+    nodes = [
+        {"name": "w", "op": "VariableV2", "inputs": [], "attrs": {"var": "w"}},
+        {"name": "w/read", "op": "Identity", "inputs": ["w:0"], "attrs": {}},
+        {"name": "dy", "op": "Const", "inputs": [], "attrs": {"value": [[1.0]], "dtype": "float32"}},
+        {"name": "dx", "op": "MatMul", "inputs": ["dy:0", "w/read:0"], "attrs": {}},
+        {"name": "upd", "op": "ApplyGradientDescent", "inputs": ["lr:0", "dy:0"],
+         "attrs": {"var": "w"}},
+        {"name": "lr", "op": "Const", "inputs": [], "attrs": {"value": 0.1, "dtype": "float32"}},
+        {"name": "after", "op": "Identity", "inputs": ["w/read:0", "^upd"], "attrs": {}},
+    ]
+    part = CompiledPartition(nodes, ["dx:0"])
+    idx = {n["name"]: i for i, n in enumerate(nodes)}
+    assert idx["upd"] in part.consumers[idx["dx"]]          # dx reads before the update
+    assert idx["upd"] not in part.consumers[idx["after"]]   # `after` runs after it: no cycle
+
+
+def test_control_edges_from_one_task_into_one_op_cross_as_one_message():
+    def n(name, op, inputs=(), device=""):
+        return {"name": name, "op": op, "inputs": list(inputs), "device": device, "attrs": {},
+                "output_dtypes": ["float32"], "output_shapes": [[]]}
+    g = {x["name"]: x for x in [
+        n("u1", "NoOp", device="/job:ps/task:0"), n("u2", "NoOp", device="/job:ps/task:0"),
+        n("u3", "NoOp", device="/job:ps/task:0"),
+        n("done", "NoOp", ["^u1", "^u2", "^u3"], device="/job:worker/task:0")]}
+    order = prune(g, [], ["done"], [])
+    placed = place(g, order, default_job="worker", default_task=0,
+                   tasks={"ps": [0], "worker": [0]})
+    parts = partition(g, order, placed, [], [])
+    sends = [x for x in parts["/job:ps/task:0"].nodes if x["op"] == "_Send"]
+    recvs = [x for x in parts["/job:worker/task:0"].nodes if x["op"] == "_Recv"]
+    assert len(sends) == 1 and len(recvs) == 1
+    group = next(x for x in parts["/job:ps/task:0"].nodes if x["name"].startswith("_ctrl_group"))
+    assert sorted(group["inputs"]) == ["^u1", "^u2", "^u3"]
+    assert placed["u1"].task_name == "/job:ps/task:0"   # the caller's placement is not changed
+    assert "_ctrl_group/done//job:ps/task:0" not in placed
+
+
+async def test_worker_and_master_count_what_a_step_moves():
+    spec = {"ps": ["localhost:0"], "worker": ["localhost:0"]}
+    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
+        spec["ps"] = [ps.target.split("//")[1]]
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            g = dt.Graph()
+            with g.as_default():
+                with dt.device("/job:ps/task:0"):
+                    v = dt.Variable(np.arange(4.0, dtype=np.float32), name="v")
+                with dt.device("/job:worker/task:0"):
+                    x = dt.placeholder(dt.float32, [4])
+                    out = v * x
+                init = dt.global_variables_initializer()
+            async with dt.Session(wk.target, graph=g) as sess:
+                await sess.run(init)
+                for svc in (ps.worker, wk.worker, wk.master):
+                    svc.reset_stats()
+                got = await sess.run(out, {x: np.ones(4, np.float32)})
+            assert got.tolist() == [0.0, 1.0, 2.0, 3.0]
+            assert ps.worker.stats()["tensors_sent"] == 1            # v, once
+            assert ps.worker.stats()["bytes_sent"] == 16
+            assert wk.worker.stats()["tensors_received"] == 1
+            m = wk.master.stats()
+            assert m["steps"] == 1 and m["remote_calls"] == 1
+            assert m["feed_bytes"] == 16 and m["fetch_bytes"] == 16
+            assert wk.worker.stats()["partitions_run"] == 1
+            assert wk.worker.stats()["kernel_s"] > 0
