@@ -17,19 +17,13 @@ Principles:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from distrib.device import DeviceSpec
 from distrib.errors import InvalidArgumentError, NotFoundError
 
 Node = dict[str, Any]
-
-_DEVICE_FIELD = re.compile(
-    r"^(?:job:(?P<job>[A-Za-z_][\w-]*)|replica:(?P<replica>\d+)|task:(?P<task>\d+)"
-    r"|device:(?P<dtype>[A-Za-z]+):(?P<dindex>\d+|\*)|(?P<short>cpu|gpu|CPU|GPU):(?P<sindex>\d+|\*))$"
-)
-
 
 @dataclass(frozen=True)
 class Device:
@@ -56,33 +50,10 @@ class Device:
 
 
 def parse_device(spec: str) -> Device:
-    """Parse any TensorFlow device string ("/job:ps/task:0", "/gpu:1", "GPU:0", "")."""
-    if not spec:
-        return Device()
-    fields: dict[str, Any] = {}
-    text = spec.strip()
-    if not text.startswith("/"):
-        # "GPU:0" / "CPU:0" alone name a device of the local task
-        text = "/" + ("device:" + text if not text.lower().startswith(("job:", "device:")) else text)
-    for part in text.strip("/").split("/"):
-        m = _DEVICE_FIELD.match(part)
-        if m is None:
-            raise InvalidArgumentError(
-                f"malformed device string {spec!r} (bad field {part!r}); write it like "
-                "'/job:worker/replica:0/task:1/device:GPU:0' or '/job:ps/task:0' or '/gpu:0'")
-        g = m.groupdict()
-        if g["job"] is not None:
-            fields["job"] = g["job"]
-        elif g["replica"] is not None:
-            fields["replica"] = int(g["replica"])
-        elif g["task"] is not None:
-            fields["task"] = int(g["task"])
-        else:
-            dtype = (g["dtype"] or g["short"]).upper()
-            idx = g["dindex"] if g["dindex"] is not None else g["sindex"]
-            fields["device_type"] = dtype
-            fields["device_index"] = None if idx == "*" else int(idx)
-    return Device(**fields)
+    """Parse any TensorFlow device string ("/job:ps/task:0", "/gpu:1", "GPU:0", "")
+    with the one device parser of distrib (:class:`distrib.device.DeviceSpec`)."""
+    d = DeviceSpec.from_string(spec)
+    return Device(d.job, d.replica, d.task, d.device_type, d.device_index)
 
 
 def tensor_op(name: str) -> tuple[str, int]:

@@ -23,10 +23,12 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+import numpy as np
+
 from distrib import errors
 from distrib.actors import ActorRef, ActorSystem, _in_process
 from distrib.errors import (AbortedError, DeadlineExceededError, NotFoundError, OpError)
-from distrib.executor import CompiledPartition, RunStats, VariableStore
+from distrib.executor import CompiledPartition, RunStats, VariableStore, _host
 
 logger = logging.getLogger(__name__)
 
@@ -221,11 +223,11 @@ class WorkerService:
                 for v in [self.variables.get(n)]}
 
     def read_variables(self, names: list[str]) -> dict[str, Any]:
-        from distrib.executor import _host
-        return {n: _host(self.variables.get(n)) for n in names}
+        # copies: the caller (a Saver in this process, say) must never hold the
+        # stored array itself, or writing to it would write into the store
+        return {n: np.array(_host(self.variables.get(n)), copy=True) for n in names}
 
     def write_variables(self, values: dict[str, Any]) -> int:
-        import numpy as np
         for n, v in values.items():
             self.variables.set(n, np.array(v, copy=True))
         return len(values)
