@@ -8,24 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from typing import Any
 
+from distrib.demo import free_ports  # noqa: F401  (re-exported for the tests)
 from tests.helpers import Proc, child_env
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free right now (bound to port 0, then released)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def cluster_spec(**jobs: int) -> dict[str, list[str]]:
