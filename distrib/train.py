@@ -14,10 +14,12 @@ from distrib.training.optimizers import (AdagradOptimizer, AdamOptimizer, Gradie
                                          MomentumOptimizer, Optimizer)
 from distrib.training.saver import Saver
 from distrib.training.supervisor import Supervisor
+from distrib.training.sync_replicas import SyncReplicasOptimizer
 
 __all__ = [
     "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer", "AdamOptimizer",
     "Optimizer", "get_or_create_global_step", "get_global_step", "create_global_step",
     "replica_device_setter", "Saver", "latest_checkpoint", "Supervisor",
     "CheckpointState", "get_checkpoint_state", "update_checkpoint_state",
+    "SyncReplicasOptimizer",
 ]

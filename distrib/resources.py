@@ -1,0 +1,192 @@
+"""Stateful resources a task owns besides variables: conditional accumulators
+and FIFO queues (the pieces of ``SyncReplicasOptimizer``).
+
+Like variables they live on the task, by shared name, created on first use,
+and outlive steps and sessions: every replica that names
+``w/grad_accum`` reaches the same accumulator on the ps. The executor runs the
+ops of ``docs/ops.md`` ("Synchronous training resources") against them.
+
+Everything here runs on the task's event loop, so each method is atomic with
+respect to the others. An operation that must wait (``take_grad`` until
+enough gradients arrived, ``dequeue`` until a token is there) returns a
+future instead of blocking; waiters are served first come, first served, and
+a waiter whose future was cancelled (its step timed out or was aborted) is
+skipped, so it never swallows a gradient sum or a token.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from distrib.errors import InvalidArgumentError, OutOfRangeError
+
+__all__ = ["ConditionalAccumulator", "FIFOQueue", "ResourceStore"]
+
+
+class ConditionalAccumulator:
+    """TF1's ``ConditionalAccumulator``: a sum of gradients, a count and a step.
+
+    ``apply_grad`` adds a gradient unless it is stale (its ``local_step`` is
+    older than the accumulator's ``global_step``); ``take_grad(n)`` waits for
+    at least ``n`` gradients, returns their average, resets the sum and
+    advances ``global_step`` by one, so late gradients of the step just taken
+    are dropped from then on.
+    """
+
+    def __init__(self, name: str, dtype: str, shape: list | None) -> None:
+        self.name = name
+        self.dtype = np.dtype(dtype)
+        self.shape = None if shape is None else list(shape)
+        self.global_step = 0
+        self.count = 0
+        self.dropped = 0   # stale gradients ignored so far (for tests and tools)
+        self._sum: np.ndarray | None = None
+        self._waiters: deque[tuple[int, asyncio.Future]] = deque()
+
+    def apply_grad(self, local_step: int, grad: Any) -> bool:
+        """Add ``grad``; False (and nothing added) when it is stale."""
+        grad = np.asarray(grad, dtype=self.dtype)
+        self._check_shape(grad)
+        if local_step < self.global_step:
+            self.dropped += 1
+            return False
+        if self._sum is None:
+            self._sum = grad.copy()
+        else:
+            np.add(self._sum, grad, out=self._sum)
+        self.count += 1
+        self._serve()
+        return True
+
+    def take_grad(self, num_required: int) -> asyncio.Future:
+        """A future of the average of at least ``num_required`` gradients."""
+        if num_required < 1:
+            raise InvalidArgumentError(
+                f"accumulator {self.name}: num_required must be >= 1, got {num_required}")
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append((num_required, fut))
+        self._serve()
+        return fut
+
+    def set_global_step(self, step: int) -> None:
+        # TF warns and ignores a step that goes backwards; a restored chief may
+        # legitimately do that, so it is allowed here (stale checks follow it)
+        self.global_step = int(step)
+
+    def _serve(self) -> None:
+        while self._waiters:
+            need, fut = self._waiters[0]
+            if fut.done():            # cancelled: its step is gone
+                self._waiters.popleft()
+                continue
+            if self.count < need:
+                return
+            self._waiters.popleft()
+            fut.set_result(self._take())
+
+    def _take(self) -> np.ndarray:
+        assert self._sum is not None and self.count > 0
+        avg = self._sum / self.dtype.type(self.count) if self.dtype.kind == "f" \
+            else self._sum // self.count
+        self._sum, self.count = None, 0
+        self.global_step += 1
+        return np.asarray(avg, dtype=self.dtype)
+
+    def _check_shape(self, grad: np.ndarray) -> None:
+        shape = self.shape
+        if shape is None:
+            return
+        if len(shape) != grad.ndim or any(d is not None and d != g for d, g in zip(shape, grad.shape)):
+            raise InvalidArgumentError(
+                f"accumulator {self.name} holds gradients of shape {shape}, got one of shape "
+                f"{list(grad.shape)}; every replica must build the same variables")
+
+
+class FIFOQueue:
+    """An unbounded FIFO queue of tensors (TF1's ``FIFOQueue(-1, ...)``)."""
+
+    def __init__(self, name: str, dtype: str) -> None:
+        self.name = name
+        self.dtype = np.dtype(dtype)
+        self.closed = False
+        self._items: deque[np.ndarray] = deque()
+        self._waiters: deque[asyncio.Future] = deque()
+
+    def size(self) -> int:
+        return len(self._items)
+
+    def enqueue_many(self, values: Any) -> None:
+        if self.closed:
+            raise OutOfRangeError(f"queue {self.name} is closed; no more elements can be "
+                                  "enqueued (training has ended)")
+        arr = np.asarray(values, dtype=self.dtype)
+        if arr.ndim == 0:
+            raise InvalidArgumentError(f"enqueue_many into queue {self.name} needs a batch "
+                                       "(at least one dimension)")
+        self._items.extend(np.array(x, copy=True) for x in arr)
+        self._serve()
+
+    def dequeue(self) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        self._serve()
+        return fut
+
+    def give_back(self, value: Any) -> None:
+        """Put a dequeued element back at the front (its step ended before using it)."""
+        self._items.appendleft(value)
+        self._serve()
+
+    def close(self) -> None:
+        """No more enqueues; waiting and later dequeues of an empty queue fail."""
+        self.closed = True
+        self._serve()
+
+    def _serve(self) -> None:
+        while self._waiters:
+            fut = self._waiters[0]
+            if fut.done():
+                self._waiters.popleft()
+                continue
+            if self._items:
+                self._waiters.popleft()
+                fut.set_result(self._items.popleft())
+            elif self.closed:
+                self._waiters.popleft()
+                fut.set_exception(OutOfRangeError(
+                    f"queue {self.name} is closed and empty (training has ended)"))
+            else:
+                return
+
+
+class ResourceStore:
+    """The accumulators and queues of one task, by shared name."""
+
+    def __init__(self, task: str = "") -> None:
+        self.task = task
+        self.accumulators: dict[str, ConditionalAccumulator] = {}
+        self.queues: dict[str, FIFOQueue] = {}
+
+    def accumulator(self, name: str, dtype: str, shape: list | None) -> ConditionalAccumulator:
+        acc = self.accumulators.get(name)
+        if acc is None:
+            acc = self.accumulators[name] = ConditionalAccumulator(name, dtype, shape)
+        elif np.dtype(dtype) != acc.dtype:
+            raise InvalidArgumentError(
+                f"accumulator {name} holds {acc.dtype} gradients, not {np.dtype(dtype)}")
+        return acc
+
+    def queue(self, name: str, dtype: str) -> FIFOQueue:
+        q = self.queues.get(name)
+        if q is None:
+            q = self.queues[name] = FIFOQueue(name, dtype)
+        elif np.dtype(dtype) != q.dtype:
+            raise InvalidArgumentError(f"queue {name} holds {q.dtype}, not {np.dtype(dtype)}")
+        return q
+
+    def clear(self) -> None:
+        self.accumulators.clear()
+        self.queues.clear()

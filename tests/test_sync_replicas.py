@@ -1,0 +1,341 @@
+"""SyncReplicasOptimizer: averaged updates, stale gradients dropped, backup replicas,
+waiting ops released by timeouts and aborts, and synchronous training on real processes.
+
+The in-process tests run a real cluster on the test's loop (one ``dt.serve`` per
+task: a ps and up to three workers); each replica builds its own graph and
+session, as between-graph replication does.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.demo import free_ports
+from distrib.errors import AbortedError, DeadlineExceededError
+from distrib.training.optimizers import OptimizerArgumentError
+from distrib.training.global_step import get_or_create_global_step
+
+W0 = np.array([1.0, -2.0, 3.0], dtype=np.float32)
+LR = 0.5   # one exact step of GD lands on the target of sum((w - x)^2)
+GUARD = 30.0
+
+
+@contextlib.asynccontextmanager
+async def cluster(workers: int):
+    ports = free_ports(1 + workers)
+    spec = {"ps": [f"localhost:{ports[0]}"],
+            "worker": [f"localhost:{p}" for p in ports[1:]]}
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(dt.serve(spec, job_name="ps", task_index=0))
+        for i in range(workers):
+            await stack.enter_async_context(dt.serve(spec, job_name="worker", task_index=i))
+        yield spec
+
+
+class Replica:
+    """One worker's graph: loss = sum((w - x)^2), so the gradient 2(w - x) is known in numpy."""
+
+    def __init__(self, spec: dict, task: int, aggregate: int, total: int,
+                 opt: dt.train.Optimizer | None = None) -> None:
+        self.task = task
+        self.graph = dt.Graph()
+        with self.graph.as_default(), dt.device(dt.train.replica_device_setter(
+                cluster=dt.ClusterSpec(spec), worker_device=f"/job:worker/task:{task}")):
+            self.w = dt.Variable(W0, name="w")
+            self.gs = get_or_create_global_step()
+            self.x = dt.placeholder(dt.float32, [3], name="x")
+            loss = dt.reduce_sum(dt.square(self.w - self.x))
+            self.opt = dt.train.SyncReplicasOptimizer(
+                opt or dt.train.GradientDescentOptimizer(LR),
+                replicas_to_aggregate=aggregate, total_num_replicas=total)
+            self.train = self.opt.minimize(loss, global_step=self.gs)
+            self.init = dt.global_variables_initializer()
+            self.init_tokens = self.opt.get_init_tokens_op()
+            self.queue_size = self.opt.sync_token_queue.size()
+            self.local_step = self.opt._local_step
+        self.target = f"distrib://{spec['worker'][task]}"
+
+    def session(self, **config) -> dt.Session:
+        return dt.Session(self.target, graph=self.graph, config=dt.ConfigProto(**config))
+
+    async def start(self, sess, chief: bool = False) -> None:
+        if chief:
+            await sess.run(self.init)
+            await sess.run(self.opt.chief_init_op)
+            await sess.run(self.init_tokens)
+        else:
+            await sess.run(self.opt.local_step_init_op)
+
+    async def step(self, sess, x: np.ndarray) -> None:
+        await sess.run(self.train, {self.x: x})
+
+
+def grad(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return 2 * (w - x)
+
+
+async def test_one_aggregation_applies_the_average_of_the_replicas_gradients():
+    async with cluster(2) as spec:
+        r0, r1 = Replica(spec, 0, 2, 2), Replica(spec, 1, 2, 2)
+        x0, x1 = np.array([0.0, 1.0, 2.0], np.float32), np.array([4.0, -1.0, 0.5], np.float32)
+        async with r0.session() as s0, r1.session() as s1:
+            await r0.start(s0, chief=True)
+            await r1.start(s1)
+            await asyncio.wait_for(asyncio.gather(r0.step(s0, x0), r1.step(s1, x1)), GUARD)
+            assert await s0.run(r0.opt.num_accumulated()) == [2]
+            runner = r0.opt.get_chief_queue_runner()
+            await asyncio.wait_for(s0.run(runner.step_op), GUARD)
+            w, gs, size, acc = await s0.run([r0.w, r0.gs, r0.queue_size, r0.opt.num_accumulated()])
+            want = W0 - LR * (grad(W0, x0) + grad(W0, x1)) / 2
+            np.testing.assert_allclose(w, want, rtol=1e-6)
+            assert gs == 1
+            assert size == 2   # the two new tokens, one per replica, carrying step 1
+            assert acc == [0]
+            # each replica takes a token and moves its local step to the new global step
+            await asyncio.wait_for(asyncio.gather(r0.step(s0, x0), r1.step(s1, x1)), GUARD)
+            assert await s0.run(r0.local_step) == 1 and await s1.run(r1.local_step) == 1
+
+
+async def test_a_replica_with_an_old_local_step_has_its_gradient_dropped():
+    async with cluster(2) as spec:
+        r0, r1 = Replica(spec, 0, 1, 2), Replica(spec, 1, 1, 2)
+        x0, x1 = np.array([0.0, 0.0, 0.0], np.float32), np.array([10.0, 10.0, 10.0], np.float32)
+        async with r0.session() as s0, r1.session() as s1:
+            await r0.start(s0, chief=True)
+            await r1.start(s1)          # r1's local step: 0
+            await asyncio.wait_for(r0.step(s0, x0), GUARD)
+            runner = r0.opt.get_chief_queue_runner()
+            await asyncio.wait_for(s0.run(runner.step_op), GUARD)   # global step 1
+            w1 = await s0.run(r0.w)
+            np.testing.assert_allclose(w1, W0 - LR * grad(W0, x0), rtol=1e-6)
+            # r1 is late: its gradient belongs to step 0, so it is accepted and ignored;
+            # it then takes one of the chief's new tokens (step 1)
+            await asyncio.wait_for(r1.step(s1, x1), GUARD)
+            assert await s0.run(r0.opt.num_accumulated()) == [0]
+            assert await s1.run(r1.local_step) == 1
+            # r0's next gradient was computed at its local step 0: stale as well
+            await asyncio.wait_for(r0.step(s0, x0), GUARD)
+            assert await s0.run(r0.opt.num_accumulated()) == [0]
+            assert await s0.run(r0.local_step) == 1
+            # now current: it counts, and its token comes from the next aggregation
+            await asyncio.wait_for(asyncio.gather(r0.step(s0, x0), s0.run(runner.step_op)), GUARD)
+            w2, gs = await s0.run([r0.w, r0.gs])
+            assert gs == 2
+            np.testing.assert_allclose(w2, w1 - LR * grad(w1, x0), rtol=1e-6)
+
+
+async def test_backup_replica_training_advances_without_the_third_replica():
+    async with cluster(3) as spec:
+        reps = [Replica(spec, i, 2, 3) for i in range(3)]   # replica 2 never runs
+        target = np.array([1.0, 1.0, 1.0], np.float32)
+        async with reps[0].session() as s0, reps[1].session() as s1:
+            await reps[0].start(s0, chief=True)
+            await reps[1].start(s1)
+            runner = reps[0].opt.get_chief_queue_runner()
+            done = asyncio.Event()
+            chief = runner.start(s0, done.is_set)
+
+            async def train(rep: Replica, sess) -> int:
+                steps = 0
+                with contextlib.suppress(dt.errors.OutOfRangeError):   # the queue closed
+                    while not done.is_set():
+                        await rep.step(sess, target)
+                        steps += 1
+                return steps
+
+            replicas = asyncio.gather(train(reps[0], s0), train(reps[1], s1))
+            async with asyncio.timeout(GUARD):
+                while await s0.run(reps[0].gs) < 5:
+                    await asyncio.sleep(0.01)
+                # training is over: stop aggregating, release replicas waiting for a token
+                done.set()
+                await chief
+                await s0.run(reps[0].opt.sync_token_queue.close())
+                steps = await replicas
+            gs, w = await s0.run([reps[0].gs, reps[0].w])
+            assert gs >= 5 and min(steps) >= 1
+            # every aggregation averaged gradients of w - target computed at the current w,
+            # so w approaches the target geometrically: |w - t| shrinks by |1 - 2 LR| = 0
+            np.testing.assert_allclose(w, target, atol=1e-6)
+
+
+async def test_waiting_dequeue_times_out_with_a_typed_error_and_keeps_no_token():
+    async with cluster(1) as spec:
+        r0 = Replica(spec, 0, 1, 1)
+        async with r0.session(operation_timeout_s=0.3) as s0:
+            await s0.run(r0.init)
+            await s0.run(r0.opt.chief_init_op)
+            # no init tokens: the dequeue waits, and the deadline releases it
+            with pytest.raises(DeadlineExceededError, match="QueueDequeue.*sync_token_q"):
+                await asyncio.wait_for(r0.step(s0, W0), GUARD)
+            # the gradient was accumulated before the wait; the chief's take is there to use
+            await asyncio.wait_for(s0.run(r0.opt.get_chief_queue_runner().step_op), GUARD)
+            assert await s0.run(r0.queue_size) == 1   # the timed-out dequeue did not eat it
+
+
+async def test_waiting_take_times_out_and_an_aborted_dequeue_is_released():
+    async with cluster(2) as spec:
+        r0 = Replica(spec, 0, 2, 2)
+        async with r0.session(operation_timeout_s=0.3) as s0:
+            await s0.run(r0.init)
+            await s0.run(r0.opt.chief_init_op)
+            with pytest.raises(DeadlineExceededError, match="AccumulatorTakeGradient"):
+                await asyncio.wait_for(s0.run(r0.opt.get_chief_queue_runner().step_op), GUARD)
+            assert await s0.run(r0.gs) == 0
+        # A step whose worker partition fails (an uninitialized variable) while the ps
+        # partition waits on the empty queue: the abort releases the wait at once
+        # (no deadline here), and the aborted dequeue must not swallow a later token.
+        g = dt.Graph()
+        with g.as_default():
+            with dt.device("/job:worker/task:1"):
+                missing = dt.Variable(1.0, name="never_initialized")
+            with dt.device("/job:ps/task:0"):
+                gs = get_or_create_global_step()
+                from distrib.training.sync_replicas import TokenQueue
+                q = TokenQueue(gs)
+                token = q.dequeue()
+                size = q.size()
+                put = q.enqueue_many(dt.constant(np.array([7], np.int64)))
+            with dt.device("/job:worker/task:1"):
+                both = dt.cast(token, dt.float32) + missing
+        async with dt.Session(f"distrib://{spec['worker'][0]}", graph=g) as sess:
+            with pytest.raises(dt.errors.FailedPreconditionError, match="never_initialized"):
+                await asyncio.wait_for(sess.run(both), GUARD)
+            await sess.run(put)
+            assert await sess.run(size) == 1
+
+
+async def test_abort_fails_a_waiting_take_with_aborted_error():
+    from distrib.executor import CompiledPartition, VariableStore
+
+    class Channel:   # the worker's step channel, as seen by the executor
+        def __init__(self, worker, step):
+            self.worker, self.step, self.timeout = worker, step, None
+
+    from distrib.worker import Rendezvous
+
+    class Worker:
+        rendezvous = Rendezvous("/job:ps/task:0")
+
+    nodes = [{"name": "n", "op": "Const", "inputs": [], "device": "",
+              "attrs": {"value": np.array(2, np.int32), "dtype": "int32"}},
+             {"name": "take", "op": "AccumulatorTakeGradient", "inputs": ["n:0"], "device": "",
+              "attrs": {"acc": "a", "dtype": "float32", "shape": [2]}}]
+    part = CompiledPartition(nodes, ["take:0"])
+    store = VariableStore()
+    ch = Channel(Worker(), 1)
+    run = asyncio.ensure_future(part.run({}, store, ch))
+    await asyncio.sleep(0.05)
+    assert not run.done()
+    ch.worker.rendezvous.abort(1, AbortedError("peer failed"))
+    with pytest.raises(AbortedError, match="take.*peer failed|peer failed"):
+        await asyncio.wait_for(run, GUARD)
+    # the aborted waiter is gone: two gradients now serve a new take, not the dead one
+    acc = store.resources.accumulators["a"]
+    acc.apply_grad(0, np.ones(2, np.float32))
+    acc.apply_grad(0, 3 * np.ones(2, np.float32))
+    np.testing.assert_allclose(await asyncio.wait_for(acc.take_grad(2), GUARD), [2.0, 2.0])
+    assert acc.global_step == 1
+
+
+def test_argument_checks_follow_tf():
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable(W0, name="w")
+        gs = get_or_create_global_step()
+        opt = dt.train.SyncReplicasOptimizer(dt.train.GradientDescentOptimizer(0.1), 3, 2)
+        with pytest.raises(OptimizerArgumentError, match="after apply_gradients"):
+            opt.get_chief_queue_runner()
+        loss = dt.reduce_sum(w * w)
+        with pytest.raises(OptimizerArgumentError, match="Global step is required"):
+            opt.minimize(loss)
+        opt.minimize(loss, global_step=gs)
+        with pytest.raises(OptimizerArgumentError, match="Too few tokens"):
+            opt.get_init_tokens_op(0)   # 3 to aggregate, 2 replicas: 1 extra token needed
+        assert opt.get_init_tokens_op(1).type == "QueueEnqueueMany"
+        assert opt._local_step in dt.local_variables()
+        assert opt._local_step not in dt.global_variables()
+
+
+# -- synchronous training on a real ps/worker cluster of processes ----------------------
+
+@pytest.fixture
+def ps_worker_cluster():
+    from tests.peers.cli_cluster import cli_flags_task, cluster_spec
+    spec = cluster_spec(ps=1, worker=2)
+    procs = []
+    try:
+        procs.append(cli_flags_task(spec, "ps", 0))
+        procs.extend(cli_flags_task(spec, "worker", i) for i in (0, 1))
+        yield spec
+    finally:
+        for p in procs:
+            p.stop()
+
+
+@pytest.mark.slow
+async def test_synchronous_training_on_processes_decreases_the_loss(ps_worker_cluster):
+    spec = ps_worker_cluster
+    rng = np.random.default_rng(0)
+    w_true = rng.normal(size=(4, 1)).astype(np.float32)
+    data = []
+    for _ in range(2):   # each replica has its own shard
+        x = rng.normal(size=(32, 4)).astype(np.float32)
+        data.append((x, x @ w_true))
+
+    def build(task: int):
+        graph = dt.Graph()
+        with graph.as_default(), dt.device(dt.train.replica_device_setter(
+                cluster=dt.ClusterSpec(spec), worker_device=f"/job:worker/task:{task}")):
+            w = dt.Variable(np.zeros((4, 1), np.float32), name="w")
+            gs = get_or_create_global_step()
+            x = dt.placeholder(dt.float32, [None, 4], name="x")
+            y = dt.placeholder(dt.float32, [None, 1], name="y")
+            loss = dt.reduce_mean(dt.square(dt.matmul(x, w) - y))
+            opt = dt.train.SyncReplicasOptimizer(dt.train.GradientDescentOptimizer(0.1), 2, 2)
+            train = opt.minimize(loss, global_step=gs)
+            init = dt.global_variables_initializer()
+            tokens = opt.get_init_tokens_op()
+        return graph, w, gs, x, y, loss, opt, train, init, tokens
+
+    r = [build(0), build(1)]
+    done = asyncio.Event()
+    sessions = [dt.Session(f"distrib://{spec['worker'][i]}", graph=r[i][0]) for i in (0, 1)]
+    try:
+        s0, s1 = sessions
+        _, w, gs, x, y, loss, opt, _, init, tokens = r[0]
+        feed_all = {x: np.concatenate([d[0] for d in data]), y: np.concatenate([d[1] for d in data])}
+        await s0.run(init)
+        await s0.run(opt.chief_init_op)
+        await s0.run(tokens)
+        before = await s0.run(loss, feed_all)
+        await s1.run(r[1][6].local_step_init_op)
+        chief = opt.get_chief_queue_runner().start(s0, done.is_set)
+
+        async def replica(i: int) -> int:
+            _, _, _, xi, yi, _, _, train, _, _ = r[i]
+            steps = 0
+            with contextlib.suppress(dt.errors.OutOfRangeError):
+                while not done.is_set():
+                    await sessions[i].run(train, {xi: data[i][0], yi: data[i][1]})
+                    steps += 1
+            return steps
+
+        replicas = asyncio.gather(replica(0), replica(1))
+        async with asyncio.timeout(GUARD):
+            while await s0.run(gs) < 10:
+                await asyncio.sleep(0.02)
+            done.set()
+            await chief
+            await s0.run(opt.sync_token_queue.close())
+            steps = await replicas
+        after = await s0.run(loss, feed_all)
+        assert await s0.run(gs) >= 10 and min(steps) >= 5   # both replicas took part
+        assert after < 0.5 * before
+    finally:
+        for s in sessions:
+            await s.close()
