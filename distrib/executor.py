@@ -41,10 +41,10 @@ from typing import Any, Awaitable, Callable, Protocol
 import numpy as np
 
 import kernels
-from distrib.errors import (AbortedError, DeadlineExceededError, FailedPreconditionError, InvalidArgumentError,
-                            NotFoundError, OpError, UnknownError)
+from distrib.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
+                            OpError, UnknownError)
 from distrib.plan import Node, tensor_op
-from distrib.resources import FIFOQueue, ResourceStore
+from distrib.resources import ResourceStore, run_resource_op
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +63,6 @@ STATEFUL_OPS = frozenset({
     "VariableV2", "Assign", "AssignAdd", "AssignSub", "IsVariableInitialized",
     "ApplyGradientDescent", "ApplyMomentum", "ApplyAdagrad", "ApplyAdam",
 }) | RESOURCE_OPS
-
-# a waiting op (take_grad, dequeue) without a deadline says so in the log this often
-_WAIT_WARN_S = 30.0
 
 
 _UPDATE_OPS = frozenset({"Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent",
@@ -451,8 +448,9 @@ class CompiledPartition:
                     await res
                 return []
             if op in RESOURCE_OPS:
-                return _run_resource(node, [_host(a) for a in args], variables.resources,
-                                     channel, self.task)
+                # a waiting one (take, dequeue) returns a future, pending like a receive
+                return run_resource_op(node, [_host(a) for a in args], variables.resources,
+                                       channel, self.task)
             t0 = time.perf_counter()
             out = _run_stateful(node, args, variables, self.wanted[i], self.devices[i])
             clock[0] += time.perf_counter() - t0
@@ -581,104 +579,6 @@ _SLOTS = {
     "ApplyAdagrad": ("accum",),
     "ApplyAdam": ("m", "v"),
 }
-
-
-# -- accumulators and queues (distrib.resources) ------------------------------
-
-def _run_resource(node: Node, args: list[Any], store: ResourceStore,
-                  channel: StepChannel | None, task: str) -> list[Any] | asyncio.Future:
-    """Run a resource op; a waiting one (take, dequeue) returns a future that the
-    dataflow loop treats like a receive, so the partition's other ops go on."""
-    op, attrs = node["op"], node["attrs"]
-    if op.startswith("Accumulator"):
-        acc = store.accumulator(attrs["acc"], attrs["dtype"], attrs.get("shape"))
-        if op == "AccumulatorApplyGradient":
-            acc.apply_grad(int(args[0]), args[1])
-            return []
-        if op == "AccumulatorSetGlobalStep":
-            acc.set_global_step(int(args[0]))
-            return []
-        if op == "AccumulatorNumAccumulated":
-            return [np.array(acc.count, dtype=np.int32)]
-        what = f"{int(args[0])} gradients in accumulator {acc.name}"
-        return asyncio.ensure_future(_wait(acc.take_grad(int(args[0])), node, what,
-                                           channel, task))
-    queue = store.queue(attrs["queue"], attrs["dtype"])
-    if op == "QueueEnqueueMany":
-        queue.enqueue_many(args[0])
-        return []
-    if op == "QueueSize":
-        return [np.array(queue.size(), dtype=np.int32)]
-    if op == "QueueClose":
-        queue.close()
-        return []
-    return asyncio.ensure_future(_wait(queue.dequeue(), node, f"an element of queue {queue.name}",
-                                       channel, task, give_back=queue))
-
-
-async def _wait(fut: asyncio.Future, node: Node, what: str, channel: StepChannel | None,
-                task: str, give_back: FIFOQueue | None = None) -> list[Any]:
-    """``fut``'s value, unless the step is aborted (AbortedError at once) or its
-    ``operation_timeout_s`` passes (DeadlineExceededError naming the op). Without
-    a deadline it waits as long as TF would, but logs every ``_WAIT_WARN_S``."""
-    timeout = getattr(channel, "timeout", None)
-    abort = _abort_signal(channel, task, f"{node['name']}/{id(fut)}")
-    waits = {fut} if abort is None else {fut, abort}
-    # give up a little before the step's receives do: the error then names the op
-    # that waited, not a receive downstream of it on another task
-    deadline = None if timeout is None else time.monotonic() + 0.9 * timeout
-    waited = 0.0
-    try:
-        while True:
-            left = _WAIT_WARN_S if deadline is None else min(_WAIT_WARN_S,
-                                                            deadline - time.monotonic())
-            done, _ = await asyncio.wait(waits, timeout=max(left, 0.0),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if fut in done:
-                return [fut.result()]
-            if abort is not None and abort in done:
-                cause = abort.exception()
-                raise AbortedError(f"{node['op']} stopped waiting for {what}: {cause}",
-                                   task=task or None, op=node["name"])
-            if deadline is not None and time.monotonic() >= deadline:
-                raise DeadlineExceededError(
-                    f"{node['op']} timed out after {timeout:g}s waiting for {what} "
-                    "(operation_timeout_s); the replicas or the chief that feed it may be "
-                    "down, slow or not started", task=task or None, op=node["name"])
-            waited += left
-            logger.warning("%s: op %s has waited %.0fs for %s; is the chief running its "
-                           "aggregation step and are enough replicas training?",
-                           task, node["name"], waited, what)
-    except BaseException:
-        if fut.done() and not fut.cancelled() and fut.exception() is None:
-            if give_back is not None:   # the token was ours but the step is gone: return it
-                give_back.give_back(fut.result())
-        else:
-            fut.cancel()   # the resource skips a cancelled waiter
-        raise
-    finally:
-        if abort is not None:
-            abort.cancel()
-
-
-def _abort_signal(channel: StepChannel | None, task: str, tag: str) -> asyncio.Future | None:
-    """A future that fails when the step is aborted (a peer failed), or None.
-
-    The worker fails every pending receive of an aborted step at once, so a
-    receive of a key nobody sends is exactly that signal."""
-    rendezvous = getattr(getattr(channel, "worker", None), "rendezvous", None)
-    if rendezvous is None:
-        return None
-    # a key of its own: cancelling this wait must not cancel another op's signal
-    key = "\x00step-aborted/" + tag
-    fut = asyncio.ensure_future(rendezvous.get(channel.step, key, task, None))  # type: ignore[union-attr]
-    fut.add_done_callback(_retrieve)
-    return fut
-
-
-def _retrieve(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 # -- in-process evaluation (tests, debugging) ---------------------------------

@@ -3,8 +3,9 @@ and FIFO queues (the pieces of ``SyncReplicasOptimizer``).
 
 Like variables they live on the task, by shared name, created on first use,
 and outlive steps and sessions: every replica that names
-``w/grad_accum`` reaches the same accumulator on the ps. The executor runs the
-ops of ``docs/ops.md`` ("Synchronous training resources") against them.
+``w/grad_accum`` reaches the same accumulator on the ps. The executor hands
+the ops of ``docs/ops.md`` ("Synchronous training resources") to
+:func:`run_resource_op`, which runs them against the task's store.
 
 Everything here runs on the task's event loop, so each method is atomic with
 respect to the others. An operation that must wait (``take_grad`` until
@@ -16,14 +17,22 @@ skipped, so it never swallows a gradient sum or a token.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import deque
 from typing import Any
 
 import numpy as np
 
-from distrib.errors import InvalidArgumentError, OutOfRangeError
+from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
+                            OutOfRangeError)
 
-__all__ = ["ConditionalAccumulator", "FIFOQueue", "ResourceStore"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["ConditionalAccumulator", "FIFOQueue", "ResourceStore", "run_resource_op"]
+
+# a waiting op (take_grad, dequeue) without a deadline says so in the log this often
+_WAIT_WARN_S = 30.0
 
 
 class ConditionalAccumulator:
@@ -190,3 +199,101 @@ class ResourceStore:
     def clear(self) -> None:
         self.accumulators.clear()
         self.queues.clear()
+
+
+# -- running the ops (called by distrib.executor) --------------------------------
+
+def run_resource_op(node: dict[str, Any], args: list[Any], store: ResourceStore,
+                    channel: Any, task: str) -> list[Any] | asyncio.Future:
+    """Run a resource op; a waiting one (take, dequeue) returns a future that the
+    dataflow loop treats like a receive, so the partition's other ops go on."""
+    op, attrs = node["op"], node["attrs"]
+    if op.startswith("Accumulator"):
+        acc = store.accumulator(attrs["acc"], attrs["dtype"], attrs.get("shape"))
+        if op == "AccumulatorApplyGradient":
+            acc.apply_grad(int(args[0]), args[1])
+            return []
+        if op == "AccumulatorSetGlobalStep":
+            acc.set_global_step(int(args[0]))
+            return []
+        if op == "AccumulatorNumAccumulated":
+            return [np.array(acc.count, dtype=np.int32)]
+        what = f"{int(args[0])} gradients in accumulator {acc.name}"
+        return asyncio.ensure_future(_wait(acc.take_grad(int(args[0])), node, what,
+                                           channel, task))
+    queue = store.queue(attrs["queue"], attrs["dtype"])
+    if op == "QueueEnqueueMany":
+        queue.enqueue_many(args[0])
+        return []
+    if op == "QueueSize":
+        return [np.array(queue.size(), dtype=np.int32)]
+    if op == "QueueClose":
+        queue.close()
+        return []
+    return asyncio.ensure_future(_wait(queue.dequeue(), node, f"an element of queue {queue.name}",
+                                       channel, task, give_back=queue))
+
+
+async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str, channel: Any,
+                task: str, give_back: FIFOQueue | None = None) -> list[Any]:
+    """``fut``'s value, unless the step is aborted (AbortedError at once) or its
+    ``operation_timeout_s`` passes (DeadlineExceededError naming the op). Without
+    a deadline it waits as long as TF would, but logs every ``_WAIT_WARN_S``."""
+    timeout = getattr(channel, "timeout", None)
+    abort = _abort_signal(channel, task, f"{node['name']}/{id(fut)}")
+    waits = {fut} if abort is None else {fut, abort}
+    # give up a little before the step's receives do: the error then names the op
+    # that waited, not a receive downstream of it on another task
+    deadline = None if timeout is None else time.monotonic() + 0.9 * timeout
+    waited = 0.0
+    try:
+        while True:
+            left = _WAIT_WARN_S if deadline is None else min(_WAIT_WARN_S,
+                                                            deadline - time.monotonic())
+            done, _ = await asyncio.wait(waits, timeout=max(left, 0.0),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if fut in done:
+                return [fut.result()]
+            if abort is not None and abort in done:
+                cause = abort.exception()
+                raise AbortedError(f"{node['op']} stopped waiting for {what}: {cause}",
+                                   task=task or None, op=node["name"])
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DeadlineExceededError(
+                    f"{node['op']} timed out after {timeout:g}s waiting for {what} "
+                    "(operation_timeout_s); the replicas or the chief that feed it may be "
+                    "down, slow or not started", task=task or None, op=node["name"])
+            waited += left
+            logger.warning("%s: op %s has waited %.0fs for %s; is the chief running its "
+                           "aggregation step and are enough replicas training?",
+                           task, node["name"], waited, what)
+    except BaseException:
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            if give_back is not None:   # the token was ours but the step is gone: return it
+                give_back.give_back(fut.result())
+        else:
+            fut.cancel()   # the resource skips a cancelled waiter
+        raise
+    finally:
+        if abort is not None:
+            abort.cancel()
+
+
+def _abort_signal(channel: Any, task: str, tag: str) -> asyncio.Future | None:
+    """A future that fails when the step is aborted (a peer failed), or None.
+
+    The worker fails every pending receive of an aborted step at once, so a
+    receive of a key nobody sends is exactly that signal."""
+    rendezvous = getattr(getattr(channel, "worker", None), "rendezvous", None)
+    if rendezvous is None:
+        return None
+    # a key of its own: cancelling this wait must not cancel another op's signal
+    key = "\x00step-aborted/" + tag
+    fut = asyncio.ensure_future(rendezvous.get(channel.step, key, task, None))  # type: ignore[union-attr]
+    fut.add_done_callback(_retrieve)
+    return fut
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()

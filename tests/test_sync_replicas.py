@@ -15,7 +15,7 @@ import pytest
 
 import distrib as dt
 from distrib.demo import free_ports
-from distrib.errors import AbortedError, DeadlineExceededError
+from distrib.errors import DeadlineExceededError
 from distrib.training.optimizers import OptimizerArgumentError
 from distrib.training.global_step import get_or_create_global_step
 
@@ -209,37 +209,31 @@ async def test_waiting_take_times_out_and_an_aborted_dequeue_is_released():
             assert await sess.run(size) == 1
 
 
-async def test_abort_fails_a_waiting_take_with_aborted_error():
-    from distrib.executor import CompiledPartition, VariableStore
-
-    class Channel:   # the worker's step channel, as seen by the executor
-        def __init__(self, worker, step):
-            self.worker, self.step, self.timeout = worker, step, None
-
-    from distrib.worker import Rendezvous
-
-    class Worker:
-        rendezvous = Rendezvous("/job:ps/task:0")
-
-    nodes = [{"name": "n", "op": "Const", "inputs": [], "device": "",
-              "attrs": {"value": np.array(2, np.int32), "dtype": "int32"}},
-             {"name": "take", "op": "AccumulatorTakeGradient", "inputs": ["n:0"], "device": "",
-              "attrs": {"acc": "a", "dtype": "float32", "shape": [2]}}]
-    part = CompiledPartition(nodes, ["take:0"])
-    store = VariableStore()
-    ch = Channel(Worker(), 1)
-    run = asyncio.ensure_future(part.run({}, store, ch))
-    await asyncio.sleep(0.05)
-    assert not run.done()
-    ch.worker.rendezvous.abort(1, AbortedError("peer failed"))
-    with pytest.raises(AbortedError, match="take.*peer failed|peer failed"):
-        await asyncio.wait_for(run, GUARD)
-    # the aborted waiter is gone: two gradients now serve a new take, not the dead one
-    acc = store.resources.accumulators["a"]
-    acc.apply_grad(0, np.ones(2, np.float32))
-    acc.apply_grad(0, 3 * np.ones(2, np.float32))
-    np.testing.assert_allclose(await asyncio.wait_for(acc.take_grad(2), GUARD), [2.0, 2.0])
-    assert acc.global_step == 1
+async def test_an_aborted_take_is_released_and_leaves_the_gradients_to_the_next_take():
+    from distrib.training.sync_replicas import _Accumulator
+    async with cluster(1) as spec:
+        g = dt.Graph()
+        with g.as_default():
+            with dt.device("/job:ps/task:0"):
+                v = dt.Variable(np.zeros(2, np.float32), name="v")
+                acc = _Accumulator(v, dt.float32, [2])
+                step = dt.constant(np.int64(0))
+                grad = dt.placeholder(dt.float32, [2], name="grad")
+                apply = acc.apply_grad(grad, step)
+                take = acc.take_grad(2)
+            with dt.device("/job:worker/task:0"):
+                missing = dt.Variable(1.0, name="never_initialized")
+                both = take + missing
+        async with dt.Session(f"distrib://{spec['worker'][0]}", graph=g) as sess:
+            # no operation_timeout_s: only the abort (the worker's partition failed) ends the wait
+            with pytest.raises(dt.errors.FailedPreconditionError, match="never_initialized"):
+                await asyncio.wait_for(sess.run(both), GUARD)
+            await sess.run(apply, {grad: np.ones(2, np.float32)})
+            await sess.run(apply, {grad: 3 * np.ones(2, np.float32)})
+            # had the aborted take stayed registered, it would have swallowed these two
+            assert await sess.run(acc.num_accumulated()) == 2
+            out = await asyncio.wait_for(sess.run(take), GUARD)
+            np.testing.assert_allclose(out, [2.0, 2.0])
 
 
 def test_argument_checks_follow_tf():
