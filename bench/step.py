@@ -25,7 +25,6 @@ Timings are never asserted anywhere: this only reports.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics

@@ -240,7 +240,7 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str, channel: A
     ``operation_timeout_s`` passes (DeadlineExceededError naming the op). Without
     a deadline it waits as long as TF would, but logs every ``_WAIT_WARN_S``."""
     timeout = getattr(channel, "timeout", None)
-    abort = _abort_signal(channel, task, f"{node['name']}/{id(fut)}")
+    abort = _abort_signal(channel, f"{node['name']}/{id(fut)}")
     waits = {fut} if abort is None else {fut, abort}
     # give up a little before the step's receives do: the error then names the op
     # that waited, not a receive downstream of it on another task
@@ -279,17 +279,13 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str, channel: A
             abort.cancel()
 
 
-def _abort_signal(channel: Any, task: str, tag: str) -> asyncio.Future | None:
-    """A future that fails when the step is aborted (a peer failed), or None.
-
-    The worker fails every pending receive of an aborted step at once, so a
-    receive of a key nobody sends is exactly that signal."""
-    rendezvous = getattr(getattr(channel, "worker", None), "rendezvous", None)
-    if rendezvous is None:
+def _abort_signal(channel: Any, tag: str) -> asyncio.Future | None:
+    """A future that fails when the step is aborted (a peer failed), or None
+    when the step has no channel (in-process evaluation)."""
+    aborted = getattr(channel, "aborted", None)
+    if aborted is None:
         return None
-    # a key of its own: cancelling this wait must not cancel another op's signal
-    key = "\x00step-aborted/" + tag
-    fut = asyncio.ensure_future(rendezvous.get(channel.step, key, task, None))  # type: ignore[union-attr]
+    fut = aborted(tag)
     fut.add_done_callback(_retrieve)
     return fut
 

@@ -128,6 +128,16 @@ class _StepChannel:
     async def recv(self, key: str, src_task: str) -> Any:
         return await self.worker.rendezvous.get(self.step, key, src_task, self.timeout)
 
+    def aborted(self, tag: str) -> asyncio.Future:
+        """A future that fails (AbortedError) when this step is aborted; ops that
+        wait on a resource (a queue, an accumulator) race it so an abort frees them.
+
+        An abort fails every pending receive of the step at once, so a receive
+        of a key of its own that nobody sends is exactly that signal."""
+        key = "\x00step-aborted/" + tag
+        return asyncio.ensure_future(
+            self.worker.rendezvous.get(self.step, key, self.worker.task, None))
+
 
 class WorkerService:
     """Actor "worker" of every task."""

@@ -26,7 +26,7 @@ from kernels import CPU, GPU, KernelError, get_kernel, register
 from kernels import cuda_math as cm
 from kernels.cpu import binary_operands
 from kernels.devices import CUDASIM, backend, is_device_array, to_host
-from kernels.dtypes import as_dtype, concrete_shape, reduction_axes
+from kernels.dtypes import as_dtype, concrete_shape
 
 __all__ = ["launch_1d"]
 
