@@ -333,3 +333,38 @@ async def test_synchronous_training_on_processes_decreases_the_loss(ps_worker_cl
     finally:
         for s in sessions:
             await s.close()
+
+
+async def test_supervisor_runs_the_chief_queue_runner_for_sync_training(tmp_path):
+    """TF1's recipe: the chief's Supervisor starts the aggregation loop with
+    start_queue_runners; both replicas train synchronously until told to stop."""
+    async with cluster(2) as spec:
+        replicas = [Replica(spec, t, aggregate=2, total=2) for t in (0, 1)]
+        svs = [dt.train.Supervisor(
+            graph=r.graph, is_chief=(r.task == 0), init_op=r.init,
+            local_init_op=r.opt.local_step_init_op,
+            ready_for_local_init_op=r.opt.ready_for_local_init_op,
+            global_step=r.gs, logdir=str(tmp_path / "logs") if r.task == 0 else None,
+            recovery_wait_secs=0.05) for r in replicas]
+
+        async def replica(r: Replica, sv) -> int:
+            async with sv.managed_session(r.target) as sess:
+                if sv.is_chief:
+                    await sess.run(r.opt.chief_init_op)
+                    await sess.run(r.init_tokens)
+                    sv.start_queue_runners(sess, [r.opt.get_chief_queue_runner()])
+                step = 0
+                while not sv.should_stop() and step < 6:
+                    await sess.run(r.train, {r.x: np.zeros(3, np.float32)})
+                    step = int(await sess.run(r.gs))
+                return step
+
+        async def run_chief_last():
+            # the non-chief stops once it reaches the goal; the chief then stops
+            # its runner (the Supervisor does) and saves a final checkpoint
+            return await asyncio.gather(replica(replicas[0], svs[0]),
+                                        replica(replicas[1], svs[1]))
+
+        steps = await asyncio.wait_for(run_chief_last(), GUARD)
+    assert min(steps) >= 5
+    assert dt.train.latest_checkpoint(str(tmp_path / "logs")) is not None

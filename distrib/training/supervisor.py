@@ -133,6 +133,7 @@ class Supervisor:
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._checkpoint_task: asyncio.Task | None = None
+        self._runner_tasks: list[asyncio.Task] = []
         self._save_lock: asyncio.Lock | None = None
         self._sess: Any = None
 
@@ -373,7 +374,25 @@ class Supervisor:
         if self._stop_requested:
             self._stop_event.set()
 
+    def start_queue_runners(self, sess: Session, queue_runners: Sequence[Any] = ()) -> list[asyncio.Task]:
+        """Start background loops (e.g. ``SyncReplicasOptimizer.get_chief_queue_runner()``)
+        that run until :meth:`should_stop`; they are stopped with the other services.
+
+        A runner is anything with ``start(sess, stop) -> asyncio.Task``."""
+        self._bind_loop()
+        tasks = [runner.start(sess, self.should_stop) for runner in queue_runners]
+        self._runner_tasks.extend(tasks)
+        return tasks
+
     async def _stop_services(self) -> None:
+        runners, self._runner_tasks = self._runner_tasks, []
+        for t in runners:  # each returns once should_stop() is true (polled)
+            try:
+                await asyncio.wait_for(asyncio.shield(t), self._stop_grace_secs)
+            except asyncio.TimeoutError:
+                t.cancel()
+            except Exception as exc:  # a runner's error must not hide the final save
+                logger.error("queue runner failed: %s", exc)
         task, self._checkpoint_task = self._checkpoint_task, None
         if task is None:
             return
