@@ -244,6 +244,8 @@ class ActorSystem:
             conn = await transports.connect(address, identity=self.identity, config=self.config)
         except transports.AuthError as e:
             raise UnauthenticatedError(str(e)) from None
+        except transports.ConnectTimeout as e:  # its message names the address
+            raise UnavailableError(str(e)) from None
         except (transports.TransportError, OSError) as e:
             raise UnavailableError(f"cannot reach {address}: {e}") from None
         peer = _Peer(conn)

@@ -239,7 +239,7 @@ class MasterService:
         try:
             return await call
         except UnavailableError as e:
-            raise UnavailableError(f"{task} at {addr} is unavailable: {e.message}",
+            raise UnavailableError(f"{task} is unavailable: {e.message}",
                                    task=self.task) from None
 
     async def _prepare(self, task: str, plan: _StepPlan, soft: bool, limit: float | None) -> int:

@@ -149,15 +149,15 @@ async def connect(address: str, *, identity: PeerInfo, config: TransportConfig |
     config = config or TransportConfig()
     token = resolve_token(config)
     host, port = parse_address(address)
-    who = f"{expected_name or address} at {host}:{port}"
+    who = f"{expected_name} at {host}:{port}" if expected_name else f"{host}:{port}"
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.connect_timeout_s
     delay, last = _BACKOFF_FIRST_S, "no attempt made"
     while True:
         remaining = deadline - loop.time()
         if remaining <= 0:
-            raise ConnectTimeout(f"could not reach {expected_name or address} at {host}:{port} "
-                                 f"after {config.connect_timeout_s:g}s: {last}")
+            raise ConnectTimeout(f"could not reach {who} after "
+                                 f"{config.connect_timeout_s:g}s: {last}")
         try:
             _, wire = await asyncio.wait_for(
                 loop.create_connection(lambda: Wire(f"{host}:{port}"), host, port), remaining)
