@@ -9,7 +9,8 @@ one and the ones it starts) runs with one BLAS thread: the BLAS variables are
 set to 1 in the environment before numpy is imported.
 
 Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
-- ``numpy-plain``: the training loop in numpy, fresh temporaries every step;
+- ``numpy-plain``: the training loop in numpy, fresh temporaries every step,
+  alone in a fresh process (see ``numpy_window`` for why);
 - ``numpy-prealloc``: the same with every temporary preallocated (``out=``);
 - ``local-1proc``: an in-process local server (``dt.serve``), variables and
   model on one task, a Session on the same loop;
@@ -366,12 +367,29 @@ class PsCluster:
 
 # -- the run -------------------------------------------------------------------------
 
+def numpy_main(kind: str, seconds: float) -> None:
+    """A numpy loop alone in its process (``--numpy KIND``): prints one JSON line."""
+    runner = (NumpyPlain if kind == "plain" else NumpyPrealloc)(*synthetic_batch(0))
+    for _ in range(WARMUP_STEPS):
+        runner.step()
+    steps, elapsed = timed_window(runner.step, seconds)
+    print(json.dumps({"examples_per_s": steps * BATCH / elapsed,
+                      "ms_per_step": elapsed / steps * 1e3}), flush=True)
+
+
+def numpy_window(kind: str, seconds: float) -> dict[str, Any]:
+    """Each numpy loop runs in a fresh process of its own, as a user's script
+    would. Measured in this process instead, the plain loop ran ~35% slower
+    whenever other big arrays were alive (glibc's heap then returns and
+    re-faults the temporaries' pages every step), which flattered every
+    ratio against it."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--numpy", kind,
+                          "--seconds", str(seconds)], capture_output=True, text=True,
+                         timeout=seconds + 120, cwd=ROOT, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 async def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
-    bx, by = synthetic_batch(0)
-    plain, prealloc = NumpyPlain(bx, by), NumpyPrealloc(bx, by)
-    for runner in (plain, prealloc):
-        for _ in range(WARMUP_STEPS):
-            runner.step()
     samples: dict[str, list[dict[str, Any]]] = {}
 
     def add(name: str, result: dict[str, Any]) -> None:
@@ -380,12 +398,8 @@ async def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]
     with PsCluster() as cluster:
         async with LocalTrainer() as local:
             for _ in range(rounds):
-                steps, elapsed = timed_window(plain.step, seconds)
-                add("numpy-plain", {"examples_per_s": steps * BATCH / elapsed,
-                                    "ms_per_step": elapsed / steps * 1e3})
-                steps, elapsed = timed_window(prealloc.step, seconds)
-                add("numpy-prealloc", {"examples_per_s": steps * BATCH / elapsed,
-                                       "ms_per_step": elapsed / steps * 1e3})
+                add("numpy-plain", numpy_window("plain", seconds))
+                add("numpy-prealloc", numpy_window("prealloc", seconds))
                 add("local-1proc", await local.window(seconds))
                 add("ps1-w1", cluster.window(1, seconds))
                 add("ps1-w2", cluster.window(2, seconds))
@@ -430,7 +444,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, help="seconds per configuration and round")
     ap.add_argument("--replica", type=int, help=argparse.SUPPRESS)   # internal: a worker task
     ap.add_argument("--spec", help=argparse.SUPPRESS)
+    ap.add_argument("--numpy", choices=["plain", "prealloc"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.numpy:
+        numpy_main(args.numpy, args.seconds or 3.0)
+        return
     import uvloop
     if args.replica is not None:
         uvloop.run(replica_main(json.loads(args.spec), args.replica))
