@@ -28,3 +28,28 @@ def shm_snapshot():
         return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
         return set()
+
+
+@pytest.fixture
+def server():
+    """A local server (a real one, on a free port), stopped after the test."""
+    import distrib as dt
+    srv = dt.Server.create_local_server()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def ps_worker_cluster():
+    """One ps and two workers started through the CLI (real processes, free ports);
+    yields the cluster dict and stops every process afterwards."""
+    from tests.peers.cli_cluster import cli_flags_task, cluster_spec
+    spec = cluster_spec(ps=1, worker=2)
+    procs = []
+    try:
+        procs.append(cli_flags_task(spec, "ps", 0))
+        procs.extend(cli_flags_task(spec, "worker", i) for i in (0, 1))
+        yield spec
+    finally:
+        for p in procs:
+            p.stop()

@@ -13,13 +13,6 @@ from distrib.training.global_step import get_or_create_global_step
 from distrib.training.saver import Saver, latest_checkpoint
 
 
-@pytest.fixture
-def server():
-    srv = dt.Server.create_local_server()
-    yield srv
-    srv.stop()
-
-
 class Model:
     """Two variables and a global step in a fresh graph, with ops to change them."""
 

@@ -23,13 +23,6 @@ W_INIT = np.array([4.0, -2.0])
 BOUND_S = 30  # no test waits longer than this for a condition
 
 
-@pytest.fixture
-def server():
-    srv = dt.Server.create_local_server()
-    yield srv
-    srv.stop()
-
-
 class Model:
     """``w`` pulled towards 0 by gradient descent, counted by a global step; its own graph."""
 
@@ -182,20 +175,6 @@ async def test_chief_without_init_op_or_checkpoint_is_not_ready(server):
 
 
 # -- between-graph replication on a real ps/worker cluster of processes ----------------
-
-@pytest.fixture
-def ps_worker_cluster():
-    from tests.peers.cli_cluster import cli_flags_task, cluster_spec
-    spec = cluster_spec(ps=1, worker=2)
-    procs = []
-    try:
-        procs.append(cli_flags_task(spec, "ps", 0))
-        procs.extend(cli_flags_task(spec, "worker", i) for i in (0, 1))
-        yield spec
-    finally:
-        for p in procs:
-            p.stop()
-
 
 def replica_graph(spec: dict, task: int):
     """Replica ``task``'s own graph: variables on the ps, Adam updates there, math on the worker."""

@@ -257,20 +257,6 @@ def test_argument_checks_follow_tf():
 
 # -- synchronous training on a real ps/worker cluster of processes ----------------------
 
-@pytest.fixture
-def ps_worker_cluster():
-    from tests.peers.cli_cluster import cli_flags_task, cluster_spec
-    spec = cluster_spec(ps=1, worker=2)
-    procs = []
-    try:
-        procs.append(cli_flags_task(spec, "ps", 0))
-        procs.extend(cli_flags_task(spec, "worker", i) for i in (0, 1))
-        yield spec
-    finally:
-        for p in procs:
-            p.stop()
-
-
 @pytest.mark.slow
 async def test_synchronous_training_on_processes_decreases_the_loss(ps_worker_cluster):
     spec = ps_worker_cluster
