@@ -68,40 +68,18 @@ async def amedian_time(fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
-_PONG = r"""
-import sys, asyncio, uvloop
-sys.path.insert(0, sys.argv[1])
-from distrib.actors import ActorSystem
-class Pong:
-    def ping(self, x):
-        return x
-async def main():
-    system = await ActorSystem("/job:pong/task:0").start()
-    system.spawn("pong", Pong())
-    print(system.address, flush=True)
-    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    await system.shutdown()
-uvloop.run(main())
-"""
-
-
 async def actor_call_us(reps: int) -> float:
     """Median round trip of one actor call to an actor in another process on
-    this host (the default transport between co-located tasks)."""
-    p = subprocess.Popen([sys.executable, "-c", _PONG, ROOT], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
-    try:
-        address = p.stdout.readline().strip()
+    this host (the default transport between co-located tasks); the peer is
+    bench/transport.py's actor peer, so both benches measure the same thing."""
+    from bench.transport import _peer
+    with _peer("actor") as address:
         system = await ActorSystem("/job:bench/task:0", listen=False).start()
         try:
             ref = system.ref(address, "pong")
             return await amedian_time(lambda: ref.call("ping", 1), reps, warmup=200) * 1e6
         finally:
             await system.shutdown()
-    finally:
-        p.stdin.close()
-        p.terminate()
-        p.wait(10)
 
 
 async def local_rows(reps: int) -> list[dict]:
