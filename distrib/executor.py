@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -41,10 +40,10 @@ from typing import Any, Awaitable, Callable, Protocol
 import numpy as np
 
 import kernels
-from distrib.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
-                            OpError, UnknownError)
+from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
 from distrib.plan import Node, tensor_op
-from distrib.resources import ResourceStore, run_resource_op
+from distrib.resources import run_resource_op
+from distrib.variable_store import VariableStore
 
 logger = logging.getLogger(__name__)
 
@@ -75,89 +74,6 @@ class StepChannel(Protocol):
     def send(self, key: str, dst_task: str, value: Any) -> Awaitable[None] | None: ...
 
     async def recv(self, key: str, src_task: str) -> Any: ...
-
-
-class VariableStore:
-    """The variables a task owns, by shared name. They outlive steps and
-    sessions: every client that names a variable sees the same storage.
-
-    A stored array is never changed while anyone else holds it: in-place
-    updates go through :meth:`writable`, which copies first when the array is
-    shared (copy on write). Readers therefore take the array itself."""
-
-    def __init__(self, task: str = "") -> None:
-        self.task = task
-        self._values: dict[str, Any] = {}
-        self._owned: set[int] = set()   # ids of the stored arrays, see owns()
-        # the task's accumulators and queues: they live exactly as long as its variables
-        self.resources = ResourceStore(task)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._values
-
-    def names(self) -> list[str]:
-        return sorted(self._values)
-
-    def get(self, name: str, op: str | None = None) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise FailedPreconditionError(
-                f"attempting to use uninitialized value {name}: run its initializer "
-                "(e.g. dt.global_variables_initializer()) or restore a checkpoint first",
-                task=self.task or None, op=op) from None
-
-    def writable(self, name: str, op: str | None = None) -> Any:
-        """The variable's array for an in-place update: the stored one when
-        nobody else holds it, else a private copy that replaces it."""
-        # no local reference to the array while counting: it would count as a holder
-        if type(self.get(name, op)) is np.ndarray and _shared(self._values, name):
-            self.set(name, self._values[name].copy())
-        return self._values[name]
-
-    def owns(self, value: Any) -> bool:
-        """Whether ``value`` is (a view of) a stored array, which must be
-        copied before it leaves the runtime's hands (a client may write to it)."""
-        base = getattr(value, "base", None)
-        return id(value if base is None else base) in self._owned
-
-    def set(self, name: str, value: Any) -> None:
-        old = self._values.get(name)
-        if old is not None:
-            self._owned.discard(id(old))
-        self._values[name] = value
-        self._owned.add(id(value))
-
-    def delete(self, name: str) -> None:
-        old = self._values.pop(name, None)
-        if old is not None:
-            self._owned.discard(id(old))
-
-    def clear(self) -> None:
-        self._values.clear()
-        self._owned.clear()
-        self.resources.clear()
-
-
-def _refs(values: dict[str, Any], name: str) -> int:
-    value = values[name]
-    return sys.getrefcount(value)
-
-
-def _calibrate_refs() -> int:
-    # The count an unshared stored array shows through the same code path, on
-    # this interpreter (the dict's reference, the local, the call's argument).
-    values = {"x": np.zeros(1)}
-    return _refs(values, "x")
-
-
-_UNSHARED_REFS = _calibrate_refs()
-
-
-def _shared(values: dict[str, Any], name: str) -> bool:
-    # CPython counts every holder: a step's pending consumer, a view, a
-    # fetched result in this process, a transport still sending it.
-    return _refs(values, name) > _UNSHARED_REFS
 
 
 def _device_of(node: Node) -> tuple[str, int]:
@@ -581,58 +497,6 @@ _SLOTS = {
 }
 
 
-# -- in-process evaluation (tests, debugging) ---------------------------------
-
-_LOCAL_VARIABLES = VariableStore("/job:local/task:0")
-
-
-def evaluate(fetches: Any, feed_dict: dict | None = None, graph: Any = None, *,
-             variables: VariableStore | None = None) -> Any:
-    """Run ``fetches`` in this process, without a server, like ``sess.run``.
-
-    Every op runs on this process's CPU whatever its device pin (soft
-    placement); variables persist across calls in a module-level store (or
-    ``variables``). Meant for tests of the graph layer and gradients; real
-    programs use a Session.
-    """
-    from distrib.fetches import FetchPlan, check_feed, feed_name
-    from distrib.plan import prune
-    if graph is None:
-        from distrib.graph import get_default_graph
-        graph = get_default_graph()
-    gd = graph.as_graph_def()
-    nodes = {n["name"]: n for n in gd["nodes"]}
-    plan = FetchPlan(fetches)
-    feeds: dict[str, Any] = {}
-    for key, value in (feed_dict or {}).items():
-        name = feed_name(key)
-        op, idx = tensor_op(name)
-        if op not in nodes:
-            raise NotFoundError(f"cannot feed {name!r}: the graph has no such tensor")
-        n = nodes[op]
-        dts, shapes = n.get("output_dtypes") or [], n.get("output_shapes") or []
-        feeds[name] = check_feed(name, value, dts[idx] if idx < len(dts) else None,
-                                 shapes[idx] if idx < len(shapes) else None)
-    order = prune(nodes, plan.tensors, plan.targets, feeds)
-    part_nodes = [dict(nodes[n], device="") for n in order]
-    fetch_names = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in plan.tensors]
-    computed = [t for t in fetch_names if t not in feeds]
-    compiled = CompiledPartition(part_nodes, computed, soft_placement=True)
-    store = variables if variables is not None else _LOCAL_VARIABLES
-
-    async def go() -> list[Any]:
-        return await compiled.run(feeds, store)
-
-    results = _run_coro(go())
-    by_name = dict(zip(computed, results))
-    return plan.build([feeds[t] if t in feeds else by_name[t] for t in fetch_names])
-
-
-def _run_coro(coro: Any) -> Any:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    import concurrent.futures
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+# evaluate() runs a graph in this process without a server (tests, debugging);
+# it lives in its own module and is re-exported here, where callers look for it
+from distrib.local_eval import evaluate  # noqa: E402,F401

@@ -1,0 +1,103 @@
+"""The variables a task owns, by shared name: they outlive steps and sessions.
+
+Copy on write: reading a variable hands out the stored array itself, and an
+in-place update first copies the array when anyone else still holds it (a
+step's pending consumer, a view, a fetched result in this process, a send in
+progress), judged by CPython's reference count. A read is therefore always a
+snapshot, and a training step whose reads finish before its updates copies
+nothing (the executor orders a step's updates after its reads).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from distrib.errors import FailedPreconditionError
+from distrib.resources import ResourceStore
+
+__all__ = ["VariableStore"]
+
+
+class VariableStore:
+    """The variables a task owns, by shared name. They outlive steps and
+    sessions: every client that names a variable sees the same storage.
+
+    A stored array is never changed while anyone else holds it: in-place
+    updates go through :meth:`writable`, which copies first when the array is
+    shared (copy on write). Readers therefore take the array itself."""
+
+    def __init__(self, task: str = "") -> None:
+        self.task = task
+        self._values: dict[str, Any] = {}
+        self._owned: set[int] = set()   # ids of the stored arrays, see owns()
+        # the task's accumulators and queues: they live exactly as long as its variables
+        self.resources = ResourceStore(task)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._values
+
+    def names(self) -> list[str]:
+        return sorted(self._values)
+
+    def get(self, name: str, op: str | None = None) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise FailedPreconditionError(
+                f"attempting to use uninitialized value {name}: run its initializer "
+                "(e.g. dt.global_variables_initializer()) or restore a checkpoint first",
+                task=self.task or None, op=op) from None
+
+    def writable(self, name: str, op: str | None = None) -> Any:
+        """The variable's array for an in-place update: the stored one when
+        nobody else holds it, else a private copy that replaces it."""
+        # no local reference to the array while counting: it would count as a holder
+        if type(self.get(name, op)) is np.ndarray and _shared(self._values, name):
+            self.set(name, self._values[name].copy())
+        return self._values[name]
+
+    def owns(self, value: Any) -> bool:
+        """Whether ``value`` is (a view of) a stored array, which must be
+        copied before it leaves the runtime's hands (a client may write to it)."""
+        base = getattr(value, "base", None)
+        return id(value if base is None else base) in self._owned
+
+    def set(self, name: str, value: Any) -> None:
+        old = self._values.get(name)
+        if old is not None:
+            self._owned.discard(id(old))
+        self._values[name] = value
+        self._owned.add(id(value))
+
+    def delete(self, name: str) -> None:
+        old = self._values.pop(name, None)
+        if old is not None:
+            self._owned.discard(id(old))
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._owned.clear()
+        self.resources.clear()
+
+
+def _refs(values: dict[str, Any], name: str) -> int:
+    value = values[name]
+    return sys.getrefcount(value)
+
+
+def _calibrate_refs() -> int:
+    # The count an unshared stored array shows through the same code path, on
+    # this interpreter (the dict's reference, the local, the call's argument).
+    values = {"x": np.zeros(1)}
+    return _refs(values, "x")
+
+
+_UNSHARED_REFS = _calibrate_refs()
+
+
+def _shared(values: dict[str, Any], name: str) -> bool:
+    # CPython counts every holder: a step's pending consumer, a view, a
+    # fetched result in this process, a transport still sending it.
+    return _refs(values, name) > _UNSHARED_REFS
