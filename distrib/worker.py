@@ -182,6 +182,7 @@ class WorkerService:
             self._partitions[key] = CompiledPartition(
                 nodes, fetches, task=self.task, soft_placement=soft_placement,
                 gpu_count=self.gpu_count)
+            self.counters["partitions_registered"] += 1
         return True
 
     def deregister_partitions(self, prefix: str) -> int:
@@ -248,4 +249,4 @@ class WorkerService:
 
 def _zero_counters() -> dict[str, Any]:
     return {"tensors_sent": 0, "bytes_sent": 0, "tensors_received": 0, "bytes_received": 0,
-            "partitions_run": 0, "partition_s": 0.0}
+            "partitions_run": 0, "partition_s": 0.0, "partitions_registered": 0}

@@ -183,3 +183,15 @@ async def test_call_to_another_system_of_this_process_skips_the_wire():
     finally:
         await client_.shutdown()
         await server.shutdown()
+
+
+async def test_concurrent_first_calls_share_one_pooled_connection(peer, mode):
+    sys_ = await client(mode)
+    try:
+        ref = sys_.ref(peer.line, "echo")
+        # 50 calls start before any connection exists: they must not race to open 50
+        assert await asyncio.gather(*(ref.call("echo", i) for i in range(50))) == list(range(50))
+        assert await ref.call("inbound_connections") == 1
+        assert len(sys_._out) == 1
+    finally:
+        await sys_.shutdown()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
+from distrib.demo import free_ports
 from distrib.executor import CompiledPartition, VariableStore, evaluate
 from distrib.plan import partition, place, prune
 
@@ -140,3 +141,23 @@ async def test_worker_and_master_count_what_a_step_moves():
             assert m["feed_bytes"] == 16 and m["fetch_bytes"] == 16
             assert wk.worker.stats()["partitions_run"] == 1
             assert wk.worker.stats()["kernel_s"] > 0
+
+
+async def test_partitions_are_registered_once_per_graph_version():
+    ports = free_ports(2)
+    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            g = dt.Graph()
+            with g.as_default(), dt.device("/job:ps/task:0"):
+                y = dt.constant([1.0, 2.0]) * 2.0
+            async with dt.Session(wk.target, graph=g) as sess:
+                for _ in range(3):
+                    assert (await sess.run(y)).tolist() == [2.0, 4.0]
+                assert ps.worker.stats()["partitions_registered"] == 1
+                with g.as_default():
+                    dt.constant(0.0)          # a new graph version
+                for _ in range(3):
+                    await sess.run(y)
+                assert ps.worker.stats()["partitions_registered"] == 2
+                assert ps.worker.stats()["partitions_run"] == 6

@@ -33,6 +33,9 @@ class Echo:
         await asyncio.sleep(seconds)
         return "done"
 
+    def inbound_connections(self):
+        return len(SYSTEM._inbound)
+
     async def call_back(self, address, value):
         # calls an actor of the caller's system: the path workers use to push tensors
         return await SYSTEM.ref(address, "echo").call("echo", value, timeout=10)
