@@ -8,15 +8,20 @@ position, matters: two tasks that exchange tensors both ways would deadlock if
 either blocked on a receive that the other can only satisfy after its own
 receive.
 
-Kernels come from the one registry in ``kernels``. A kernel that costs more
-than a fraction of a millisecond runs on a thread of a small kernel pool
-(numpy releases the GIL), so the event loop keeps answering heartbeats,
-rendezvous pushes and other sessions while a big matmul runs, and independent
-heavy kernels of one step (the two matmuls of a layer's backward pass) run at
-the same time, as TensorFlow's inter-op pool does. ``DISTRIB_INTER_OP_THREADS``
-sizes the pool (default: the number of cores; 1 runs heavy kernels one at a
-time). A value is dropped as soon as its last consumer has started, so big
-activations do not live for the whole step.
+Kernels come from the one registry in ``kernels`` and run, as TensorFlow's
+executor does, inline on the thread that found them ready, here the event
+loop's: a hop to another thread and back costs more than a small kernel and,
+measured on a two-core machine, 2-4 ms per training step of an MLP (waking
+threads, handing the GIL over). A kernel goes to the small kernel pool
+(numpy releases the GIL) in two cases only: another heavy kernel of the step is
+ready too, so the two run at once (the two matmuls of a layer's backward
+pass), or it is too long to hold the loop (over ~2^28 multiply-adds or 32 MiB),
+which must keep answering rendezvous pushes, heartbeats and other sessions.
+Which nodes are heavy is learnt from the step before (the first step runs
+inline). ``DISTRIB_INTER_OP_THREADS`` (default: the number of cores) is how
+many heavy kernels of a step may run at once, the loop's thread included; 1
+runs them one at a time. A value is dropped as soon as its last consumer has
+started, so big activations do not live for the whole step.
 
 Stateful ops (variables and their updates, ``docs/ops.md``) run here against
 the task's :class:`VariableStore`, which outlives steps and sessions. Reading
@@ -47,10 +52,14 @@ from distrib.variable_store import VariableStore
 
 logger = logging.getLogger(__name__)
 
-# Work above this many multiply-adds or bytes moves off the event loop: a thread
-# hop costs ~50 us, so only kernels that take longer than that are worth it.
-_OFFLOOP_FLOPS = 1 << 18
-_OFFLOOP_BYTES = 1 << 20
+# A kernel above this many multiply-adds or bytes is "heavy": worth a thread hop
+# (50-100 us with the GIL handover) when another heavy kernel can run beside it.
+_OFFLOOP_FLOPS = 1 << 23
+_OFFLOOP_BYTES = 1 << 22
+# Above these a kernel never runs on the loop's thread (a few milliseconds and up).
+_INLINE_MAX_FLOPS = 1 << 28
+_INLINE_MAX_BYTES = 1 << 25
+_NOTHING_READY: deque = deque()
 
 # ops on the task's accumulators and queues (distrib.resources), run by _run_resource
 RESOURCE_OPS = frozenset({
@@ -143,6 +152,8 @@ class CompiledPartition:
                       for i, node in enumerate(nodes)]
         self._order_updates_after_reads()
         self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]]
+        # which nodes ran a heavy kernel in the last step (see _run_node)
+        self.heavy = [False] * n
 
     def _order_updates_after_reads(self) -> None:
         """Let an update of a variable wait for this step's readers of it.
@@ -243,13 +254,17 @@ class CompiledPartition:
                 pending[asyncio.ensure_future(self._recv(i, channel))] = i
         done = 0
         clock = [0.0]   # seconds spent in kernels, summed over threads
+        on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
+        pooled = [0]              # how many went there
         try:
             while done < n:
                 while ready:
                     i = ready.popleft()
-                    out = await self._run_node(i, values, uses, feeds, variables, channel, clock)
+                    out = await self._run_node(i, values, uses, feeds, variables, channel,
+                                               clock, ready, on_pool)
                     if type(out) is not list:   # a heavy kernel, now on the pool
                         pending[out] = i
+                        pooled[0] += self.kernels[i] is not None
                         continue
                     values[i] = out if self.uses[i] else None
                     done += 1
@@ -270,6 +285,7 @@ class CompiledPartition:
                 fut.cancel()
             if stats is not None:
                 stats.kernel_s += clock[0]
+                stats.pool_kernels += pooled[0]
         return [self._fetched(values[i][out], variables)  # type: ignore[index]
                 for i, out in self.fetch_refs]
 
@@ -329,7 +345,8 @@ class CompiledPartition:
 
     async def _run_node(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
                         variables: VariableStore, channel: StepChannel | None,
-                        clock: list[float]) -> list[Any] | asyncio.Future:
+                        clock: list[float], ready: deque = _NOTHING_READY,
+                        on_pool: list[Any] | None = None) -> list[Any] | asyncio.Future:
         node = self.nodes[i]
         op = node["op"]
         try:
@@ -340,9 +357,15 @@ class CompiledPartition:
                     return [args[0]]
                 dev = self.devices[i]
                 args = _to_device(args, dev) if dev[0] != "CPU" else [_host(a) for a in args]
-                if _heavy(op, args):
-                    return asyncio.wrap_future(_kernel_pool().submit(
-                        _timed_kernel, fn, args, node["attrs"], clock))
+                weight = _weight(op, args)
+                self.heavy[i] = weight > 0
+                if weight == 2 or (weight == 1 and on_pool is not None
+                                   and any(self.heavy[j] for j in ready)
+                                   and _busy(on_pool) < _parallel_slots()):
+                    fut = _kernel_pool().submit(_timed_kernel, fn, args, node["attrs"], clock)
+                    if on_pool is not None:
+                        on_pool.append(fut)
+                    return asyncio.wrap_future(fut)
                 t0 = time.perf_counter()
                 out = fn(args, node["attrs"])
                 clock[0] += time.perf_counter() - t0
@@ -402,10 +425,11 @@ class RunStats:
     """Time a worker's partitions spent in kernels (summed over the pool's
     threads, so it can exceed the wall time), for benchmarks and tools."""
 
-    __slots__ = ("kernel_s",)
+    __slots__ = ("kernel_s", "pool_kernels")
 
     def __init__(self) -> None:
         self.kernel_s = 0.0
+        self.pool_kernels = 0   # kernels that ran on the pool, not the loop's thread
 
 
 def _timed_kernel(fn: Callable, args: list[Any], attrs: dict[str, Any],
@@ -423,24 +447,42 @@ def _timed_kernel(fn: Callable, args: list[Any], attrs: dict[str, Any],
 _POOL: ThreadPoolExecutor | None = None
 
 
+def _inter_op_threads() -> int:
+    return max(1, int(os.environ.get("DISTRIB_INTER_OP_THREADS") or 0) or (os.cpu_count() or 1))
+
+
+def _parallel_slots() -> int:
+    """Heavy kernels a step may have on the pool beside the one on the loop."""
+    return _inter_op_threads() - 1
+
+
+def _busy(on_pool: list[Any]) -> int:
+    """How many of a step's pool kernels still run (their thread may have
+    finished before the loop has looked at their futures)."""
+    on_pool[:] = [f for f in on_pool if not f.done()]
+    return len(on_pool)
+
+
 def _kernel_pool() -> ThreadPoolExecutor:
     global _POOL
     if _POOL is None:
-        threads = int(os.environ.get("DISTRIB_INTER_OP_THREADS") or 0) or (os.cpu_count() or 1)
-        _POOL = ThreadPoolExecutor(max(1, threads), thread_name_prefix="distrib-kernel")
+        _POOL = ThreadPoolExecutor(_inter_op_threads(), thread_name_prefix="distrib-kernel")
     return _POOL
 
 
-def _heavy(op: str, args: list[Any]) -> bool:
+def _weight(op: str, args: list[Any]) -> int:
+    """0: light; 1: heavy, worth a thread beside other heavy work; 2: too long
+    for the event loop's thread."""
     if op == "MatMul" and len(args) == 2:
         a, b = args
         sa, sb = getattr(a, "shape", ()), getattr(b, "shape", ())
         if len(sa) == 2 and len(sb) == 2:
-            return sa[0] * sa[1] * max(sb) >= _OFFLOOP_FLOPS
+            flops = sa[0] * sa[1] * max(sb)
+            return 2 if flops > _INLINE_MAX_FLOPS else 1 if flops >= _OFFLOOP_FLOPS else 0
     total = 0
     for a in args:
         total += getattr(a, "nbytes", 0)
-    return total >= _OFFLOOP_BYTES
+    return 2 if total > _INLINE_MAX_BYTES else 1 if total >= _OFFLOOP_BYTES else 0
 
 
 def _to_device(args: list[Any], dev: tuple[str, int]) -> list[Any]:

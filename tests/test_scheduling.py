@@ -1,0 +1,87 @@
+"""Where the executor runs kernels: inline on the event loop's thread by
+default, on the kernel pool when another heavy kernel of the step is ready
+(they run side by side) or when a kernel is too long to hold the loop. The
+results must not depend on where a kernel ran, and a long kernel must not
+stall other sessions served by the same loop."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import distrib as dt
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _two_heavy_branches(seed: int):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    w1 = rng.standard_normal((512, 512)).astype(np.float32)
+    w2 = rng.standard_normal((512, 512)).astype(np.float32)
+    g = dt.Graph()
+    with g.as_default():
+        xp = dt.placeholder(dt.float32, [None, 512], name="x")
+        a = dt.matmul(xp, dt.constant(w1))        # 2^26 multiply-adds each: heavy
+        b = dt.matmul(xp, dt.constant(w2))
+        out = dt.nn.relu(a) - b
+    return g, xp, out, x, np.maximum(x @ w1, 0) - x @ w2
+
+
+async def test_independent_heavy_kernels_share_the_pool_and_agree_with_numpy():
+    g, xp, out, x, want = _two_heavy_branches(0)
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            server.worker.reset_stats()
+            got = [await sess.run(out, {xp: x}) for _ in range(4)]
+            stats = server.worker.stats()
+    for value in got:
+        np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-3)
+    # the first step learns which nodes are heavy; each later one puts one of
+    # the two matmuls on the pool while the loop's thread runs the other
+    assert stats["pool_kernels"] == 3
+
+
+async def test_one_thread_runs_every_kernel_inline(monkeypatch):
+    monkeypatch.setenv("DISTRIB_INTER_OP_THREADS", "1")
+    g, xp, out, x, want = _two_heavy_branches(1)
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            server.worker.reset_stats()
+            for _ in range(3):
+                np.testing.assert_allclose(await sess.run(out, {xp: x}), want,
+                                           rtol=1e-4, atol=1e-3)
+            assert server.worker.stats()["pool_kernels"] == 0
+
+
+async def test_a_long_kernel_leaves_the_loop_to_other_sessions():
+    # 2048^3 multiply-adds (~0.1 s and more on one core): over the inline limit,
+    # so it runs on the pool and a small step of another session finishes first
+    rng = np.random.default_rng(2)
+    big = rng.standard_normal((2048, 2048)).astype(np.float32)
+    heavy, light = dt.Graph(), dt.Graph()
+    with heavy.as_default():
+        p = dt.placeholder(dt.float32, [2048, 2048])
+        prod = dt.reduce_sum(dt.matmul(p, p))
+    with light.as_default():
+        small = dt.constant(2.0) * 21.0
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=heavy) as s1, \
+                dt.Session(server.target, graph=light) as s2:
+            await s2.run(small)                       # registered before the race
+            order: list[str] = []
+
+            async def run(sess, fetch, feed, name):
+                value = await sess.run(fetch, feed)
+                order.append(name)
+                return value
+
+            server.worker.reset_stats()
+            big_task = asyncio.ensure_future(run(s1, prod, {p: big}, "big"))
+            await asyncio.sleep(0)                    # the big step has started
+            assert await run(s2, small, None, "small") == 42.0
+            total = await big_task
+            assert order == ["small", "big"]
+            assert server.worker.stats()["pool_kernels"] >= 1
+    np.testing.assert_allclose(total, float(np.sum(big.astype(np.float64) @ big)), rtol=1e-3)
