@@ -59,7 +59,7 @@ _OFFLOOP_BYTES = 1 << 22
 # Above these a kernel never runs on the loop's thread (a few milliseconds and up).
 _INLINE_MAX_FLOPS = 1 << 28
 _INLINE_MAX_BYTES = 1 << 25
-_NOTHING_READY: deque = deque()
+_NOTHING_READY: list[int] = []
 
 # ops on the task's accumulators and queues (distrib.resources), run by _run_resource
 RESOURCE_OPS = frozenset({
@@ -247,7 +247,8 @@ class CompiledPartition:
         values: list[list[Any] | None] = [None] * n
         remaining = list(self.indegree)
         uses = list(self.uses)
-        ready = deque(self.sources)
+        ready = list(reversed(self.sources))   # a stack: see _finished
+        heavy_ready: list[int] = []            # ready nodes that were heavy last step
         pending: dict[asyncio.Future, int] = {}
         for i in self.recv_nodes:
             if remaining[i] == 0:
@@ -258,10 +259,18 @@ class CompiledPartition:
         pooled = [0]              # how many went there
         try:
             while done < n:
-                while ready:
-                    i = ready.popleft()
+                while ready or heavy_ready:
+                    if ready:
+                        i = ready.pop()
+                        if self.heavy[i]:
+                            # light ops first: they may make another heavy kernel
+                            # ready, to run beside this one
+                            heavy_ready.append(i)
+                            continue
+                    else:
+                        i = heavy_ready.pop(0)
                     out = await self._run_node(i, values, uses, feeds, variables, channel,
-                                               clock, ready, on_pool)
+                                               clock, heavy_ready, on_pool)
                     if type(out) is not list:   # a heavy kernel, now on the pool
                         pending[out] = i
                         pooled[0] += self.kernels[i] is not None
@@ -289,9 +298,13 @@ class CompiledPartition:
         return [self._fetched(values[i][out], variables)  # type: ignore[index]
                 for i, out in self.fetch_refs]
 
-    def _finished(self, i: int, remaining: list[int], ready: deque,
+    def _finished(self, i: int, remaining: list[int], ready: list[int],
                   pending: dict[asyncio.Future, int], channel: StepChannel | None) -> None:
-        for c in self.consumers[i]:
+        # Depth first, as TensorFlow's executor runs a node's ready consumers
+        # inline: the ops a result unblocks run next (in the order they were
+        # listed), so a value reaches its _Send, and another task, as soon as
+        # it can, instead of after every other op that was ready before it.
+        for c in reversed(self.consumers[i]):
             remaining[c] -= 1
             if remaining[c] == 0:
                 if self.is_recv[c]:
@@ -345,7 +358,7 @@ class CompiledPartition:
 
     async def _run_node(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
                         variables: VariableStore, channel: StepChannel | None,
-                        clock: list[float], ready: deque = _NOTHING_READY,
+                        clock: list[float], heavy_ready: list[int] = _NOTHING_READY,
                         on_pool: list[Any] | None = None) -> list[Any] | asyncio.Future:
         node = self.nodes[i]
         op = node["op"]
@@ -360,7 +373,7 @@ class CompiledPartition:
                 weight = _weight(op, args)
                 self.heavy[i] = weight > 0
                 if weight == 2 or (weight == 1 and on_pool is not None
-                                   and any(self.heavy[j] for j in ready)
+                                   and heavy_ready
                                    and _busy(on_pool) < _parallel_slots()):
                     fut = _kernel_pool().submit(_timed_kernel, fn, args, node["attrs"], clock)
                     if on_pool is not None:

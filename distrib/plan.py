@@ -17,6 +17,7 @@ Principles:
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -85,7 +86,43 @@ def prune(nodes: dict[str, Node], fetches: Iterable[str], targets: Iterable[str]
     state: dict[str, int] = {}  # 1 = visiting, 2 = done
     for root in roots:
         _visit(root, nodes, fed, state, order)
-    return order
+    return _creation_order(order, nodes, fed)
+
+
+def _creation_order(needed: list[str], nodes: dict[str, Node], fed: set[str]) -> list[str]:
+    """``needed`` (a topological order) re-sorted into the topological order
+    that keeps the graph's creation order wherever the edges allow.
+
+    The executor starts ready ops in list order, so this order decides, for
+    instance, which variable a parameter server sends first: the first layer's
+    weights (created first, needed first) rather than whichever one a
+    depth-first walk from the train op happened to reach first."""
+    rank = {name: i for i, name in enumerate(nodes)}
+    keep = set(needed)
+    consumers: dict[str, list[str]] = {name: [] for name in needed}
+    indegree = dict.fromkeys(needed, 0)
+    for name in needed:
+        for inp in nodes[name]["inputs"]:
+            if inp.startswith("^"):
+                dep = inp[1:]
+            elif inp in fed:
+                continue
+            else:
+                dep = tensor_op(inp)[0]
+            if dep in keep:
+                consumers[dep].append(name)
+                indegree[name] += 1
+    heap = [(rank[n], n) for n in needed if indegree[n] == 0]
+    heapq.heapify(heap)
+    out: list[str] = []
+    while heap:
+        _, name = heapq.heappop(heap)
+        out.append(name)
+        for c in consumers[name]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                heapq.heappush(heap, (rank[c], c))
+    return out
 
 
 def _visit(root: str, nodes: dict[str, Node], fed: set[str], state: dict[str, int],
