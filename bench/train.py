@@ -217,12 +217,13 @@ class LocalTrainer:
 def step_costs(steps: int, elapsed: float, master: dict, workers: list[dict]) -> dict[str, Any]:
     """Examples/s and per-step costs from the runtime's counters."""
     tensors = sum(w["tensors_sent"] for w in workers)
+    messages = sum(w["messages_sent"] for w in workers)
     return {
         "steps": steps, "seconds": elapsed, "examples_per_s": steps * BATCH / elapsed,
         "ms_per_step": elapsed / steps * 1e3,
         "kernel_ms_per_step": sum(w["kernel_s"] for w in workers) / steps * 1e3,
         "outside_ms_per_step": (elapsed - sum(w["kernel_s"] for w in workers)) / steps * 1e3,
-        "messages_per_step": (tensors + 2 * master["remote_calls"]) / steps,
+        "messages_per_step": (messages + 2 * master["remote_calls"]) / steps,
         "tensors_per_step": tensors / steps,
         "tensor_MB_per_step": sum(w["bytes_sent"] for w in workers) / steps / 1e6,
         "feed_MB_per_step": master["feed_bytes"] / steps / 1e6,
@@ -465,7 +466,8 @@ def main() -> None:
     print_table(rows)
     print("kernel ms: time in kernels per step (worker + ps, summed over kernel threads, so "
           "concurrent kernels can make it exceed ms/step); outside: ms/step minus kernel ms; "
-          "msgs: tensors between tasks + 2 per remote partition call; "
+          "msgs: messages between tasks (tensors for one task travel together when they are "
+          "ready together) + 2 per remote partition call; "
           "tensor MB: bytes of those tensors; per step of one worker (ps1-w2: each worker's)")
     if args.json:
         with open(args.json, "w") as f:

@@ -82,6 +82,10 @@ class StepChannel(Protocol):
 
     def send(self, key: str, dst_task: str, value: Any) -> Awaitable[None] | None: ...
 
+    def flush(self) -> Awaitable[None] | None:
+        """Send whatever ``send`` held back (called before the partition waits
+        or runs a heavy kernel, and at its end)."""
+
     async def recv(self, key: str, src_task: str) -> Any: ...
 
 
@@ -269,6 +273,7 @@ class CompiledPartition:
                             continue
                     else:
                         i = heavy_ready.pop(0)
+                        await _flush(channel)   # the other task gets on while this runs
                     out = await self._run_node(i, values, uses, feeds, variables, channel,
                                                clock, heavy_ready, on_pool)
                     if type(out) is not list:   # a heavy kernel, now on the pool
@@ -279,6 +284,7 @@ class CompiledPartition:
                     done += 1
                     self._finished(i, remaining, ready, pending, channel)
                 if done < n:
+                    await _flush(channel)
                     if not pending:
                         raise UnknownError("partition stalled with no runnable op",
                                            task=self.task or None)
@@ -289,6 +295,7 @@ class CompiledPartition:
                         values[i] = out if self.uses[i] else None
                         done += 1
                         self._finished(i, remaining, ready, pending, channel)
+            await _flush(channel)
         finally:
             for fut in pending:
                 fut.cancel()
@@ -370,7 +377,7 @@ class CompiledPartition:
                     return [args[0]]
                 dev = self.devices[i]
                 args = _to_device(args, dev) if dev[0] != "CPU" else [_host(a) for a in args]
-                weight = _weight(op, args)
+                weight = _weight(op, args, node["attrs"])
                 self.heavy[i] = weight > 0
                 if weight == 2 or (weight == 1 and on_pool is not None
                                    and heavy_ready
@@ -434,6 +441,13 @@ class CompiledPartition:
                             task=self.task or None, op=node["name"])
 
 
+async def _flush(channel: StepChannel | None) -> None:
+    if channel is not None:
+        res = channel.flush()
+        if res is not None:
+            await res
+
+
 class RunStats:
     """Time a worker's partitions spent in kernels (summed over the pool's
     threads, so it can exceed the wall time), for benchmarks and tools."""
@@ -483,14 +497,15 @@ def _kernel_pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def _weight(op: str, args: list[Any]) -> int:
+def _weight(op: str, args: list[Any], attrs: dict[str, Any]) -> int:
     """0: light; 1: heavy, worth a thread beside other heavy work; 2: too long
     for the event loop's thread."""
     if op == "MatMul" and len(args) == 2:
         a, b = args
         sa, sb = getattr(a, "shape", ()), getattr(b, "shape", ())
         if len(sa) == 2 and len(sb) == 2:
-            flops = sa[0] * sa[1] * max(sb)
+            # (m x k) @ (k x n): m * k * n multiply-adds, whichever operand is transposed
+            flops = sa[0] * sa[1] * (sb[0] if attrs.get("transpose_b") else sb[1])
             return 2 if flops > _INLINE_MAX_FLOPS else 1 if flops >= _OFFLOOP_FLOPS else 0
     total = 0
     for a in args:

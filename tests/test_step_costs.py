@@ -161,3 +161,36 @@ async def test_partitions_are_registered_once_per_graph_version():
                     await sess.run(y)
                 assert ps.worker.stats()["partitions_registered"] == 2
                 assert ps.worker.stats()["partitions_run"] == 6
+
+
+async def test_tensors_ready_together_for_one_task_travel_in_one_message():
+    ports = free_ports(2)
+    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            g = dt.Graph()
+            with g.as_default():
+                with dt.device("/job:ps/task:0"):
+                    big = dt.Variable(np.ones((1024, 1024), np.float32), name="big")   # 4 MiB
+                    small = [dt.Variable(np.full(3, i, np.float32), name=f"s{i}") for i in range(4)]
+                with dt.device("/job:worker/task:0"):
+                    total = dt.add_n([dt.reduce_sum(v) for v in small])
+                    both = total + dt.reduce_sum(big)
+                init = dt.global_variables_initializer()
+            async with dt.Session(wk.target, graph=g) as sess:
+                await sess.run(init)
+                ps.worker.reset_stats()
+                assert await sess.run(total) == 18.0
+                st = ps.worker.stats()
+                assert st["tensors_sent"] == 4 and st["messages_sent"] == 1
+                ps.worker.reset_stats()
+                assert await sess.run(both) == 18.0 + 1024 * 1024
+                st = ps.worker.stats()
+                # the big one (created, so read and sent, first) is over the flush
+                # size and goes at once; the small ones follow together
+                assert st["tensors_sent"] == 5 and st["messages_sent"] == 2
+            # a malformed batch is a typed error and the worker keeps serving
+            ref = wk.system.ref(spec["ps"][0], "worker")
+            with pytest.raises(dt.errors.InvalidArgumentError, match=r"\[key, value\]"):
+                await ref.call("recv_tensors", 7, [["k"]], "/job:worker/task:0", 1)
+            assert await ref.call("ping") == "/job:ps/task:0"
