@@ -474,8 +474,11 @@ def _timed_kernel(fn: Callable, args: list[Any], attrs: dict[str, Any],
 _POOL: ThreadPoolExecutor | None = None
 
 
+_CORES = os.cpu_count() or 1   # a system call each time it is asked: once, here
+
+
 def _inter_op_threads() -> int:
-    return max(1, int(os.environ.get("DISTRIB_INTER_OP_THREADS") or 0) or (os.cpu_count() or 1))
+    return max(1, int(os.environ.get("DISTRIB_INTER_OP_THREADS") or 0) or _CORES)
 
 
 def _parallel_slots() -> int:
