@@ -211,7 +211,7 @@ class MasterService:
             placed = place(s.nodes, order, default_job=self.job, default_task=self.task_index,
                            tasks=self._valid)
             full = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in fetches]
-            parts = partition(s.nodes, order, placed, full, feeds)
+            parts = partition(s.nodes, order, placed, full, feeds, targets)
             plan = _StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full,
                              {t: self.address_of(t) for t in parts})
             s.plans[key] = plan

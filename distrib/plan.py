@@ -188,11 +188,22 @@ def place(nodes: dict[str, Node], order: list[str], *, default_job: str, default
 
 
 def partition(nodes: dict[str, Node], order: list[str], placed: dict[str, Device],
-              fetches: list[str], feeds: Iterable[str]) -> dict[str, Partition]:
-    """Split the pruned graph by task, adding _Send/_Recv pairs on crossing edges."""
+              fetches: list[str], feeds: Iterable[str],
+              targets: Iterable[str] = ()) -> dict[str, Partition]:
+    """Split the pruned graph by task, adding _Send/_Recv pairs on crossing edges.
+
+    A target NoOp that nothing in the step consumes (``minimize``'s train op
+    after the updates on a ps) keeps only its control inputs from its own
+    task: the step ends when every task's partition has run, so the ops of
+    another task are done by then without a message saying so."""
     fed = set(feeds)
     placed = dict(placed)   # the control-group triggers are added to it below
     parts: dict[str, Partition] = {}
+    consumed = {inp[1:] if inp.startswith("^") else tensor_op(inp)[0]
+                for name in order for inp in nodes[name]["inputs"]}
+    fetched_ops = {tensor_op(t)[0] for t in fetches}
+    end_noops = {t for t in targets if t in nodes and nodes[t]["op"] == "NoOp"
+                 and t not in consumed and t not in fetched_ops}
 
     def part(task: str) -> Partition:
         if task not in parts:
@@ -206,7 +217,11 @@ def partition(nodes: dict[str, Node], order: list[str], placed: dict[str, Device
         dev = placed[name]
         task = dev.task_name
         new_inputs = []
-        inputs, merged = _merge_remote_controls(name, node["inputs"], placed, task)
+        inputs = node["inputs"]
+        if name in end_noops:
+            inputs = [inp for inp in inputs
+                      if not (inp.startswith("^") and placed[inp[1:]].task_name != task)]
+        inputs, merged = _merge_remote_controls(name, inputs, placed, task)
         for trig_node, src_task in merged:
             # the group's trigger stands in for its ops; it crosses like any control edge
             part(src_task).nodes.append(trig_node)

@@ -194,3 +194,30 @@ async def test_tensors_ready_together_for_one_task_travel_in_one_message():
             with pytest.raises(dt.errors.InvalidArgumentError, match=r"\[key, value\]"):
                 await ref.call("recv_tensors", 7, [["k"]], "/job:worker/task:0", 1)
             assert await ref.call("ping") == "/job:ps/task:0"
+
+
+async def test_a_train_op_after_remote_updates_needs_no_message_from_them():
+    ports = free_ports(2)
+    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            g = dt.Graph()
+            with g.as_default():
+                with dt.device("/job:ps/task:0"):
+                    a = dt.Variable(np.zeros(2, np.float32), name="a")
+                    b = dt.Variable(np.zeros(2, np.float32), name="b")
+                    ups = [a.assign_add(np.ones(2, np.float32)),
+                           b.assign_sub(np.ones(2, np.float32))]
+                with dt.device("/job:worker/task:0"):
+                    train = dt.group(*ups, name="train")
+                init = dt.global_variables_initializer()
+            async with dt.Session(wk.target, graph=g) as sess:
+                await sess.run(init)
+                ps.worker.reset_stats()
+                for _ in range(3):
+                    await sess.run(train)
+                # the step returned after the ps's partition ran: both updates are in
+                assert ps.worker.stats()["partitions_run"] == 3
+                assert ps.worker.stats()["tensors_sent"] == 0      # no control trigger
+                got = await sess.run([a, b])
+                assert got[0].tolist() == [3.0, 3.0] and got[1].tolist() == [-3.0, -3.0]
