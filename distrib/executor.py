@@ -82,9 +82,10 @@ class StepChannel(Protocol):
 
     def send(self, key: str, dst_task: str, value: Any) -> Awaitable[None] | None: ...
 
-    def flush(self) -> Awaitable[None] | None:
+    def flush(self, early: bool = False) -> Awaitable[None] | None:
         """Send whatever ``send`` held back (called before the partition waits
-        or runs a heavy kernel, and at its end)."""
+        and at its end; ``early``: before a heavy kernel, when the channel may
+        keep small batches back)."""
 
     async def recv(self, key: str, src_task: str) -> Any: ...
 
@@ -273,7 +274,7 @@ class CompiledPartition:
                             continue
                     else:
                         i = heavy_ready.pop(0)
-                        await _flush(channel)   # the other task gets on while this runs
+                        await _flush(channel, early=True)   # the other task gets on meanwhile
                     out = await self._run_node(i, values, uses, feeds, variables, channel,
                                                clock, heavy_ready, on_pool)
                     if type(out) is not list:   # a heavy kernel, now on the pool
@@ -441,9 +442,9 @@ class CompiledPartition:
                             task=self.task or None, op=node["name"])
 
 
-async def _flush(channel: StepChannel | None) -> None:
+async def _flush(channel: StepChannel | None, early: bool = False) -> None:
     if channel is not None:
-        res = channel.flush()
+        res = channel.flush(early)
         if res is not None:
             await res
 
