@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,7 @@ from typing import Any, Awaitable, Callable, Protocol
 import numpy as np
 
 import kernels
+from kernels import cpu as cpu_kernels
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
 from distrib.plan import Node, tensor_op
 from distrib.resources import run_resource_op
@@ -61,7 +63,6 @@ _OFFLOOP_BYTES = 1 << 22
 # Above these a kernel never runs on the loop's thread (a few milliseconds and up).
 _INLINE_MAX_FLOPS = 1 << 28
 _INLINE_MAX_BYTES = 1 << 25
-_NOTHING_READY: list[int] = []
 
 # ops on the task's accumulators and queues (distrib.resources), run by _run_resource
 RESOURCE_OPS = frozenset({
@@ -137,20 +138,37 @@ class CompiledPartition:
         self.fetch_refs = [(index[tensor_op(t)[0]], tensor_op(t)[1]) for t in self.fetches]
         self.devices = [self._resolve_device(node, soft_placement, gpu_count) for node in nodes]
         self.kernels = [self._kernel(node, dev) for node, dev in zip(nodes, self.devices)]
+        # CPU ops that may write their result into a dead input (see _exclusive)
+        self.in_place = [cpu_kernels.IN_PLACE.get(node["op"]) if dev[0] == "CPU" else None
+                         for node, dev in zip(nodes, self.devices)]
         self.recv_nodes = [i for i, node in enumerate(nodes) if node["op"] == "_Recv"]
         self.is_recv = [node["op"] == "_Recv" for node in nodes]
+        # inputs read only for their shape and dtype (the reference of a gradient's
+        # SumToShapeOf, say): they get a stand-in, so the tensor itself can go
+        # (and be overwritten in place, see _exclusive) once its real readers ran
+        self.shape_only = [[self.devices[i][0] == "CPU" and (node["op"], k) in _SHAPE_ONLY
+                            and type(ref) is not str for k, ref in enumerate(self.inputs[i])]
+                           for i, node in enumerate(nodes)]
         # data uses of each node's outputs; a fetched node is never released
         self.uses = [0] * n
-        for refs in self.inputs:
-            for ref in refs:
+        all_uses = [0] * n
+        self.keeps_shape = [False] * n   # some reader wants only its outputs' shapes
+        for i, refs in enumerate(self.inputs):
+            for k, ref in enumerate(refs):
                 if type(ref) is not str:
-                    self.uses[ref[0]] += 1
+                    all_uses[ref[0]] += 1
+                    if self.shape_only[i][k]:
+                        self.keeps_shape[ref[0]] = True
+                    else:
+                        self.uses[ref[0]] += 1
         for i, _ in self.fetch_refs:
-            self.uses[i] = -1
+            self.uses[i] = all_uses[i] = -1
         # an update whose value nobody reads returns nothing: the step must not
         # hold the stored array (it would look shared to the next update)
-        self.wanted = [u != 0 for u in self.uses]
-        self.producers = [[ref[0] for ref in refs if type(ref) is not str] for refs in self.inputs]
+        self.wanted = [u != 0 for u in all_uses]
+        self.producers = [[ref[0] for k, ref in enumerate(refs)
+                           if type(ref) is not str and not self.shape_only[i][k]]
+                          for i, refs in enumerate(self.inputs)]
         # a variable's read (the Identity that Variable() puts after it) forwards
         # the stored array: the store copies on write, so no copy is needed here
         self.alias = [node["op"] == "Identity" and self.devices[i][0] == "CPU"
@@ -252,6 +270,7 @@ class CompiledPartition:
         """Run one step; returns the values of ``self.fetches`` (on the host)."""
         n = len(self.nodes)
         values: list[list[Any] | None] = [None] * n
+        shapes: list[list[Any] | None] = [None] * n   # for shape-only readers
         remaining = list(self.indegree)
         uses = list(self.uses)
         ready = list(reversed(self.sources))   # a stack: see _finished
@@ -261,7 +280,7 @@ class CompiledPartition:
             if remaining[i] == 0:
                 pending[asyncio.ensure_future(self._recv(i, channel))] = i
         done = 0
-        clock = [0.0]   # seconds spent in kernels, summed over threads
+        clock = [0.0, 0]   # seconds spent in kernels (summed over threads), in-place kernels
         on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
         pooled = [0]              # how many went there
         try:
@@ -278,12 +297,15 @@ class CompiledPartition:
                         i = heavy_ready.pop(0)
                         await _flush(channel, early=True)   # the other task gets on meanwhile
                     out = await self._run_node(i, values, uses, feeds, variables, channel,
-                                               clock, heavy_ready, on_pool)
+                                               clock, heavy_ready, on_pool, shapes)
                     if type(out) is not list:   # a heavy kernel, now on the pool
                         pending[out] = i
                         pooled[0] += self.kernels[i] is not None
                         continue
+                    if self.keeps_shape[i]:
+                        shapes[i] = [_shape_of(o) for o in out]
                     values[i] = out if self.uses[i] else None
+                    out = None   # values[i] alone holds it (see _exclusive)
                     done += 1
                     self._finished(i, remaining, ready, pending, channel)
                 if done < n:
@@ -295,9 +317,14 @@ class CompiledPartition:
                     for fut in finished:
                         i = pending.pop(fut)
                         out = self._result(i, fut)
+                        if self.keeps_shape[i]:
+                            shapes[i] = [_shape_of(o) for o in out]
                         values[i] = out if self.uses[i] else None
+                        out = None
                         done += 1
                         self._finished(i, remaining, ready, pending, channel)
+                    finished = fut = None   # a finished future holds its result,
+                    _busy(on_pool)            # and so does a pool one
             await _flush(channel)
         finally:
             for fut in pending:
@@ -305,6 +332,7 @@ class CompiledPartition:
             if stats is not None:
                 stats.kernel_s += clock[0]
                 stats.pool_kernels += pooled[0]
+                stats.in_place_kernels += clock[1]
         return [self._fetched(values[i][out], variables)  # type: ignore[index]
                 for i, out in self.fetch_refs]
 
@@ -346,10 +374,14 @@ class CompiledPartition:
                                "but this step has no channel", task=self.task or None)
         return await channel.recv(attrs["key"], attrs["src_task"])
 
-    def _gather(self, i: int, values: list, uses: list[int], feeds: dict[str, Any]) -> list[Any]:
+    def _gather(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
+                shapes: list) -> list[Any]:
         args = []
-        for ref in self.inputs[i]:
-            if type(ref) is str:
+        shape_only = self.shape_only[i]
+        for k, ref in enumerate(self.inputs[i]):
+            if shape_only[k]:
+                args.append(shapes[ref[0]][ref[1]])  # type: ignore[index]
+            elif type(ref) is str:
                 try:
                     args.append(feeds[ref])
                 except KeyError:
@@ -368,12 +400,12 @@ class CompiledPartition:
 
     async def _run_node(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
                         variables: VariableStore, channel: StepChannel | None,
-                        clock: list[float], heavy_ready: list[int] = _NOTHING_READY,
-                        on_pool: list[Any] | None = None) -> list[Any] | asyncio.Future:
+                        clock: list[float], heavy_ready: list[int], on_pool: list[Any],
+                        shapes: list) -> list[Any] | asyncio.Future:
         node = self.nodes[i]
         op = node["op"]
         try:
-            args = self._gather(i, values, uses, feeds)
+            args = self._gather(i, values, uses, feeds, shapes)
             fn = self.kernels[i]
             if fn is not None:
                 if self.alias[i]:
@@ -391,7 +423,14 @@ class CompiledPartition:
                         on_pool.append(fut)
                     return asyncio.wrap_future(fut)
                 t0 = time.perf_counter()
-                out = fn(args, node["attrs"])
+                ip = self.in_place[i]
+                out = None
+                if ip is not None and _exclusive(args, ip[0]):
+                    out = ip[1](args, node["attrs"])
+                    if out is not None:
+                        clock[1] += 1
+                if out is None:
+                    out = fn(args, node["attrs"])
                 clock[0] += time.perf_counter() - t0
                 return out
             if op == "Placeholder":
@@ -456,11 +495,12 @@ class RunStats:
     """Time a worker's partitions spent in kernels (summed over the pool's
     threads, so it can exceed the wall time), for benchmarks and tools."""
 
-    __slots__ = ("kernel_s", "pool_kernels")
+    __slots__ = ("kernel_s", "pool_kernels", "in_place_kernels")
 
     def __init__(self) -> None:
         self.kernel_s = 0.0
-        self.pool_kernels = 0   # kernels that ran on the pool, not the loop's thread
+        self.pool_kernels = 0       # kernels that ran on the pool, not the loop's thread
+        self.in_place_kernels = 0   # kernels that wrote into a dead input
 
 
 def _timed_kernel(fn: Callable, args: list[Any], attrs: dict[str, Any],
@@ -512,6 +552,30 @@ def _spare_core() -> bool:
     except (OSError, ValueError, IndexError):
         return True
     return running < _CORES
+
+
+# (op, input index) read only for shape and dtype
+_SHAPE_ONLY = frozenset({("SumToShapeOf", 1), ("BroadcastToShapeOf", 1), ("Shape", 0),
+                         ("ZerosLike", 0), ("OnesLike", 0)})
+
+
+def _shape_of(value: Any) -> Any:
+    """A stand-in for ``value`` with its shape and dtype and no memory (a
+    zero-stride view of one zero); ``value`` itself if it has no such pair."""
+    if type(value) is np.ndarray:
+        return np.broadcast_to(np.zeros((), value.dtype), value.shape)
+    return value
+
+
+def _exclusive(args: list[Any], k: int) -> bool:
+    """Whether ``args[k]`` is a temporary only this op can see: an ndarray that
+    owns its memory (not a view, not a shared-memory or received buffer), is
+    writable, and whose only references are ``args`` and this frame. A feed,
+    a variable's value, a fetched value, a tensor still waiting to be sent or
+    read by another op all have more, so they are never overwritten."""
+    a = args[k]
+    return (type(a) is np.ndarray and a.base is None and a.flags.writeable
+            and a.flags.c_contiguous and sys.getrefcount(a) <= 3)
 
 
 def _busy(on_pool: list[Any]) -> int:

@@ -271,12 +271,14 @@ class WorkerService:
     def stats(self) -> dict[str, Any]:
         """The counters since the last ``reset_stats`` (see the module header)."""
         return {**self.counters, "kernel_s": self._run_stats.kernel_s,
-                "pool_kernels": self._run_stats.pool_kernels}
+                "pool_kernels": self._run_stats.pool_kernels,
+                "in_place_kernels": self._run_stats.in_place_kernels}
 
     def reset_stats(self) -> None:
         self.counters = _zero_counters()
         self._run_stats.kernel_s = 0.0
         self._run_stats.pool_kernels = 0
+        self._run_stats.in_place_kernels = 0
 
     def abort_step(self, step: int, error: dict[str, Any]) -> None:
         exc = errors.from_wire(error)

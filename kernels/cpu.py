@@ -391,3 +391,47 @@ def expand_dims(inputs: list, attrs: dict) -> list:
     except (np.exceptions.AxisError, TypeError):
         raise KernelError(f"ExpandDims: axis {axis} is out of range for a rank-{x.ndim} "
                           "input") from None
+
+
+# --- in place ------------------------------------------------------------------
+# Variants that write the result into one of their inputs, for the executor to
+# use when that input is a temporary of the step with no other reader (its
+# last consumer is this op and nothing else holds it: TensorFlow's
+# forward_input). They return None when the operands do not allow it (dtype,
+# broadcasting), and the executor then runs the ordinary kernel.
+
+def _add_into(inputs: list, attrs: dict) -> list | None:
+    x, y = inputs
+    if type(y) is not np.ndarray or x.dtype != y.dtype or y.ndim > x.ndim \
+            or y.shape != x.shape[x.ndim - y.ndim:] and \
+            np.broadcast_shapes(x.shape, y.shape) != x.shape:
+        return None
+    return [np.add(x, y, out=x)]
+
+
+def _relu_into(inputs: list, attrs: dict) -> list | None:
+    x = inputs[0]
+    if x.dtype.kind != "f":
+        return None
+    return [np.maximum(x, np.zeros((), x.dtype), out=x)]
+
+
+def _relu_grad_into(inputs: list, attrs: dict) -> list | None:
+    dy, y = inputs
+    bits = _SAME_WIDTH_INT.get(dy.dtype)
+    if bits is None or type(y) is not np.ndarray or dy.shape != y.shape:
+        return None
+    mask = (y > 0).view(np.uint8).astype(bits)
+    np.negative(mask, out=mask)
+    view = dy.view(bits)
+    np.bitwise_and(view, mask, out=view)
+    return [dy]
+
+
+# op -> (index of the input that may be overwritten, the in-place kernel)
+IN_PLACE: dict[str, tuple[int, Callable[[list, dict], list | None]]] = {
+    "Add": (0, _add_into),
+    "BiasAdd": (0, _add_into),
+    "Relu": (0, _relu_into),
+    "ReluGrad": (0, _relu_grad_into),
+}

@@ -108,3 +108,69 @@ async def test_a_long_kernel_leaves_the_loop_to_other_sessions():
             assert order == ["small", "big"]
             assert server.worker.stats()["pool_kernels"] >= 1
     np.testing.assert_allclose(total, float(np.sum(big.astype(np.float64) @ big)), rtol=1e-3)
+
+
+# -- writing into dead inputs (TensorFlow's forward_input) ---------------------------
+
+async def test_temporaries_are_reused_but_feeds_variables_and_fetches_never_change():
+    rng = np.random.default_rng(4)
+    xv = rng.standard_normal((64, 32)).astype(np.float32)
+    wv = rng.standard_normal((32, 32)).astype(np.float32)
+    bv = rng.standard_normal(32).astype(np.float32)
+    g = dt.Graph()
+    with g.as_default():
+        x = dt.placeholder(dt.float32, [None, 32])
+        w = dt.Variable(wv, name="w")
+        b = dt.Variable(bv, name="b")
+        z = dt.matmul(x, w)               # a temporary: `add` may write into it
+        h = dt.nn.relu(z + b)             # ... and relu into the sum
+        fed = dt.nn.relu(x)               # a feed: never written
+        read = dt.nn.relu(w.read_value())  # a variable's value: never written
+        init = dt.global_variables_initializer()
+    x_copy = xv.copy()
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            await sess.run(init)
+            server.worker.reset_stats()
+            for _ in range(2):
+                hv, fv, rv = await sess.run([h, fed, read], {x: xv})
+                zv, hv2 = await sess.run([z, h], {x: xv})   # z fetched: add must not touch it
+                np.testing.assert_allclose(hv, np.maximum(xv @ wv + bv, 0), rtol=1e-5, atol=1e-5)
+                np.testing.assert_array_equal(hv2, hv)
+                np.testing.assert_allclose(zv, xv @ wv, rtol=1e-5, atol=1e-5)
+                np.testing.assert_array_equal(fv, np.maximum(x_copy, 0))
+                np.testing.assert_array_equal(rv, np.maximum(wv, 0))
+                np.testing.assert_array_equal(xv, x_copy)
+                np.testing.assert_array_equal(await sess.run(w), wv)
+            assert server.worker.stats()["in_place_kernels"] > 0
+
+
+async def test_a_training_step_writes_its_activations_in_place_and_still_learns():
+    rng = np.random.default_rng(5)
+    xv = rng.standard_normal((128, 16)).astype(np.float32)
+    yv = np.eye(4, dtype=np.float32)[(xv[:, 0] > 0).astype(int) + 2 * (xv[:, 1] > 0)]
+    g = dt.Graph()
+    with g.as_default():
+        x = dt.placeholder(dt.float32, [None, 16])
+        y = dt.placeholder(dt.float32, [None, 4])
+        h = x
+        for i, (a, b) in enumerate([(16, 32), (32, 4)]):
+            h = dt.matmul(h, dt.Variable(rng.standard_normal((a, b)).astype(np.float32) * 0.3,
+                                         name=f"w{i}")) + dt.Variable(np.zeros(b, np.float32),
+                                                                      name=f"b{i}")
+            if i == 0:
+                h = dt.nn.relu(h)
+        loss = dt.reduce_mean(dt.nn.softmax_cross_entropy_with_logits(labels=y, logits=h))
+        train = dt.train.GradientDescentOptimizer(0.5).minimize(loss)
+        init = dt.global_variables_initializer()
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            await sess.run(init)
+            server.worker.reset_stats()
+            first = await sess.run(loss, {x: xv, y: yv})
+            for _ in range(60):
+                await sess.run(train, {x: xv, y: yv})
+            last = await sess.run(loss, {x: xv, y: yv})
+            # bias adds, relu and its gradient ran in place in the training steps
+            assert server.worker.stats()["in_place_kernels"] >= 60 * 3
+    assert last < 0.5 * first
