@@ -559,12 +559,22 @@ _SHAPE_ONLY = frozenset({("SumToShapeOf", 1), ("BroadcastToShapeOf", 1), ("Shape
                          ("ZerosLike", 0), ("OnesLike", 0)})
 
 
+_STAND_INS: dict[tuple[Any, tuple[int, ...]], np.ndarray] = {}
+
+
 def _shape_of(value: Any) -> Any:
     """A stand-in for ``value`` with its shape and dtype and no memory (a
-    zero-stride view of one zero); ``value`` itself if it has no such pair."""
-    if type(value) is np.ndarray:
-        return np.broadcast_to(np.zeros((), value.dtype), value.shape)
-    return value
+    read-only zero-stride view of one zero, made once per shape and dtype);
+    ``value`` itself if it has no such pair."""
+    if type(value) is not np.ndarray:
+        return value
+    key = (value.dtype, value.shape)
+    stand_in = _STAND_INS.get(key)
+    if stand_in is None:
+        if len(_STAND_INS) >= 4096:
+            _STAND_INS.clear()
+        stand_in = _STAND_INS[key] = np.broadcast_to(np.zeros((), value.dtype), value.shape)
+    return stand_in
 
 
 def _exclusive(args: list[Any], k: int) -> bool:
