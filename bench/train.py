@@ -23,12 +23,19 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
 The configurations take turns in rounds and each row reports the median over
 rounds, so load from other processes on the machine hits all of them alike.
 What a step costs comes from the runtime's own counters (``stats`` of the
-worker and master services): messages (tensors between tasks, plus one
-request and one reply per remote partition call) and bytes per step, and the
-time spent in kernels beside the step's wall time. distrib runs independent
-heavy kernels of a step concurrently (``DISTRIB_INTER_OP_THREADS``, default
-the number of cores; set it to 1 to compare with one thread of compute). Timings are never
-asserted: this only reports. ``--json PATH`` writes the rows.
+worker and master services): messages (tensor batches between tasks, plus
+one request and one reply per remote partition call) and bytes per step, the
+time in which kernels ran beside the step's wall time, and the CPU time of
+all the configuration's processes.
+
+How distrib uses the cores (no BLAS threads, no splitting of one kernel):
+kernels run inline on the event loop's thread; a heavy kernel goes to a pool
+thread only beside another heavy kernel of the same step (the two matmuls of
+a layer's backward pass) and only while the machine has an idle core, which
+it has for local-1proc and ps1-w1 and mostly not for ps1-w2
+(``DISTRIB_INTER_OP_THREADS``, default the number of cores; 1 turns this
+off). Timings are never asserted: this only reports. ``--json PATH`` writes
+the rows.
 """
 from __future__ import annotations
 
@@ -218,11 +225,15 @@ def step_costs(steps: int, elapsed: float, master: dict, workers: list[dict]) ->
     """Examples/s and per-step costs from the runtime's counters."""
     tensors = sum(w["tensors_sent"] for w in workers)
     messages = sum(w["messages_sent"] for w in workers)
+    busy = sum(w["kernel_busy_s"] for w in workers)
     return {
         "steps": steps, "seconds": elapsed, "examples_per_s": steps * BATCH / elapsed,
         "ms_per_step": elapsed / steps * 1e3,
-        "kernel_ms_per_step": sum(w["kernel_s"] for w in workers) / steps * 1e3,
-        "outside_ms_per_step": (elapsed - sum(w["kernel_s"] for w in workers)) / steps * 1e3,
+        "kernel_ms_per_step": busy / steps * 1e3,
+        "outside_ms_per_step": (elapsed - busy) / steps * 1e3,
+        "cpu_ms_per_step": sum(w["process_cpu_s"] for w in workers) / steps * 1e3,
+        "pool_kernels_per_step": sum(w["pool_kernels"] for w in workers) / steps,
+        "in_place_kernels_per_step": sum(w["in_place_kernels"] for w in workers) / steps,
         "messages_per_step": (messages + 2 * master["remote_calls"]) / steps,
         "tensors_per_step": tensors / steps,
         "tensor_MB_per_step": sum(w["bytes_sent"] for w in workers) / steps / 1e6,
@@ -426,13 +437,15 @@ def summarize(samples: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'config':<15} {'examples/s':>10} {'vs plain':>9} {'target':>8} {'ms/step':>8} "
-          f"{'kernel ms':>9} {'outside':>8} {'msgs/step':>9} {'tensor MB':>9} {'feed MB':>8}")
+          f"{'kernel ms':>9} {'outside':>8} {'cpu ms':>7} {'msgs/step':>9} {'tensor MB':>9} "
+          f"{'feed MB':>8}")
     for r in rows:
         def col(key: str, fmt: str, width: int) -> str:
             return format(r[key], fmt).rjust(width) if key in r else "".rjust(width)
         print(f"{r['name']:<15} {r['examples_per_s']:>10.0f} {r['ratio']:>8.2f}x "
               f"{r.get('target', ''):>8} {col('ms_per_step', '.2f', 8)} "
               f"{col('kernel_ms_per_step', '.2f', 9)} {col('outside_ms_per_step', '.2f', 8)} "
+              f"{col('cpu_ms_per_step', '.2f', 7)} "
               f"{col('messages_per_step', '.1f', 9)} "
               f"{col('tensor_MB_per_step', '.2f', 9)} {col('feed_MB_per_step', '.2f', 8)}")
 
@@ -441,7 +454,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the rows to this file")
     ap.add_argument("--quick", action="store_true", help="2 short rounds (under a minute)")
-    ap.add_argument("--rounds", type=int, help="rounds of all configurations (default 3)")
+    ap.add_argument("--rounds", type=int, help="rounds of all configurations (default 5)")
     ap.add_argument("--seconds", type=float, help="seconds per configuration and round")
     ap.add_argument("--replica", type=int, help=argparse.SUPPRESS)   # internal: a worker task
     ap.add_argument("--spec", help=argparse.SUPPRESS)
@@ -454,18 +467,21 @@ def main() -> None:
     if args.replica is not None:
         uvloop.run(replica_main(json.loads(args.spec), args.replica))
         return
-    rounds = args.rounds or (2 if args.quick else 3)
-    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    rounds = args.rounds or (2 if args.quick else 5)
+    seconds = args.seconds or (1.0 if args.quick else 2.0)
     rows = summarize(uvloop.run(measure(rounds, seconds)))
     print(f"784-512-512-10 MLP, batch {BATCH} per worker, SGD lr {LR}; one fixed synthetic "
           "batch fed each step (feed_dict)")
-    print("every process: OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=1; "
-          f"distrib kernel pool: DISTRIB_INTER_OP_THREADS="
-          f"{os.environ.get('DISTRIB_INTER_OP_THREADS') or os.cpu_count()}; "
-          f"{rounds} rounds x {seconds:g} s, medians")
+    print("every process: OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=1 (one BLAS "
+          "thread); distrib runs two independent heavy kernels of a step at once only while a "
+          "core is idle (DISTRIB_INTER_OP_THREADS="
+          f"{os.environ.get('DISTRIB_INTER_OP_THREADS') or os.cpu_count()}); "
+          f"{os.cpu_count()} cores; {rounds} rounds x {seconds:g} s, medians")
     print_table(rows)
-    print("kernel ms: time in kernels per step (worker + ps, summed over kernel threads, so "
-          "concurrent kernels can make it exceed ms/step); outside: ms/step minus kernel ms; "
+    print("kernel ms: time per step in which some kernel ran (worker, plus the ps's share); "
+          "outside: ms/step minus kernel ms (scheduling, messages, waiting for the other task); "
+          "cpu ms: CPU time of every process of the configuration per step (a step of "
+          "ps1-w2 is one worker's step, so both workers' CPU over both workers' steps); "
           "msgs: messages between tasks (tensors for one task travel together when they are "
           "ready together) + 2 per remote partition call; "
           "tensor MB: bytes of those tensors; per step of one worker (ps1-w2: each worker's)")

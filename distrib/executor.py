@@ -280,7 +280,9 @@ class CompiledPartition:
             if remaining[i] == 0:
                 pending[asyncio.ensure_future(self._recv(i, channel))] = i
         done = 0
-        clock = [0.0, 0]   # seconds spent in kernels (summed over threads), in-place kernels
+        # seconds in kernels (summed over threads), in-place kernels, and every
+        # kernel's (start, end) span (for the time in which any kernel ran)
+        clock: list[Any] = [0.0, 0, []]
         on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
         pooled = [0]              # how many went there
         try:
@@ -333,6 +335,7 @@ class CompiledPartition:
                 stats.kernel_s += clock[0]
                 stats.pool_kernels += pooled[0]
                 stats.in_place_kernels += clock[1]
+                stats.busy_s += _union(clock[2])
         return [self._fetched(values[i][out], variables)  # type: ignore[index]
                 for i, out in self.fetch_refs]
 
@@ -431,7 +434,9 @@ class CompiledPartition:
                         clock[1] += 1
                 if out is None:
                     out = fn(args, node["attrs"])
-                clock[0] += time.perf_counter() - t0
+                t1 = time.perf_counter()
+                clock[0] += t1 - t0
+                clock[2].append((t0, t1))
                 return out
             if op == "Placeholder":
                 name = node["name"] + ":0"
@@ -455,7 +460,9 @@ class CompiledPartition:
                                        channel, self.task)
             t0 = time.perf_counter()
             out = _run_stateful(node, args, variables, self.wanted[i], self.devices[i])
-            clock[0] += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            clock[0] += t1 - t0
+            clock[2].append((t0, t1))
             return out
         except Exception as e:
             err = self._op_error(i, e)
@@ -495,21 +502,35 @@ class RunStats:
     """Time a worker's partitions spent in kernels (summed over the pool's
     threads, so it can exceed the wall time), for benchmarks and tools."""
 
-    __slots__ = ("kernel_s", "pool_kernels", "in_place_kernels")
+    __slots__ = ("kernel_s", "busy_s", "pool_kernels", "in_place_kernels")
 
     def __init__(self) -> None:
         self.kernel_s = 0.0
+        self.busy_s = 0.0           # time in which at least one kernel ran
         self.pool_kernels = 0       # kernels that ran on the pool, not the loop's thread
         self.in_place_kernels = 0   # kernels that wrote into a dead input
 
 
+def _union(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of (start, end) spans."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
 def _timed_kernel(fn: Callable, args: list[Any], attrs: dict[str, Any],
-                  clock: list[float]) -> list[Any]:
+                  clock: list[Any]) -> list[Any]:
     t0 = time.perf_counter()
     try:
         return fn(args, attrs)
     finally:
-        clock[0] += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        clock[0] += t1 - t0
+        clock[2].append((t0, t1))
         # drop the inputs here, on the kernel's thread: a variable read must not
         # look shared (and be copied on write) because of a finished kernel
         args.clear()

@@ -10,8 +10,9 @@ from a task that restarted since the step began fails the step instead of
 being mixed in. An aborted step fails every receive of it at once and drops
 whatever arrives for it later.
 
-The worker keeps a few counters (tensors and bytes sent to and received from
-other tasks, partitions run, time in them and in their kernels); ``stats``
+The worker keeps a few counters (tensors, messages and bytes sent to and
+received from other tasks, partitions run, time in them and in their kernels,
+the process's CPU time); ``stats``
 returns them and ``reset_stats`` zeroes them, so a benchmark can say what one
 step costs.
 """
@@ -197,6 +198,7 @@ class WorkerService:
         self._refs: dict[str, ActorRef] = {}
         self._run_stats = RunStats()
         self.counters = _zero_counters()
+        self._cpu_at_reset = time.process_time()
 
     def detached(self, value: Any) -> Any:
         """``value``, copied if it is one of this task's stored variables."""
@@ -271,12 +273,17 @@ class WorkerService:
     def stats(self) -> dict[str, Any]:
         """The counters since the last ``reset_stats`` (see the module header)."""
         return {**self.counters, "kernel_s": self._run_stats.kernel_s,
+                "kernel_busy_s": self._run_stats.busy_s,
                 "pool_kernels": self._run_stats.pool_kernels,
-                "in_place_kernels": self._run_stats.in_place_kernels}
+                "in_place_kernels": self._run_stats.in_place_kernels,
+                # CPU time of this whole process (every thread, every service)
+                "process_cpu_s": time.process_time() - self._cpu_at_reset}
 
     def reset_stats(self) -> None:
+        self._cpu_at_reset = time.process_time()
         self.counters = _zero_counters()
         self._run_stats.kernel_s = 0.0
+        self._run_stats.busy_s = 0.0
         self._run_stats.pool_kernels = 0
         self._run_stats.in_place_kernels = 0
 
