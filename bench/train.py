@@ -13,7 +13,7 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
   alone in a fresh process (see ``numpy_window`` for why);
 - ``numpy-prealloc``: the same with every temporary preallocated (``out=``);
 - ``local-1proc``: an in-process local server (``dt.serve``), variables and
-  model on one task, a Session on the same loop;
+  model on one task, a Session on the same loop, in a process of its own;
 - ``ps1-w1``: a ps task (``python -m distrib.server``) and a worker process
   (this file with ``--replica``: it serves its task and runs its own client
   session, between-graph, variables on the ps via ``replica_device_setter``);
@@ -401,20 +401,39 @@ def numpy_window(kind: str, seconds: float) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-async def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
+async def local_main() -> None:
+    """``local-1proc`` in a process of its own (``--local``), as a user's script
+    would run it, and as the numpy loops and the cluster's tasks run: measured
+    inside this bench's process it paid for the bench's own heap. Commands on
+    stdin: ``go SECONDS`` (one JSON line back) and ``quit``."""
+    async with LocalTrainer() as local:
+        print("ready", flush=True)
+        loop = asyncio.get_running_loop()
+        while True:
+            line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
+            if not line or line[0] == "quit":
+                return
+            print(json.dumps(await local.window(float(line[1]))), flush=True)
+
+
+def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
     samples: dict[str, list[dict[str, Any]]] = {}
 
     def add(name: str, result: dict[str, Any]) -> None:
         samples.setdefault(name, []).append(result)
 
     with PsCluster() as cluster:
-        async with LocalTrainer() as local:
+        local = Child([os.path.abspath(__file__), "--local"], ready="ready")
+        try:
             for _ in range(rounds):
                 add("numpy-plain", numpy_window("plain", seconds))
                 add("numpy-prealloc", numpy_window("prealloc", seconds))
-                add("local-1proc", await local.window(seconds))
+                local.command(f"go {seconds}")
+                add("local-1proc", json.loads(local.readline(seconds + 60)))
                 add("ps1-w1", cluster.window(1, seconds))
                 add("ps1-w2", cluster.window(2, seconds))
+        finally:
+            local.stop()
     return samples
 
 
@@ -459,6 +478,7 @@ def main() -> None:
     ap.add_argument("--replica", type=int, help=argparse.SUPPRESS)   # internal: a worker task
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     ap.add_argument("--numpy", choices=["plain", "prealloc"], help=argparse.SUPPRESS)
+    ap.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.numpy:
         numpy_main(args.numpy, args.seconds or 3.0)
@@ -467,9 +487,12 @@ def main() -> None:
     if args.replica is not None:
         uvloop.run(replica_main(json.loads(args.spec), args.replica))
         return
+    if args.local:
+        uvloop.run(local_main())
+        return
     rounds = args.rounds or (2 if args.quick else 5)
     seconds = args.seconds or (1.0 if args.quick else 2.0)
-    rows = summarize(uvloop.run(measure(rounds, seconds)))
+    rows = summarize(measure(rounds, seconds))
     print(f"784-512-512-10 MLP, batch {BATCH} per worker, SGD lr {LR}; one fixed synthetic "
           "batch fed each step (feed_dict)")
     print("every process: OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=1 (one BLAS "
