@@ -20,10 +20,22 @@ which must keep answering rendezvous pushes, heartbeats and other sessions.
 Which nodes are heavy is learnt from the step before (the first step runs
 inline). A heavy kernel goes to the pool only while the machine has an idle
 core (``_spare_core``): when every core is busy, two kernels of a step at once
-only queue for one. ``DISTRIB_INTER_OP_THREADS`` (default: the number of cores) is how
-many heavy kernels of a step may run at once, the loop's thread included; 1
-runs them one at a time. A value is dropped as soon as its last consumer has
-started, so big activations do not live for the whole step.
+only queue for one. ``DISTRIB_INTER_OP_THREADS`` (default: the number of
+cores) is how many heavy kernels of a step may run at once, the loop's thread
+included; 1 runs them one at a time.
+
+Order: ready ops run depth first (the consumers a result unblocks come next,
+so a value reaches its ``_Send`` early), light ops before heavy ones (so two
+heavy ones can meet and run side by side). Tensors for another task are
+batched by the step's channel and flushed before the partition waits.
+
+Memory: a value is dropped as soon as its last consumer has started, so big
+activations do not live for the whole step; an input read only for its shape
+(a gradient's ``SumToShapeOf`` reference) gets a stand-in and does not keep
+the tensor alive. Bias adds, relu and its gradient write into an input that
+nothing else holds any more (checked by reference count: never a feed, a
+variable, a fetched or a received tensor), as TensorFlow's kernels forward
+their input buffers.
 
 Stateful ops (variables and their updates, ``docs/ops.md``) run here against
 the task's :class:`VariableStore`, which outlives steps and sessions. Reading
@@ -41,7 +53,6 @@ import logging
 import os
 import sys
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Protocol
 
