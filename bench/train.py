@@ -262,13 +262,8 @@ async def replica_main(spec: dict[str, list[str]], task: int) -> None:
             for _ in range(WARMUP_STEPS):
                 await sess.run(train, feed)
             ps = server.system.ref(spec["ps"][0], "worker")
-            print("ready", flush=True)
-            loop = asyncio.get_running_loop()
-            while True:
-                line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
-                if not line or line[0] == "quit":
-                    return
-                seconds = float(line[1])
+
+            async def window(seconds: float) -> dict[str, Any]:
                 for svc in (server.worker, server.master):
                     svc.reset_stats()
                 await ps.call("reset_stats")
@@ -278,10 +273,22 @@ async def replica_main(spec: dict[str, list[str]], task: int) -> None:
                     await sess.run(train, feed)
                     steps += 1
                 elapsed = time.perf_counter() - t0
-                print(json.dumps({"steps": steps, "seconds": elapsed,
-                                  "master": server.master.stats(),
-                                  "worker": server.worker.stats(),
-                                  "ps": await ps.call("stats")}), flush=True)
+                return {"steps": steps, "seconds": elapsed, "master": server.master.stats(),
+                        "worker": server.worker.stats(), "ps": await ps.call("stats")}
+
+            await _serve_commands(window)
+
+
+async def _serve_commands(window: Any) -> None:
+    """Say ``ready``, then obey stdin: ``go SECONDS`` runs ``window(SECONDS)``
+    and prints its result as one JSON line; ``quit`` (or end of input) returns."""
+    print("ready", flush=True)
+    loop = asyncio.get_running_loop()
+    while True:
+        line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
+        if not line or line[0] == "quit":
+            return
+        print(json.dumps(await window(float(line[1]))), flush=True)
 
 
 async def _until_initialized(sess: Any, train: Any, feed: dict) -> None:
@@ -407,13 +414,7 @@ async def local_main() -> None:
     inside this bench's process it paid for the bench's own heap. Commands on
     stdin: ``go SECONDS`` (one JSON line back) and ``quit``."""
     async with LocalTrainer() as local:
-        print("ready", flush=True)
-        loop = asyncio.get_running_loop()
-        while True:
-            line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
-            if not line or line[0] == "quit":
-                return
-            print(json.dumps(await local.window(float(line[1]))), flush=True)
+        await _serve_commands(local.window)
 
 
 def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:

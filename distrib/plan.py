@@ -89,6 +89,19 @@ def prune(nodes: dict[str, Node], fetches: Iterable[str], targets: Iterable[str]
     return _creation_order(order, nodes, fed)
 
 
+def _deps(node: Node, fed: set[str], with_input: bool = False) -> Iterable[Any]:
+    """The ops ``node`` waits for (data and control), fed tensors left out;
+    with ``with_input``, (input, op) pairs."""
+    for inp in node["inputs"]:
+        if inp.startswith("^"):
+            dep = inp[1:]
+        elif inp in fed:
+            continue
+        else:
+            dep = tensor_op(inp)[0]
+        yield (inp, dep) if with_input else dep
+
+
 def _creation_order(needed: list[str], nodes: dict[str, Node], fed: set[str]) -> list[str]:
     """``needed`` (a topological order) re-sorted into the topological order
     that keeps the graph's creation order wherever the edges allow.
@@ -102,13 +115,7 @@ def _creation_order(needed: list[str], nodes: dict[str, Node], fed: set[str]) ->
     consumers: dict[str, list[str]] = {name: [] for name in needed}
     indegree = dict.fromkeys(needed, 0)
     for name in needed:
-        for inp in nodes[name]["inputs"]:
-            if inp.startswith("^"):
-                dep = inp[1:]
-            elif inp in fed:
-                continue
-            else:
-                dep = tensor_op(inp)[0]
+        for dep in _deps(nodes[name], fed):
             if dep in keep:
                 consumers[dep].append(name)
                 indegree[name] += 1
@@ -142,13 +149,7 @@ def _visit(root: str, nodes: dict[str, Node], fed: set[str], state: dict[str, in
             raise InvalidArgumentError(f"the graph has a cycle through op {name!r}")
         state[name] = 1
         stack.append((name, True))
-        for inp in nodes[name]["inputs"]:
-            if inp.startswith("^"):
-                dep = inp[1:]
-            elif inp in fed:
-                continue
-            else:
-                dep = tensor_op(inp)[0]
+        for inp, dep in _deps(nodes[name], fed, with_input=True):
             if dep not in nodes:
                 raise NotFoundError(f"op {name!r} has input {inp!r}, which is not in the graph")
             if state.get(dep) != 2:

@@ -47,16 +47,20 @@ async def test_independent_heavy_kernels_share_the_pool_and_agree_with_numpy(mon
     assert stats["pool_kernels"] == 3
 
 
-async def test_no_kernel_goes_to_the_pool_while_every_core_is_busy(monkeypatch):
-    monkeypatch.setattr(executor, "_spare_core", lambda: False)
-    g, xp, out, x, want = _two_heavy_branches(3)
+async def _pool_kernels_in_three_right_steps(seed: int) -> int:
+    g, xp, out, x, want = _two_heavy_branches(seed)
     async with dt.serve({"local": ["localhost:0"]}) as server:
         async with dt.Session(server.target, graph=g) as sess:
             server.worker.reset_stats()
             for _ in range(3):
                 np.testing.assert_allclose(await sess.run(out, {xp: x}), want,
                                            rtol=1e-4, atol=1e-3)
-            assert server.worker.stats()["pool_kernels"] == 0
+            return server.worker.stats()["pool_kernels"]
+
+
+async def test_no_kernel_goes_to_the_pool_while_every_core_is_busy(monkeypatch):
+    monkeypatch.setattr(executor, "_spare_core", lambda: False)
+    assert await _pool_kernels_in_three_right_steps(3) == 0
 
 
 def test_the_spare_core_probe_reads_the_machine():
@@ -68,14 +72,7 @@ def test_the_spare_core_probe_reads_the_machine():
 async def test_one_thread_runs_every_kernel_inline(monkeypatch):
     monkeypatch.setenv("DISTRIB_INTER_OP_THREADS", "1")
     monkeypatch.setattr(executor, "_spare_core", lambda: True)
-    g, xp, out, x, want = _two_heavy_branches(1)
-    async with dt.serve({"local": ["localhost:0"]}) as server:
-        async with dt.Session(server.target, graph=g) as sess:
-            server.worker.reset_stats()
-            for _ in range(3):
-                np.testing.assert_allclose(await sess.run(out, {xp: x}), want,
-                                           rtol=1e-4, atol=1e-3)
-            assert server.worker.stats()["pool_kernels"] == 0
+    assert await _pool_kernels_in_three_right_steps(1) == 0
 
 
 async def test_a_long_kernel_leaves_the_loop_to_other_sessions():

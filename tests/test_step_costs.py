@@ -4,6 +4,8 @@ bench/train.py reports. Each test also pins the behaviour the saving must
 not change (a read is a snapshot, a fetched value is the caller's own)."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,16 @@ import distrib as dt
 from distrib.demo import free_ports
 from distrib.executor import CompiledPartition, VariableStore, evaluate
 from distrib.plan import partition, place, prune
+
+
+@contextlib.asynccontextmanager
+async def _ps_and_worker():
+    """A ps and a worker task served in this process, on free ports."""
+    ports = free_ports(2)
+    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
+    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            yield spec, ps, wk
 
 
 @pytest.fixture
@@ -144,80 +156,71 @@ async def test_worker_and_master_count_what_a_step_moves():
 
 
 async def test_partitions_are_registered_once_per_graph_version():
-    ports = free_ports(2)
-    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
-    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
-        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
-            g = dt.Graph()
-            with g.as_default(), dt.device("/job:ps/task:0"):
-                y = dt.constant([1.0, 2.0]) * 2.0
-            async with dt.Session(wk.target, graph=g) as sess:
-                for _ in range(3):
-                    assert (await sess.run(y)).tolist() == [2.0, 4.0]
-                assert ps.worker.stats()["partitions_registered"] == 1
-                with g.as_default():
-                    dt.constant(0.0)          # a new graph version
-                for _ in range(3):
-                    await sess.run(y)
-                assert ps.worker.stats()["partitions_registered"] == 2
-                assert ps.worker.stats()["partitions_run"] == 6
+    async with _ps_and_worker() as (spec, ps, wk):
+        g = dt.Graph()
+        with g.as_default(), dt.device("/job:ps/task:0"):
+            y = dt.constant([1.0, 2.0]) * 2.0
+        async with dt.Session(wk.target, graph=g) as sess:
+            for _ in range(3):
+                assert (await sess.run(y)).tolist() == [2.0, 4.0]
+            assert ps.worker.stats()["partitions_registered"] == 1
+            with g.as_default():
+                dt.constant(0.0)          # a new graph version
+            for _ in range(3):
+                await sess.run(y)
+            assert ps.worker.stats()["partitions_registered"] == 2
+            assert ps.worker.stats()["partitions_run"] == 6
 
 
 async def test_tensors_ready_together_for_one_task_travel_in_one_message():
-    ports = free_ports(2)
-    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
-    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
-        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
-            g = dt.Graph()
-            with g.as_default():
-                with dt.device("/job:ps/task:0"):
-                    big = dt.Variable(np.ones((1024, 1024), np.float32), name="big")   # 4 MiB
-                    small = [dt.Variable(np.full(3, i, np.float32), name=f"s{i}") for i in range(4)]
-                with dt.device("/job:worker/task:0"):
-                    total = dt.add_n([dt.reduce_sum(v) for v in small])
-                    both = total + dt.reduce_sum(big)
-                init = dt.global_variables_initializer()
-            async with dt.Session(wk.target, graph=g) as sess:
-                await sess.run(init)
-                ps.worker.reset_stats()
-                assert await sess.run(total) == 18.0
-                st = ps.worker.stats()
-                assert st["tensors_sent"] == 4 and st["messages_sent"] == 1
-                ps.worker.reset_stats()
-                assert await sess.run(both) == 18.0 + 1024 * 1024
-                st = ps.worker.stats()
-                # the big one (created, so read and sent, first) is over the flush
-                # size and goes at once; the small ones follow together
-                assert st["tensors_sent"] == 5 and st["messages_sent"] == 2
-            # a malformed batch is a typed error and the worker keeps serving
-            ref = wk.system.ref(spec["ps"][0], "worker")
-            with pytest.raises(dt.errors.InvalidArgumentError, match=r"\[key, value\]"):
-                await ref.call("recv_tensors", 7, [["k"]], "/job:worker/task:0", 1)
-            assert await ref.call("ping") == "/job:ps/task:0"
+    async with _ps_and_worker() as (spec, ps, wk):
+        g = dt.Graph()
+        with g.as_default():
+            with dt.device("/job:ps/task:0"):
+                big = dt.Variable(np.ones((1024, 1024), np.float32), name="big")   # 4 MiB
+                small = [dt.Variable(np.full(3, i, np.float32), name=f"s{i}") for i in range(4)]
+            with dt.device("/job:worker/task:0"):
+                total = dt.add_n([dt.reduce_sum(v) for v in small])
+                both = total + dt.reduce_sum(big)
+            init = dt.global_variables_initializer()
+        async with dt.Session(wk.target, graph=g) as sess:
+            await sess.run(init)
+            ps.worker.reset_stats()
+            assert await sess.run(total) == 18.0
+            st = ps.worker.stats()
+            assert st["tensors_sent"] == 4 and st["messages_sent"] == 1
+            ps.worker.reset_stats()
+            assert await sess.run(both) == 18.0 + 1024 * 1024
+            st = ps.worker.stats()
+            # the big one (created, so read and sent, first) is over the flush
+            # size and goes at once; the small ones follow together
+            assert st["tensors_sent"] == 5 and st["messages_sent"] == 2
+        # a malformed batch is a typed error and the worker keeps serving
+        ref = wk.system.ref(spec["ps"][0], "worker")
+        with pytest.raises(dt.errors.InvalidArgumentError, match=r"\[key, value\]"):
+            await ref.call("recv_tensors", 7, [["k"]], "/job:worker/task:0", 1)
+        assert await ref.call("ping") == "/job:ps/task:0"
 
 
 async def test_a_train_op_after_remote_updates_needs_no_message_from_them():
-    ports = free_ports(2)
-    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{ports[1]}"]}
-    async with dt.serve(spec, job_name="ps", task_index=0) as ps:
-        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
-            g = dt.Graph()
-            with g.as_default():
-                with dt.device("/job:ps/task:0"):
-                    a = dt.Variable(np.zeros(2, np.float32), name="a")
-                    b = dt.Variable(np.zeros(2, np.float32), name="b")
-                    ups = [a.assign_add(np.ones(2, np.float32)),
-                           b.assign_sub(np.ones(2, np.float32))]
-                with dt.device("/job:worker/task:0"):
-                    train = dt.group(*ups, name="train")
-                init = dt.global_variables_initializer()
-            async with dt.Session(wk.target, graph=g) as sess:
-                await sess.run(init)
-                ps.worker.reset_stats()
-                for _ in range(3):
-                    await sess.run(train)
-                # the step returned after the ps's partition ran: both updates are in
-                assert ps.worker.stats()["partitions_run"] == 3
-                assert ps.worker.stats()["tensors_sent"] == 0      # no control trigger
-                got = await sess.run([a, b])
-                assert got[0].tolist() == [3.0, 3.0] and got[1].tolist() == [-3.0, -3.0]
+    async with _ps_and_worker() as (spec, ps, wk):
+        g = dt.Graph()
+        with g.as_default():
+            with dt.device("/job:ps/task:0"):
+                a = dt.Variable(np.zeros(2, np.float32), name="a")
+                b = dt.Variable(np.zeros(2, np.float32), name="b")
+                ups = [a.assign_add(np.ones(2, np.float32)),
+                       b.assign_sub(np.ones(2, np.float32))]
+            with dt.device("/job:worker/task:0"):
+                train = dt.group(*ups, name="train")
+            init = dt.global_variables_initializer()
+        async with dt.Session(wk.target, graph=g) as sess:
+            await sess.run(init)
+            ps.worker.reset_stats()
+            for _ in range(3):
+                await sess.run(train)
+            # the step returned after the ps's partition ran: both updates are in
+            assert ps.worker.stats()["partitions_run"] == 3
+            assert ps.worker.stats()["tensors_sent"] == 0      # no control trigger
+            got = await sess.run([a, b])
+            assert got[0].tolist() == [3.0, 3.0] and got[1].tolist() == [-3.0, -3.0]
