@@ -402,10 +402,14 @@ def expand_dims(inputs: list, attrs: dict) -> list:
 
 def _add_into(inputs: list, attrs: dict) -> list | None:
     x, y = inputs
-    if type(y) is not np.ndarray or x.dtype != y.dtype or y.ndim > x.ndim \
-            or y.shape != x.shape[x.ndim - y.ndim:] and \
-            np.broadcast_shapes(x.shape, y.shape) != x.shape:
+    if type(y) is not np.ndarray or x.dtype != y.dtype or y.ndim > x.ndim:
         return None
+    if y.shape != x.shape[x.ndim - y.ndim:]:
+        try:
+            if np.broadcast_shapes(x.shape, y.shape) != x.shape:
+                return None
+        except ValueError:
+            return None   # the ordinary kernel says what does not broadcast
     return [np.add(x, y, out=x)]
 
 

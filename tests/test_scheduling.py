@@ -171,3 +171,17 @@ async def test_a_training_step_writes_its_activations_in_place_and_still_learns(
             # bias adds, relu and its gradient ran in place in the training steps
             assert server.worker.stats()["in_place_kernels"] >= 60 * 3
     assert last < 0.5 * first
+
+
+async def test_an_add_that_cannot_broadcast_fails_the_same_in_place_or_not():
+    g = dt.Graph()
+    with g.as_default():
+        x = dt.placeholder(dt.float32, [None, None])
+        y = dt.placeholder(dt.float32, [None])
+        bad = dt.matmul(x, x) + y             # the product is a temporary: a candidate
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            with pytest.raises(dt.errors.InvalidArgumentError, match="broadcast"):
+                await sess.run(bad, {x: np.ones((3, 3), np.float32), y: np.ones(2, np.float32)})
+            got = await sess.run(bad, {x: np.ones((3, 3), np.float32), y: np.ones(3, np.float32)})
+            np.testing.assert_array_equal(got, np.full((3, 3), 4.0, np.float32))
