@@ -200,8 +200,7 @@ def partition(nodes: dict[str, Node], order: list[str], placed: dict[str, Device
     fed = set(feeds)
     placed = dict(placed)   # the control-group triggers are added to it below
     parts: dict[str, Partition] = {}
-    consumed = {inp[1:] if inp.startswith("^") else tensor_op(inp)[0]
-                for name in order for inp in nodes[name]["inputs"]}
+    consumed = {dep for name in order for dep in _deps(nodes[name], fed)}
     fetched_ops = {tensor_op(t)[0] for t in fetches}
     end_noops = {t for t in targets if t in nodes and nodes[t]["op"] == "NoOp"
                  and t not in consumed and t not in fetched_ops}
