@@ -75,18 +75,27 @@ def cluster_files(tmp: str, name: str) -> tuple[str, dict]:
     return path, spec
 
 
+def seed_graph():
+    """The seeds' config.json example: (graph, d), with ``c`` on worker 0 and
+    ``d`` on worker 1 (the tests run the same graph)."""
+    import distrib as dt
+    g = dt.Graph()
+    with g.as_default():
+        with dt.device("/job:worker/task:0"):
+            a = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[2, 3], name="a")
+            b = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[3, 2], name="b")
+            c = dt.matmul(a, b)
+        with dt.device("/job:worker/task:1"):
+            d = dt.matmul(a, b) + dt.log(100 + c)
+    return g, d
+
+
 def seed_example(dt, spec: dict) -> None:
     server = dt.Server(dt.ClusterSpec(spec), job_name="host", task_index=0)
     try:
-        with dt.Graph().as_default():
-            with dt.device("/job:worker/task:0"):
-                a = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[2, 3], name="a")
-                b = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[3, 2], name="b")
-                c = dt.matmul(a, b)
-            with dt.device("/job:worker/task:1"):
-                d = dt.matmul(a, b) + dt.log(100 + c)
-            with dt.SyncSession(server.target) as sess:
-                print("  d =", sess.run(d).tolist())
+        g, d = seed_graph()
+        with dt.SyncSession(server.target, graph=g) as sess:
+            print("  d =", sess.run(d).tolist())
     finally:
         server.stop()
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
+from distrib.demo import seed_graph
 from distrib.errors import AbortedError, InvalidArgumentError
 from distrib.worker import Rendezvous
 from tests.helpers import Proc
@@ -42,18 +43,6 @@ def host_server(spec: dict, job: str = "host") -> Iterator[dt.Server]:
 
 
 # -- the seed's config.json example ------------------------------------------------
-
-def seed_graph() -> tuple[dt.Graph, object]:
-    g = dt.Graph()
-    with g.as_default():
-        with dt.device("/job:worker/task:0"):
-            a = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[2, 3], name="a")
-            b = dt.constant([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], shape=[3, 2], name="b")
-            c = dt.matmul(a, b)
-        with dt.device("/job:worker/task:1"):
-            d = dt.matmul(a, b) + dt.log(100 + c)
-    return g, d
-
 
 def seed_expected() -> np.ndarray:
     a = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
