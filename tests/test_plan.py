@@ -27,6 +27,17 @@ def test_prune_keeps_only_what_fetches_need_in_topological_order():
     assert order.index("c") > order.index("a") and order.index("c") > order.index("b")
 
 
+def test_prune_keeps_creation_order_where_edges_allow():
+    # a train op listing its updates last-layer first: a depth-first walk from it
+    # would reach w2 first; the order keeps w0 (created first) first, so a ps
+    # sends the first layer's weights first
+    g = graph(node("w0", "VariableV2"), node("w1", "VariableV2"), node("w2", "VariableV2"),
+              node("u2", inputs=["w2:0"]), node("u1", inputs=["w1:0"]),
+              node("u0", inputs=["w0:0"]), node("train", "NoOp", ["^u2", "^u1", "^u0"]))
+    order = prune(g, [], ["train"], [])
+    assert order == ["w0", "w1", "w2", "u2", "u1", "u0", "train"]
+
+
 def test_feeding_a_tensor_cuts_its_producer():
     g = graph(node("a", "Const"), node("b", inputs=["a:0"]), node("c", inputs=["b:0"]))
     assert prune(g, ["c:0"], [], ["b:0"]) == ["c"]
