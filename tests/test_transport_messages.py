@@ -8,6 +8,8 @@ import gc
 import numpy as np
 import pytest
 
+from transports import connection as connection_module
+from transports.shm import ARENA, shared_empty
 from transports import (ConnectionClosed, PeerInfo, TransportConfig, connect, listen,
                         local_host_id, new_incarnation)
 
@@ -207,8 +209,38 @@ async def test_shm_segments_are_reused_in_steady_state(shm_pair):
         arr = await asyncio.wait_for(server.recv(), 5.0)
         assert arr[0, 0] == i
         del arr
-        await asyncio.sleep(0)  # let the release notice go
+        await asyncio.sleep(0.02)  # past the release notice's delay
     assert len(client._pool._lent) + sum(map(len, client._pool._free.values())) <= 3
+
+
+async def test_shm_release_rides_with_the_next_message(shm_pair, monkeypatch):
+    # A release notice waits for the receiver's next message instead of
+    # taking a frame (a system call and a wake-up) of its own.
+    monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
+    client, server = shm_pair
+    for i in range(5):
+        await client.send(np.full(BIG, i, np.float64))
+        arr = await asyncio.wait_for(server.recv(), 5.0)
+        assert arr[0, 0] == i
+        del arr
+        await asyncio.sleep(0.01)
+        assert len(client._pool._lent) == 1   # the notice is still held back
+        await server.send({"ack": i})
+        assert await asyncio.wait_for(client.recv(), 5.0) == {"ack": i}
+        assert not client._pool._lent          # it came with the ack
+    assert sum(map(len, client._pool._free.values())) == 1
+
+
+async def test_shm_release_goes_alone_after_a_delay(shm_pair):
+    client, server = shm_pair
+    await client.send(np.full(BIG, 7, np.float64))
+    arr = await asyncio.wait_for(server.recv(), 5.0)
+    del arr
+    for _ in range(200):
+        if not client._pool._lent:
+            break
+        await asyncio.sleep(0.005)
+    assert not client._pool._lent
 
 
 async def test_shm_pool_bound_falls_back_to_inline(shm_pair):
@@ -233,3 +265,66 @@ async def test_one_gib_array(pair):
     assert np.array_equal(got[::4096], arr[::4096]) and got[-1] == arr[-1]
     del got
     gc.collect()
+
+
+# -- shared arrays (transports.shm.ARENA): lent as they are, never copied --------
+
+async def _released(client, arr, timeout: float = 2.0) -> None:
+    for _ in range(int(timeout / 0.005)):
+        if ARENA.holders(arr) == 0:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"still {ARENA.holders(arr)} holders of the shared array")
+
+
+async def test_shared_array_is_lent_without_a_copy(shm_pair):
+    client, server = shm_pair
+    a = shared_empty(BIG, np.float64)
+    a[...] = 1.0
+    assert ARENA.lookup(a) is not None and ARENA.holders(a) == 0
+    await client.send({"v": a})
+    got = (await asyncio.wait_for(server.recv(), 5.0))["v"]
+    assert not got.flags.writeable and (got == 1.0).all()
+    assert ARENA.holders(a) == 1            # the peer's loan: its owner must not write now
+    a[3, 4] = 7.0                            # (done here only to show the memory is one)
+    assert got[3, 4] == 7.0
+    del got
+    await _released(client, a)
+
+
+async def test_shared_array_fd_crosses_once(shm_pair):
+    client, server = shm_pair
+    a = shared_empty(BIG, np.float32)
+    a[...] = 2.0
+    for _ in range(4):
+        await client.send(a)
+        got = await asyncio.wait_for(server.recv(), 5.0)
+        assert (got == 2.0).all()
+    assert len(server._maps._maps) == 1     # one mapping, reused by every loan
+    assert client._pool._total == 0         # no segment of the pool was needed
+    del got
+    await _released(client, a)
+
+
+async def test_shared_array_goes_inline_over_tcp():
+    async with connected("tcp") as (client, server):
+        a = shared_empty(BIG, np.float64)
+        a[...] = 3.0
+        await client.send(a)
+        got = await asyncio.wait_for(server.recv(), 5.0)
+        assert got.flags.writeable and (got == 3.0).all()
+        assert ARENA.holders(a) == 0        # a copy went: nothing is lent
+        got[0, 0] = 0.0
+        assert a[0, 0] == 3.0
+
+
+def test_arena_reuses_free_buffers_and_keeps_small_arrays_private():
+    a = shared_empty(BIG, np.float64)
+    buf = ARENA.lookup(a)
+    del a
+    b = shared_empty(BIG, np.float64)       # nobody holds the first: it is reused
+    assert ARENA.lookup(b) is buf
+    c = shared_empty(BIG, np.float64)       # b holds it: a new one
+    assert ARENA.lookup(c) is not buf
+    assert ARENA.lookup(shared_empty((4,), np.float32)) is None   # under 64 KiB
+    assert ARENA.lookup(shared_empty(BIG, object)) is None

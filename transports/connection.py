@@ -12,6 +12,7 @@ import asyncio
 import collections
 import logging
 import socket
+import threading
 from typing import Any, Callable
 
 from .config import PeerInfo, TransportConfig
@@ -24,6 +25,9 @@ __all__ = ["Connection"]
 logger = logging.getLogger("transports")
 
 _RELEASE_WAIT_S = 0.2
+# A release notice waits this long for a message to ride along with (each
+# frame of its own costs both processes a system call and a wake-up).
+_RELEASE_DELAY_S = 0.002
 
 
 class Connection:
@@ -47,7 +51,9 @@ class Connection:
         self._fd_sock = fd_sock
         self._pool: SegmentPool | None = None
         self._maps: SegmentMaps | None = None
+        self._releases: collections.deque[int] = collections.deque()
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         wire.max_frame = config.max_frame_bytes
         wire.label = f"{peer.name} ({wire.label})"
         if fd_sock is not None:
@@ -57,8 +63,8 @@ class Connection:
     def _attach_shm(self, fd_sock: socket.socket, config: TransportConfig) -> None:
         self._pool = SegmentPool(fd_sock, config.shm_pool_bytes)
         self._maps = SegmentMaps(fd_sock, self._release_soon)
-        self._releases: collections.deque[int] = collections.deque()
         self._release_scheduled = False
+        self._release_timer: asyncio.TimerHandle | None = None
         # Shared-memory flow control: past this many bytes lent to a peer that
         # has not released them, send() waits (briefly) for a release notice.
         self._shm_high_water = config.shm_pool_bytes // 4
@@ -87,7 +93,7 @@ class Connection:
     async def send(self, obj: Any) -> None:
         """Send one message; waits only while the peer is slow to take bytes."""
         wire = self._wire
-        wire.write_message(obj)
+        wire.write_message(obj, before=self._take_releases() if self._releases else b"")
         pool = self._pool
         if pool is not None:
             if pool.evicted:
@@ -99,7 +105,7 @@ class Connection:
 
     def send_nowait(self, obj: Any) -> None:
         """Send one message without waiting (the write buffer grows if the peer is slow)."""
-        self._wire.write_message(obj)
+        self._wire.write_message(obj, before=self._take_releases() if self._releases else b"")
         if self._pool is not None and self._pool.evicted:
             self._send_forget()
 
@@ -154,20 +160,43 @@ class Connection:
 
     def _release_soon(self, seg_id: int) -> None:
         # Runs wherever the last view of a received array died (any thread):
-        # queue the id and let the loop send the notices in one frame.
+        # queue the id; the notices go in one frame, with the next message
+        # this side sends or after _RELEASE_DELAY_S, whichever comes first.
         self._releases.append(seg_id)
         if not self._release_scheduled and not self._wire.closed:
             self._release_scheduled = True
             try:
-                self._loop.call_soon_threadsafe(self._flush_releases)
+                if threading.get_ident() == self._loop_thread:
+                    self._arm_release_timer()
+                else:
+                    self._loop.call_soon_threadsafe(self._arm_release_timer)
             except RuntimeError:
                 pass  # loop closed: the connection is gone with it
 
-    def _flush_releases(self) -> None:
+    def _arm_release_timer(self) -> None:
+        if self._release_timer is None and not self._wire.closed:
+            self._release_timer = self._loop.call_later(_RELEASE_DELAY_S, self._flush_releases)
+
+    def _take_ids(self) -> list[int]:
+        # first allow a new schedule, then drain: an id queued meanwhile is
+        # either drained here or schedules a flush of its own
         self._release_scheduled = False
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
         ids = []
         while self._releases:
             ids.append(self._releases.popleft())
+        return ids
+
+    def _take_releases(self) -> bytes:
+        """The queued release notices as a frame to write before a message."""
+        ids = self._take_ids()
+        return self._wire.control_frame(ids, FRAME_RELEASE) if ids else b""
+
+    def _flush_releases(self) -> None:
+        self._release_timer = None
+        ids = self._take_ids()
         if ids and not self._wire.closed:
             try:
                 self._wire.write_message(ids, FRAME_RELEASE)
@@ -180,6 +209,9 @@ class Connection:
         self._wire.write_message(ids, FRAME_FORGET)
 
     def _cleanup(self, _: Any = None) -> None:
+        if self._pool is not None and self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
         if self._pool is not None:
             self._pool.close()
         if self._maps is not None:

@@ -321,7 +321,9 @@ class Wire(asyncio.BufferedProtocol):
         return obj
 
     # ---- sending ------------------------------------------------------------
-    def write_message(self, obj: Any, ftype: int = FRAME_MSG) -> None:
+    def write_message(self, obj: Any, ftype: int = FRAME_MSG, before: bytes = b"") -> None:
+        """Frame ``obj`` and hand it to the transport; ``before``: whole frames
+        (see :meth:`control_frame`) to write first, in the same system call."""
         if self.closed or self.transport is None or self.transport.is_closing():
             raise ConnectionClosed(f"connection {self.label} is closed") from self.close_exc
         enc = self.encoder
@@ -330,7 +332,7 @@ class Wire(asyncio.BufferedProtocol):
         if not bufs:
             if len(header) + _P > self.max_frame:
                 raise FrameError(f"message of {len(header) + _P} bytes is over max_frame_bytes={self.max_frame}")
-            self.transport.write(_PREFIX.pack(len(header), ftype << 24, 0) + header)
+            self.transport.write(b"".join((before, _PREFIX.pack(len(header), ftype << 24, 0), header)))
             return
         pieces: list = []
         lens = []
@@ -347,11 +349,22 @@ class Wire(asyncio.BufferedProtocol):
                          struct.pack(f"<{len(lens)}Q", *lens), header))
         if len(meta) + off > self.max_frame:
             raise FrameError(f"message of {len(meta) + off} bytes is over max_frame_bytes={self.max_frame}")
+        # the encoder lets go of the arrays: only the transport holds what it
+        # has not sent yet (a variable store counts holders to copy on write)
+        enc.buffers = []
         if off <= _COALESCE:
-            self.transport.write(meta + b"".join(pieces))
+            self.transport.write(before + meta + b"".join(pieces))
         else:
-            pieces.insert(0, meta)
+            pieces.insert(0, before + meta)
             self.transport.writelines(pieces)
+
+    def control_frame(self, obj: Any, ftype: int) -> bytes:
+        """The bytes of a small frame without arrays (a release notice), to
+        pass as ``before`` to the next :meth:`write_message`."""
+        header = self.encoder.encode(obj)
+        if self.encoder.buffers:
+            raise TypeError("a control frame holds no arrays")
+        return _PREFIX.pack(len(header), ftype << 24, 0) + header
 
     @property
     def paused(self) -> bool:
