@@ -17,7 +17,12 @@ through the CLI; this process hosts task 0 (the master) and the client:
 - ``fetch-64MiB-shm`` / ``fetch-64MiB-tcp``: a 64 MiB tensor made on task 1,
   fetched to the client, over shared memory and over forced TCP;
 - ``memcpy`` and ``raw-socket``: the in-process copy and a raw blocking socket
-  between two processes, the limits for the two fetches.
+  between two processes, the limits for the two fetches;
+- ``var-sum-64MiB``: a 64 MiB variable on task 1 summed on task 0 over shared
+  memory: the variable lives in task 1's shared-memory arena and task 0 reads
+  it with no copy; ``var-sum-64MiB-copied`` is the same with the arena off on
+  task 1 (``DISTRIB_SHM_ARENA_BYTES=0``: one copy into a segment per read);
+  ``numpy-sum-64MiB`` is the sum alone, in this process.
 
 Medians after warm-up; a table on stdout; ``--json PATH`` writes
 ``{"rows": [{"name", "us", "GBps", "baseline", "ratio", "target"}]}``.
@@ -194,6 +199,46 @@ async def remote_rows(reps: int, transport: str, call_us: float) -> list[dict]:
     return rows
 
 
+async def variable_rows(reps: int) -> list[dict]:
+    """A ps-style read: a 64 MiB variable on task 1, used by an op on task 0."""
+    rows = []
+    base = np.ones(64 * MiB // 4, np.float32)
+    s = median_time(lambda: base.sum(), reps)
+    rows.append({"name": "numpy-sum-64MiB", "us": s * 1e6})
+    for name, arena in (("var-sum-64MiB", None), ("var-sum-64MiB-copied", "0")):
+        env = dict(os.environ, DISTRIB_TRANSPORT="shm",
+                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if arena is not None:
+            env["DISTRIB_SHM_ARENA_BYTES"] = arena
+        os.environ["DISTRIB_TRANSPORT"] = "shm"
+        p0, p1 = free_ports(2)
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = os.path.join(tmp, "cluster.json")
+            spec = {"t": [f"localhost:{p0}", f"localhost:{p1}"]}
+            with open(cfg, "w") as f:
+                json.dump(spec, f)
+            child = start_task(cfg, 1, env)
+            try:
+                async with dt.serve(spec, job_name="t", task_index=0) as srv:
+                    g = dt.Graph()
+                    with g.as_default():
+                        with dt.device("/job:t/task:1"):
+                            v = dt.Variable(base, name="big")
+                        with dt.device("/job:t/task:0"):
+                            total = dt.reduce_sum(v)
+                        init = dt.global_variables_initializer()
+                    async with dt.Session(srv.target, graph=g) as sess:
+                        await sess.run(init)
+                        t = await amedian_time(lambda: sess.run(total), reps)
+                        rows.append({"name": name, "us": t * 1e6, "GBps": 64 * MiB / t / 1e9,
+                                     "baseline": "numpy-sum-64MiB", "ratio": t / s})
+            finally:
+                child.terminate()
+                child.wait(10)
+                os.environ.pop("DISTRIB_TRANSPORT", None)
+    return rows
+
+
 def memcpy_gbps(reps: int) -> float:
     src = np.ones(64 * MiB, np.uint8)
     dst = np.empty_like(src)
@@ -260,6 +305,7 @@ async def amain(args: argparse.Namespace) -> list[dict]:
         call_us = rows[0]["us"]
         rows += await remote_rows(reps, "shm", call_us)
         rows += await remote_rows(reps, "tcp", call_us)
+        rows += await variable_rows(reps)
         mem = memcpy_gbps(reps)
         raw = raw_socket_gbps(reps)
         rows.append({"name": "memcpy", "GBps": mem})

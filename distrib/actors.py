@@ -222,6 +222,11 @@ class ActorSystem:
                 logger.error("%s failed: %r", what, exc)
 
     # -- remote path -------------------------------------------------------------
+    def shares_memory_with(self, address: str) -> bool:
+        """Whether the open connection to ``address`` passes arrays through shared memory."""
+        peer = self._out.get(address)
+        return peer is not None and peer.conn.kind == "shm"
+
     async def _connection(self, address: str) -> transports.Connection:
         peer = await self._peer(address)
         return peer.conn

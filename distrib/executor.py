@@ -60,10 +60,12 @@ import numpy as np
 
 import kernels
 from kernels import cpu as cpu_kernels
+from kernels import cpu_update
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
 from distrib.plan import Node, tensor_op
 from distrib.resources import run_resource_op
 from distrib.variable_store import VariableStore
+from transports.shm import shared_empty
 
 logger = logging.getLogger(__name__)
 
@@ -657,17 +659,21 @@ def _to_device(args: list[Any], dev: tuple[str, int]) -> list[Any]:
 
 
 def _as_var_value(value: Any, attrs: dict[str, Any], name: str, dev: tuple[str, int]) -> Any:
+    """The variable's own copy of an assigned value (on the CPU: in the
+    shared-memory arena when it is big enough, see variable_store)."""
     dtype = attrs.get("dtype")
-    arr = np.array(_host(value), dtype=dtype, copy=True) if dtype else np.array(_host(value))
+    src = np.asarray(_host(value), dtype=dtype) if dtype else np.asarray(_host(value))
     shape = attrs.get("shape")
     if attrs.get("validate_shape", True) and shape is not None and None not in shape \
-            and list(arr.shape) != list(shape):
+            and list(src.shape) != list(shape):
         raise InvalidArgumentError(
-            f"cannot assign a value of shape {list(arr.shape)} to variable {name} of shape "
+            f"cannot assign a value of shape {list(src.shape)} to variable {name} of shape "
             f"{list(shape)}; pass validate_shape=False to change its shape")
     if dev[0] == "GPU":
         from kernels import devices
-        return devices.to_device(arr, dev[1])
+        return devices.to_device(np.array(src), dev[1])
+    arr = shared_empty(src.shape, src.dtype)
+    np.copyto(arr, src)
     return arr
 
 
@@ -689,6 +695,17 @@ def _run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: boo
         else:
             np.subtract(cur, delta, out=cur)
         return [cur if wanted else None]
+    if op == "ApplyGradientDescent" and dev[0] == "CPU" and len(args) == 2:
+        # the hot update of parameter servers: written out of place when a
+        # reader holds the current version, instead of copy + update
+        cur, out = store.update_target(name, node["name"])
+        try:
+            cpu_update.gradient_descent_into(out, cur, args[0], args[1])
+        except BaseException:
+            if out is not cur:
+                store.set(name, cur)  # a bad gradient leaves the variable as it was
+            raise
+        return [out if wanted else None]
     var = store.writable(name, node["name"])
     slots = [store.writable(attrs[k], node["name"]) for k in _SLOTS[op]]
     fn = kernels.get_kernel(op, dev[0] if kernels.has_kernel(op, dev[0]) else "CPU")

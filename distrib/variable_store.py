@@ -3,9 +3,15 @@
 Copy on write: reading a variable hands out the stored array itself, and an
 in-place update first copies the array when anyone else still holds it (a
 step's pending consumer, a view, a fetched result in this process, a send in
-progress), judged by CPython's reference count. A read is therefore always a
-snapshot, and a training step whose reads finish before its updates copies
-nothing (the executor orders a step's updates after its reads).
+progress, a co-located peer reading it from shared memory), judged by
+CPython's reference counts. A read is therefore always a snapshot, and a
+training step whose reads finish before its updates copies nothing (the
+executor orders a step's updates after its reads).
+
+Shared memory: a variable of 64 KiB or more is stored in this process's
+shared-memory arena (:mod:`transports.shm`), so a worker on the same host
+reads it without any copy; while that worker holds a version, an update
+writes the next version into another arena buffer (:meth:`update_target`).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import numpy as np
 
 from distrib.errors import FailedPreconditionError
 from distrib.resources import ResourceStore
+from transports.shm import ARENA, shared_empty
 
 __all__ = ["VariableStore"]
 
@@ -55,8 +62,23 @@ class VariableStore:
         nobody else holds it, else a private copy that replaces it."""
         # no local reference to the array while counting: it would count as a holder
         if type(self.get(name, op)) is np.ndarray and _shared(self._values, name):
-            self.set(name, self._values[name].copy())
+            old = self._values[name]
+            new = shared_empty(old.shape, old.dtype)
+            np.copyto(new, old)
+            self.set(name, new)
         return self._values[name]
+
+    def update_target(self, name: str, op: str | None = None) -> tuple[Any, Any]:
+        """``(current, out)`` for an update written as ``out = f(current, ...)``:
+        ``out`` is ``current`` when nobody else holds it, else an uninitialised
+        array that already replaces it in the store (so the new version is
+        written once, with no copy of the old one first)."""
+        if type(self.get(name, op)) is np.ndarray and _shared(self._values, name):
+            old = self._values[name]
+            self.set(name, shared_empty(old.shape, old.dtype))
+            return old, self._values[name]
+        cur = self._values[name]
+        return cur, cur
 
     def owns(self, value: Any) -> bool:
         """Whether ``value`` is (a view of) a stored array, which must be
@@ -67,14 +89,23 @@ class VariableStore:
     def set(self, name: str, value: Any) -> None:
         old = self._values.get(name)
         if old is not None:
-            self._owned.discard(id(old))
+            self._discard(old)
         self._values[name] = value
         self._owned.add(id(value))
+        base = getattr(value, "base", None)
+        if base is not None and ARENA.lookup(value) is not None:
+            self._owned.add(id(base))  # views of an arena array point at its buffer
 
     def delete(self, name: str) -> None:
         old = self._values.pop(name, None)
         if old is not None:
-            self._owned.discard(id(old))
+            self._discard(old)
+
+    def _discard(self, value: Any) -> None:
+        self._owned.discard(id(value))
+        base = getattr(value, "base", None)
+        if base is not None:
+            self._owned.discard(id(base))
 
     def clear(self) -> None:
         self._values.clear()
@@ -99,5 +130,7 @@ _UNSHARED_REFS = _calibrate_refs()
 
 def _shared(values: dict[str, Any], name: str) -> bool:
     # CPython counts every holder: a step's pending consumer, a view, a
-    # fetched result in this process, a transport still sending it.
-    return _refs(values, name) > _UNSHARED_REFS
+    # fetched result in this process, a transport still sending it or a peer
+    # reading it (a shared-memory loan holds the array). Views of an arena
+    # array point at its buffer, which the arena counts.
+    return _refs(values, name) > _UNSHARED_REFS or ARENA.holders(values[name]) > 0

@@ -30,6 +30,7 @@ from distrib import errors
 from distrib.actors import ActorRef, ActorSystem, _in_process
 from distrib.errors import (AbortedError, DeadlineExceededError, NotFoundError, OpError)
 from distrib.executor import CompiledPartition, RunStats, VariableStore, _host
+from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +141,9 @@ class _StepChannel:
         w.counters["tensors_sent"] += 1
         w.counters["bytes_sent"] += nbytes
         self._out.setdefault(dst_task, []).append([key, value])
+        if nbytes >= _FLUSH_EARLY_BYTES and ARENA.lookup(value) is not None \
+                and w.system.shares_memory_with(ref.address):
+            nbytes = 0   # lent as it is to a peer on this host: sending it costs no copy
         waiting = self._out_bytes[dst_task] = self._out_bytes.get(dst_task, 0) + nbytes
         if waiting >= _FLUSH_BYTES:
             return self._flush_to(dst_task)

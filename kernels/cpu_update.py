@@ -16,7 +16,7 @@ import numpy as np
 
 from kernels import CPU, KernelError, register
 
-__all__: list[str] = []
+__all__ = ["gradient_descent_into"]
 
 
 def _state(op: str, name: str, x: Any, like: np.ndarray | None = None) -> np.ndarray:
@@ -51,12 +51,23 @@ def _scalar(op: str, name: str, x: Any, dtype: np.dtype) -> np.generic:
 
 @register("ApplyGradientDescent", CPU)
 def apply_gradient_descent(inputs: list, attrs: dict) -> list:
+    return [gradient_descent_into(inputs[0], inputs[0], inputs[1], inputs[2])]
+
+
+def gradient_descent_into(out: np.ndarray, var: Any, lr: Any, grad: Any) -> np.ndarray:
+    """``out = var - lr * grad``; ``out`` is ``var`` (in place) or a fresh
+    array of its shape (the variable store's copy on write: the new version
+    is written once, instead of a copy followed by an in-place update)."""
     op = "ApplyGradientDescent"
-    var = _state(op, "var", inputs[0])
-    lr = _scalar(op, "lr", inputs[1], var.dtype)
-    grad = _grad(op, inputs[2], var)
-    var -= lr * grad
-    return [var]
+    out = _state(op, "var", out)
+    var = np.asarray(var)
+    if var.shape != out.shape or var.dtype != out.dtype:
+        raise KernelError(f"{op}: the variable and its new storage differ: {list(var.shape)} "
+                          f"{var.dtype} vs {list(out.shape)} {out.dtype}")
+    lr = _scalar(op, "lr", lr, out.dtype)
+    grad = _grad(op, grad, out)
+    np.subtract(var, lr * grad, out=out)
+    return out
 
 
 @register("ApplyMomentum", CPU)

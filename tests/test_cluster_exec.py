@@ -79,6 +79,44 @@ async def test_seed_example_async_session_matches_numpy(seed_cluster) -> None:
         np.testing.assert_allclose(out, seed_expected(), rtol=1e-5)
 
 
+# -- a ps's variables in shared memory: read without a copy, updated copy-on-write ----
+
+async def test_ps_variable_read_over_shared_memory_stays_a_snapshot() -> None:
+    # The ps keeps a big variable in its shared-memory arena and lends it to
+    # the worker (in this process) as it is. A value the client still holds
+    # must not change when the ps updates the variable: the update writes the
+    # new version elsewhere, by assign_add (copy, then update) and by the
+    # optimizer's ApplyGradientDescent (written out of place in one pass).
+    spec = cluster_spec(ps=1, worker=1)
+    with running([cli_flags_task(spec, "ps", 0)]):
+        g = dt.Graph()
+        with g.as_default():
+            with dt.device("/job:ps/task:0"):
+                v = dt.Variable(np.zeros((128, 256), np.float32), name="v")   # 128 KiB
+            bump = v.assign_add(np.ones((128, 256), np.float32))
+            with dt.device("/job:worker/task:0"):
+                read = dt.reshape(v, [-1])  # a view of what the worker received, fetched
+                loss = dt.reduce_sum(v * 1.0)
+            step = dt.train.GradientDescentOptimizer(0.5).minimize(loss)     # v -= 0.5
+            init = dt.global_variables_initializer()
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            async with dt.Session(wk.target, graph=g) as sess:
+                await sess.run(init)
+                held = await sess.run(read)
+                assert not held.flags.writeable            # a view of the ps's memory
+                await sess.run(bump)
+                assert (held == 0).all()
+                again = await sess.run(read)
+                assert (again == 1).all()
+                await sess.run(step)
+                assert (held == 0).all() and (again == 1).all()
+                assert (await sess.run(v) == 0.5).all()
+                del held, again
+                for _ in range(3):                          # nobody holds it now
+                    await sess.run(step)
+                assert (await sess.run(v) == -1.0).all()
+
+
 # -- parameter server shared across sessions and graphs -----------------------------
 
 def ps_graph(seed: int):

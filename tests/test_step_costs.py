@@ -64,6 +64,30 @@ def test_fetched_reads_are_snapshots_the_caller_may_write(store):
     assert together[0].tolist() == [11.0, 12.0] and together[1].tolist() == [21.0, 22.0]
 
 
+def test_sgd_update_of_a_held_variable_writes_a_new_version_once(store):
+    """ApplyGradientDescent on a variable someone holds writes var - lr*grad
+    into a new array (no copy first); a bad gradient leaves the variable as
+    it was."""
+    from distrib.executor import _run_stateful
+    from kernels import KernelError
+    node = {"op": "ApplyGradientDescent", "attrs": {"var": "w"}, "name": "w/apply"}
+    store.set("w", np.ones((256, 128), np.float32))    # 128 KiB: the shared-memory arena
+    held = store.get("w")
+    with pytest.raises(KernelError, match="gradient shape"):
+        _run_stateful(node, [np.float32(0.5), np.ones(3, np.float32)], store, True, ("CPU", 0))
+    assert store.get("w") is held and (held == 1).all()
+    new, = _run_stateful(node, [np.float32(0.5), np.ones((256, 128), np.float32)], store,
+                         True, ("CPU", 0))
+    assert new is store.get("w") and new is not held
+    assert (held == 1).all() and (new == 0.5).all()
+    stored = id(new)
+    del held, new
+    _run_stateful(node, [np.float32(0.5), np.ones((256, 128), np.float32)], store, False,
+                  ("CPU", 0))
+    assert id(store.get("w")) == stored                 # nobody else held it: in place
+    assert (store.get("w") == 0).all()
+
+
 def test_training_step_reads_weights_without_copying_them(store):
     """After warm-up, a step of an MLP with SGD leaves each variable in the
     same array: no copy on read, none on write (the reads finish first)."""

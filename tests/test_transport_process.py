@@ -20,6 +20,7 @@ import pytest
 
 from transports import (ConnectionClosed, PeerInfo, TransportConfig, connect, listen,
                         local_host_id, new_incarnation)
+from transports.shm import ARENA
 
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transport_peer.py")
 FAST = dict(connect_timeout_s=5.0, handshake_timeout_s=2.0)
@@ -47,6 +48,15 @@ async def read_address(proc: subprocess.Popen) -> str:
     line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline), 10)
     assert line.startswith("ADDRESS "), line
     return line.split()[1]
+
+
+@pytest.fixture(autouse=True)
+def no_idle_arena_buffers():
+    # Earlier tests of this process may have left shared-memory arena buffers
+    # that nobody holds (the arena keeps them for reuse until a server stops):
+    # unmap them so that the counts below are this test's alone.
+    gc.collect()
+    ARENA.trim()
 
 
 def our_memfds() -> tuple[int, set[str]]:
@@ -170,3 +180,25 @@ async def test_sigkill_of_receiving_peer_mid_shm_transfer_leaks_nothing(shm_snap
     gc.collect()
     assert our_memfds() == (0, set())
     assert set(os.listdir("/dev/shm")) <= shm_snapshot
+
+
+async def test_a_stopped_server_returns_its_shared_memory():
+    # a ps keeps big variables in its shared-memory arena; they go with it
+    import distrib as dt
+    from distrib.demo import free_ports
+    gc.collect()
+    before = our_memfds()
+    spec = {"ps": [f"localhost:{free_ports(1)[0]}"]}
+    async with dt.serve(spec, job_name="ps", task_index=0) as server:
+        g = dt.Graph()
+        with g.as_default():
+            v = dt.Variable(np.ones((512, 512), np.float32), name="big")
+            bump = v.assign_add(np.ones((512, 512), np.float32))
+            init = dt.global_variables_initializer()
+        async with dt.Session(server.target, graph=g) as sess:
+            await sess.run(init)
+            await sess.run(bump)
+            assert (await sess.run(v) == 2).all()
+            assert our_memfds()[0] > before[0]
+    gc.collect()
+    assert our_memfds() == before

@@ -17,6 +17,16 @@ Principles:
 Ordering: the sender passes a new segment's fd *before* it writes the message
 that refers to it, so by the time the receiver decodes the reference the fd
 is already queued on the side socket and is read without waiting.
+
+**Shared arrays** (:class:`SharedArena`, one per process): an array that
+lives in shared memory from the start, such as a parameter server's
+variable, is sent by reference, with no copy at all. Its segment is lent to
+every co-located peer that reads it; while anyone holds it (a peer that has
+not released it, or a view in this process), its owner must not write it:
+:meth:`SharedArena.holders` tells, and the variable store copies on write
+into a fresh arena array (:func:`shared_empty`). A buffer nobody holds any
+more goes back to the arena's free list, so in steady state the versions of
+a variable cycle through a few buffers that every peer has already mapped.
 """
 from __future__ import annotations
 
@@ -24,8 +34,11 @@ import fcntl
 import logging
 import mmap
 import os
+import resource
 import socket
 import struct
+import sys
+import threading
 import weakref
 from typing import Callable
 
@@ -33,7 +46,7 @@ import numpy as np
 
 from .errors import FrameError
 
-__all__ = ["SegmentPool", "SegmentMaps", "MEMFD_NAME"]
+__all__ = ["SegmentPool", "SegmentMaps", "SharedArena", "ARENA", "shared_empty", "MEMFD_NAME"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +59,165 @@ _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 def _size_class(nbytes: int) -> int:
     # Powers of two: a reused segment fits a range of sizes, at most 2x waste.
     return max(_MIN_SEGMENT, 1 << (nbytes - 1).bit_length())
+
+
+def _new_memfd(size: int) -> int:
+    fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)  # the peer can trust the size
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class _Buffer:
+    __slots__ = ("id", "size", "fd", "mm", "root")
+
+    def __init__(self, buf_id: int, size: int, fd: int, mm: mmap.mmap) -> None:
+        self.id, self.size, self.fd, self.mm = buf_id, size, fd, mm
+        # Every array handed out is a view of ``root``, and numpy makes every
+        # view of those views point at ``root`` too: its reference count is
+        # the number of arrays (and peer loans) that use this buffer.
+        self.root = np.frombuffer(mm, np.uint8)
+
+
+# ids of arena buffers live far above those a SegmentPool hands out
+_ARENA_IDS = 1 << 48
+
+
+class SharedArena:
+    """This process's arrays in shared memory, sent to co-located peers by reference.
+
+    A buffer keeps its memfd open so that it can be lent to peers met later.
+    ``limit`` bounds the bytes and ``max_buffers`` the fds it keeps; past them
+    :func:`shared_empty` returns ordinary memory (sent with one copy, as
+    any array). Buffers nobody holds are reused before new ones are made.
+    """
+
+    def __init__(self, limit: int = 1 << 30, max_buffers: int = 256) -> None:
+        self.limit = limit
+        self.max_buffers = max_buffers
+        self._by_id: dict[int, _Buffer] = {}
+        self._by_root: dict[int, _Buffer] = {}
+        self._total = 0
+        self._next_id = _ARENA_IDS
+        self.evicted: list[int] = []   # ids unmapped here, in order (peers must forget them)
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # servers of one process may run on several threads
+
+    def empty(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """An uninitialised array in a shared buffer (ordinary memory past the limits)."""
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        # small arrays travel inline anyway; a forked child must not write
+        # into the buffers it inherited (they are its parent's)
+        if nbytes >= _MIN_SEGMENT and dtype.kind in "biufc" and os.getpid() == self._pid:
+            with self._lock:
+                buf = self._take(_size_class(nbytes))
+                if buf is not None:
+                    # the view counts as a holder before another thread looks
+                    return buf.root[:nbytes].view(dtype).reshape(shape)
+        return np.empty(shape, dtype)
+
+    def lookup(self, arr: np.ndarray) -> _Buffer | None:
+        """The buffer ``arr`` covers from its first byte, if it is an arena array."""
+        base = arr.base
+        if base is None:
+            return None
+        buf = self._by_root.get(id(base))
+        if buf is not None and os.getpid() != self._pid:
+            return None   # a forked child: these buffers are its parent's
+        if buf is None or base is not buf.root or arr.ctypes.data != buf.root.ctypes.data:
+            return None
+        return buf
+
+    def holders(self, arr: np.ndarray) -> int:
+        """How many arrays or peer loans use ``arr``'s buffer besides ``arr``
+        itself (0 for an array that is not in the arena)."""
+        buf = self.lookup(arr)
+        if buf is None:
+            return 0
+        # the arena's own reference, ``arr``'s, and getrefcount's argument
+        return sys.getrefcount(buf.root) - 3
+
+    def _take(self, size: int) -> _Buffer | None:
+        for buf in self._by_id.values():
+            # two references: the buffer's slot and getrefcount's argument
+            if buf.size == size and sys.getrefcount(buf.root) <= 2:
+                return buf
+        if self._total + size > self.limit or len(self._by_id) >= self.max_buffers:
+            self._evict(size)
+            if self._total + size > self.limit or len(self._by_id) >= self.max_buffers:
+                return None
+        fd = _new_memfd(size)
+        try:
+            mm = mmap.mmap(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        buf = _Buffer(self._next_id, size, fd, mm)
+        self._next_id += 1
+        self._by_id[buf.id] = buf
+        self._by_root[id(buf.root)] = buf
+        self._total += size
+        return buf
+
+    def _evict(self, need: int) -> None:
+        # unmap free buffers (largest first) until ``need`` more bytes fit
+        for buf in sorted(self._by_id.values(), key=lambda b: -b.size):
+            if (self._total + need <= self.limit and len(self._by_id) < self.max_buffers):
+                return
+            if sys.getrefcount(buf.root) > 2:
+                continue
+            del self._by_id[buf.id], self._by_root[id(buf.root)]
+            buf.root = None  # type: ignore[assignment]
+            _unmap(buf.mm)
+            os.close(buf.fd)
+            self._total -= buf.size
+            self.evicted.append(buf.id)
+
+    def trim(self) -> None:
+        """Unmap the buffers nobody holds (a server that stops calls this)."""
+        with self._lock:
+            self._evict(self.limit + 1)
+
+    def close(self) -> None:
+        """Unmap every buffer (arrays still alive keep theirs until they die)."""
+        for buf in self._by_id.values():
+            buf.root = None  # type: ignore[assignment]
+            _unmap(buf.mm)
+            os.close(buf.fd)
+        self._by_id.clear()
+        self._by_root.clear()
+        self._total = 0
+
+
+def _arena_limit() -> int:
+    text = os.environ.get("DISTRIB_SHM_ARENA_BYTES", "")
+    try:
+        return int(text) if text else 1 << 30
+    except ValueError:
+        logger.warning("DISTRIB_SHM_ARENA_BYTES=%r is not a number of bytes; using 1 GiB", text)
+        return 1 << 30
+
+
+def _arena_max_buffers() -> int:
+    # each buffer keeps a descriptor open: a quarter of the process's allowance
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 16
+    return max(16, min(4096, soft // 4))
+
+
+# DISTRIB_SHM_ARENA_BYTES bounds it (0: no shared arrays, every send copies)
+ARENA = SharedArena(_arena_limit(), _arena_max_buffers())
+
+
+def shared_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """An uninitialised array in this process's :data:`ARENA`."""
+    return ARENA.empty(shape, dtype)
 
 
 class _Segment:
@@ -75,9 +247,20 @@ class SegmentPool:
         self._next_id = 1
         self.evicted: list[int] = []
         self.lent_bytes = 0
+        # arena buffers: those whose fd the peer has, and one reference to
+        # a buffer per loan (which tells the arena that someone still reads it)
+        self._arena_known: set[int] = set()
+        self._arena_lent: dict[int, list[np.ndarray]] = {}
+        self._arena_seen = len(ARENA.evicted)
 
     def put(self, arr: np.ndarray, fortran: bool) -> int | None:
-        """Copy ``arr`` into a segment lent to the peer; its id, or None."""
+        """Lend ``arr`` to the peer through shared memory; the segment's id, or None.
+
+        An arena array is lent as it is; any other is copied into a segment."""
+        if arr.base is not None:
+            buf = ARENA.lookup(arr)
+            if buf is not None:
+                return self._lend(buf)
         seg = self._take(_size_class(arr.nbytes))
         if seg is None:
             return None
@@ -88,7 +271,29 @@ class SegmentPool:
         self.lent_bytes += seg.size
         return seg.id
 
+    def _lend(self, buf: _Buffer) -> int:
+        if len(ARENA.evicted) != self._arena_seen:
+            gone = ARENA.evicted[self._arena_seen:]
+            self._arena_seen = len(ARENA.evicted)
+            self.evicted += [i for i in gone if i in self._arena_known]
+            self._arena_known.difference_update(gone)
+        if buf.id not in self._arena_known:
+            socket.send_fds(self._sock, [_ID.pack(buf.id)], [buf.fd])
+            self._arena_known.add(buf.id)
+        # the loan holds the buffer's root: ARENA.holders counts it
+        self._arena_lent.setdefault(buf.id, []).append(buf.root)
+        return buf.id
+
     def release(self, seg_id: int) -> None:
+        if seg_id >= _ARENA_IDS:
+            loans = self._arena_lent.get(seg_id)
+            if not loans:
+                logger.warning("peer released shared array %d that it does not hold", seg_id)
+                return
+            loans.pop()
+            if not loans:
+                del self._arena_lent[seg_id]
+            return
         seg = self._lent.pop(seg_id, None)
         if seg is None:
             logger.warning("peer released shared-memory segment %d that it does not hold", seg_id)
@@ -102,6 +307,8 @@ class SegmentPool:
         self._lent.clear()
         self._free.clear()
         self._total = self.lent_bytes = 0
+        self._arena_lent.clear()  # the peer is gone: its loans end
+        self._arena_known.clear()
 
     def _take(self, size: int) -> _Segment | None:
         free = self._free.get(size)
@@ -126,10 +333,8 @@ class SegmentPool:
     def _create(self, size: int) -> _Segment:
         seg_id = self._next_id
         self._next_id += 1
-        fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fd = _new_memfd(size)
         try:
-            os.ftruncate(fd, size)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)  # the peer can trust the size
             mm = mmap.mmap(fd, size)
             socket.send_fds(self._sock, [_ID.pack(seg_id)], [fd])
         finally:

@@ -22,6 +22,7 @@ from distrib.errors import InvalidArgumentError
 from distrib.master import MasterService
 from distrib.session import SCHEME, ConfigProto, _LoopThread
 from distrib.worker import WorkerService
+from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,10 @@ class ServerCore:
         if self.stopped.is_set():
             return
         await self.system.shutdown()
+        if self.started:
+            # the variables die with the server; their shared memory goes back
+            self.worker.variables.clear()
+            ARENA.trim()
         self.stopped.set()
 
     async def wait_stop_requested(self) -> None:
