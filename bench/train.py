@@ -12,6 +12,9 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
 - ``numpy-plain``: the training loop in numpy, fresh temporaries every step,
   alone in a fresh process (see ``numpy_window`` for why);
 - ``numpy-prealloc``: the same with every temporary preallocated (``out=``);
+- ``numpy-2proc``: two numpy-plain processes at once, examples/s
+  summed: what two processes get out of this machine's cores and memory, the
+  ceiling for ps1-w2 (which also runs a ps);
 - ``local-1proc``: an in-process local server (``dt.serve``), variables and
   model on one task, a Session on the same loop, in a process of its own;
 - ``ps1-w1``: a ps task (``python -m distrib.server``) and a worker process
@@ -408,6 +411,23 @@ def numpy_window(kind: str, seconds: float) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def numpy_pair_window(seconds: float) -> dict[str, Any]:
+    """Two numpy-plain processes at once; examples/s summed."""
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--numpy", "plain",
+                               "--seconds", str(seconds)], stdout=subprocess.PIPE, text=True,
+                              cwd=ROOT) for _ in range(2)]
+    try:
+        results = [json.loads(p.communicate(timeout=seconds + 120)[0].strip().splitlines()[-1])
+                   for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    return {"examples_per_s": sum(r["examples_per_s"] for r in results),
+            "ms_per_step": statistics.mean(r["ms_per_step"] for r in results)}
+
+
 async def local_main() -> None:
     """``local-1proc`` in a process of its own (``--local``), as a user's script
     would run it, and as the numpy loops and the cluster's tasks run: measured
@@ -429,6 +449,7 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
             for _ in range(rounds):
                 add("numpy-plain", numpy_window("plain", seconds))
                 add("numpy-prealloc", numpy_window("prealloc", seconds))
+                add("numpy-2proc", numpy_pair_window(seconds))
                 local.command(f"go {seconds}")
                 add("local-1proc", json.loads(local.readline(seconds + 60)))
                 add("ps1-w1", cluster.window(1, seconds))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import math
 import mmap
 import os
 import resource
@@ -110,7 +111,7 @@ class SharedArena:
     def empty(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """An uninitialised array in a shared buffer (ordinary memory past the limits)."""
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize
         # small arrays travel inline anyway; a forked child must not write
         # into the buffers it inherited (they are its parent's)
         if nbytes >= _MIN_SEGMENT and dtype.kind in "biufc" and os.getpid() == self._pid:
