@@ -31,6 +31,7 @@ Timings are never asserted anywhere: this only reports.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -163,13 +164,14 @@ def start_task(cfg: str, index: int, env: dict) -> subprocess.Popen:
     return p
 
 
-async def remote_rows(reps: int, transport: str, call_us: float) -> list[dict]:
-    """Task 0 (master) here, task 1 in a child process."""
+@contextlib.asynccontextmanager
+async def two_tasks(transport: str, **child_env: str):
+    """Task 1 in a child process (its environment plus ``child_env``), task 0
+    served here; yields task 0's server. Everything stops on the way out."""
     env = dict(os.environ, DISTRIB_TRANSPORT=transport,
-               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **child_env)
     os.environ["DISTRIB_TRANSPORT"] = transport
     p0, p1 = free_ports(2)
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "cluster.json")
         spec = {"t": [f"localhost:{p0}", f"localhost:{p1}"]}
@@ -178,64 +180,54 @@ async def remote_rows(reps: int, transport: str, call_us: float) -> list[dict]:
         child = start_task(cfg, 1, env)
         try:
             async with dt.serve(spec, job_name="t", task_index=0) as srv:
-                g = dt.Graph()
-                with g.as_default():
-                    with dt.device("/job:t/task:1"):
-                        one = dt.constant(1.0)
-                        big = dt.constant(np.ones(64 * MiB // 4, np.float32))
-                async with dt.Session(srv.target, graph=g) as sess:
-                    if transport == "shm":
-                        t = await amedian_time(lambda: sess.run(one), reps * 20, warmup=50) * 1e6
-                        rows.append({"name": "remote-trivial-step", "us": t,
-                                     "baseline": "actor-call", "ratio": t / call_us,
-                                     "target": "<= 4.0x"})
-                    s = await amedian_time(lambda: sess.run(big), reps)
-                    rows.append({"name": f"fetch-64MiB-{transport}", "us": s * 1e6,
-                                 "GBps": 64 * MiB / s / 1e9})
+                yield srv
         finally:
             child.terminate()
             child.wait(10)
             os.environ.pop("DISTRIB_TRANSPORT", None)
+
+
+async def remote_rows(reps: int, transport: str, call_us: float) -> list[dict]:
+    """Task 0 (master) here, task 1 in a child process."""
+    rows = []
+    async with two_tasks(transport) as srv:
+        g = dt.Graph()
+        with g.as_default():
+            with dt.device("/job:t/task:1"):
+                one = dt.constant(1.0)
+                big = dt.constant(np.ones(64 * MiB // 4, np.float32))
+        async with dt.Session(srv.target, graph=g) as sess:
+            if transport == "shm":
+                t = await amedian_time(lambda: sess.run(one), reps * 20, warmup=50) * 1e6
+                rows.append({"name": "remote-trivial-step", "us": t,
+                             "baseline": "actor-call", "ratio": t / call_us,
+                             "target": "<= 4.0x"})
+            s = await amedian_time(lambda: sess.run(big), reps)
+            rows.append({"name": f"fetch-64MiB-{transport}", "us": s * 1e6,
+                         "GBps": 64 * MiB / s / 1e9})
     return rows
 
 
 async def variable_rows(reps: int) -> list[dict]:
     """A ps-style read: a 64 MiB variable on task 1, used by an op on task 0."""
-    rows = []
     base = np.ones(64 * MiB // 4, np.float32)
     s = median_time(lambda: base.sum(), reps)
-    rows.append({"name": "numpy-sum-64MiB", "us": s * 1e6})
-    for name, arena in (("var-sum-64MiB", None), ("var-sum-64MiB-copied", "0")):
-        env = dict(os.environ, DISTRIB_TRANSPORT="shm",
-                   PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        if arena is not None:
-            env["DISTRIB_SHM_ARENA_BYTES"] = arena
-        os.environ["DISTRIB_TRANSPORT"] = "shm"
-        p0, p1 = free_ports(2)
-        with tempfile.TemporaryDirectory() as tmp:
-            cfg = os.path.join(tmp, "cluster.json")
-            spec = {"t": [f"localhost:{p0}", f"localhost:{p1}"]}
-            with open(cfg, "w") as f:
-                json.dump(spec, f)
-            child = start_task(cfg, 1, env)
-            try:
-                async with dt.serve(spec, job_name="t", task_index=0) as srv:
-                    g = dt.Graph()
-                    with g.as_default():
-                        with dt.device("/job:t/task:1"):
-                            v = dt.Variable(base, name="big")
-                        with dt.device("/job:t/task:0"):
-                            total = dt.reduce_sum(v)
-                        init = dt.global_variables_initializer()
-                    async with dt.Session(srv.target, graph=g) as sess:
-                        await sess.run(init)
-                        t = await amedian_time(lambda: sess.run(total), reps)
-                        rows.append({"name": name, "us": t * 1e6, "GBps": 64 * MiB / t / 1e9,
-                                     "baseline": "numpy-sum-64MiB", "ratio": t / s})
-            finally:
-                child.terminate()
-                child.wait(10)
-                os.environ.pop("DISTRIB_TRANSPORT", None)
+    rows = [{"name": "numpy-sum-64MiB", "us": s * 1e6}]
+    for name, child_env in (("var-sum-64MiB", {}),
+                            ("var-sum-64MiB-copied", {"DISTRIB_SHM_ARENA_BYTES": "0"})):
+        async with two_tasks("shm", **child_env) as srv:
+            g = dt.Graph()
+            with g.as_default():
+                with dt.device("/job:t/task:1"):
+                    v = dt.Variable(base, name="big")
+                with dt.device("/job:t/task:0"):
+                    total = dt.reduce_sum(v)
+                init = dt.global_variables_initializer()
+            async with dt.Session(srv.target, graph=g) as sess:
+                await sess.run(init)
+                t = await amedian_time(lambda: sess.run(total), reps)
+                rows.append({"name": name, "us": t * 1e6, "GBps": 64 * MiB / t / 1e9,
+                             "baseline": "numpy-sum-64MiB", "ratio": t / s})
     return rows
 
 

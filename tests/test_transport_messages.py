@@ -202,13 +202,17 @@ async def test_received_buffers_are_never_overwritten_while_held(pair):
     assert (view == 0).all()  # a view keeps its segment (shm) or receive block (tcp)
 
 
+async def pass_one(client, server, i: int) -> None:
+    """Send an array through shared memory; the receiver checks it and drops it."""
+    await client.send(np.full(BIG, i, np.float64))
+    arr = await asyncio.wait_for(server.recv(), 5.0)
+    assert arr[0, 0] == i
+
+
 async def test_shm_segments_are_reused_in_steady_state(shm_pair):
     client, server = shm_pair
     for i in range(30):
-        await client.send(np.full(BIG, i, np.float64))
-        arr = await asyncio.wait_for(server.recv(), 5.0)
-        assert arr[0, 0] == i
-        del arr
+        await pass_one(client, server, i)
         await asyncio.sleep(0.02)  # past the release notice's delay
     assert len(client._pool._lent) + sum(map(len, client._pool._free.values())) <= 3
 
@@ -219,10 +223,7 @@ async def test_shm_release_rides_with_the_next_message(shm_pair, monkeypatch):
     monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
     client, server = shm_pair
     for i in range(5):
-        await client.send(np.full(BIG, i, np.float64))
-        arr = await asyncio.wait_for(server.recv(), 5.0)
-        assert arr[0, 0] == i
-        del arr
+        await pass_one(client, server, i)
         await asyncio.sleep(0.01)
         assert len(client._pool._lent) == 1   # the notice is still held back
         await server.send({"ack": i})
