@@ -141,9 +141,11 @@ class _StepChannel:
         w.counters["tensors_sent"] += 1
         w.counters["bytes_sent"] += nbytes
         self._out.setdefault(dst_task, []).append([key, value])
-        if nbytes >= _FLUSH_EARLY_BYTES and ARENA.lookup(value) is not None \
+        if nbytes > _FLUSH_EARLY_BYTES and ARENA.lookup(value) is not None \
                 and w.system.shares_memory_with(ref.address):
-            nbytes = 0   # lent as it is to a peer on this host: sending it costs no copy
+            # lent as it is to a peer on this host: no copy to spread out, but
+            # still worth sending before a heavy kernel
+            nbytes = _FLUSH_EARLY_BYTES
         waiting = self._out_bytes[dst_task] = self._out_bytes.get(dst_task, 0) + nbytes
         if waiting >= _FLUSH_BYTES:
             return self._flush_to(dst_task)

@@ -5,6 +5,7 @@ not change (a read is a snapshot, a fetched value is the caller's own)."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ import distrib as dt
 from distrib.demo import free_ports
 from distrib.executor import CompiledPartition, VariableStore, evaluate
 from distrib.plan import partition, place, prune
+from transports.shm import ARENA, shared_empty
 
 
 @contextlib.asynccontextmanager
@@ -71,7 +73,11 @@ def test_sgd_update_of_a_held_variable_writes_a_new_version_once(store):
     from distrib.executor import _run_stateful
     from kernels import KernelError
     node = {"op": "ApplyGradientDescent", "attrs": {"var": "w"}, "name": "w/apply"}
-    store.set("w", np.ones((256, 128), np.float32))    # 128 KiB: the shared-memory arena
+    value = shared_empty((256, 128), np.float32)        # as Assign stores 64 KiB and more
+    value[...] = 1.0
+    assert ARENA.lookup(value) is not None
+    store.set("w", value)
+    del value
     held = store.get("w")
     with pytest.raises(KernelError, match="gradient shape"):
         _run_stateful(node, [np.float32(0.5), np.ones(3, np.float32)], store, True, ("CPU", 0))
@@ -86,6 +92,42 @@ def test_sgd_update_of_a_held_variable_writes_a_new_version_once(store):
                   ("CPU", 0))
     assert id(store.get("w")) == stored                 # nobody else held it: in place
     assert (store.get("w") == 0).all()
+
+
+def test_a_peer_loan_of_an_arena_variable_makes_the_update_copy(store):
+    # What a co-located worker holds is counted through the buffer (the
+    # connection keeps a reference to it per loan, as here), not the array.
+    value = shared_empty((256, 128), np.float32)
+    value[...] = 1.0
+    store.set("w", value)
+    del value
+    loan = ARENA.lookup(store.get("w")).root
+    peer_view = np.frombuffer(loan, np.float32, 256 * 128)  # what the peer maps
+    before = id(store.get("w"))
+    store.writable("w")[...] = 2.0
+    assert id(store.get("w")) != before and (peer_view == 1.0).all()
+    del loan, peer_view
+    before = id(store.get("w"))
+    store.writable("w")[...] = 3.0                # no loan now: in place
+    assert id(store.get("w")) == before
+
+
+def test_a_forked_child_never_writes_its_parents_arena_variables(store):
+    value = shared_empty((256, 128), np.float32)
+    value[...] = 1.0
+    store.set("w", value)
+    del value
+    pid = os.fork()
+    if pid == 0:   # the child: an update must copy, the mapping is shared with the parent
+        ok = False
+        try:
+            store.writable("w")[...] = 42.0
+            ok = (store.get("w") == 42.0).all()
+        finally:
+            os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (store.get("w") == 1.0).all()
 
 
 def test_training_step_reads_weights_without_copying_them(store):

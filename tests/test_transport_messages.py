@@ -329,3 +329,68 @@ def test_arena_reuses_free_buffers_and_keeps_small_arrays_private():
     assert ARENA.lookup(c) is not buf
     assert ARENA.lookup(shared_empty((4,), np.float32)) is None   # under 64 KiB
     assert ARENA.lookup(shared_empty(BIG, object)) is None
+
+
+async def test_a_closed_connection_leaves_its_loans_unwritable():
+    # The peer process may still read what it was lent after the connection
+    # goes: the buffer is pinned, never lent or written again.
+    from distrib.variable_store import VariableStore
+    async with connected("shm") as (client, server):
+        a = shared_empty(BIG, np.float64)
+        a[...] = 1.0
+        await client.send(a)
+        got = await asyncio.wait_for(server.recv(), 5.0)
+        await client.close()
+        assert ARENA.holders(a) >= 1 and ARENA.lookup(a) is None
+        store = VariableStore()
+        store.set("v", a)
+        del a
+        store.writable("v")[...] = 2.0          # copy on write, not into the peer's view
+        assert (got == 1.0).all() and (store.get("v") == 2.0).all()
+
+
+async def test_a_message_that_fails_to_encode_lends_nothing(shm_pair):
+    client, server = shm_pair
+    a = shared_empty(BIG, np.float64)
+    a[...] = 5.0
+    with pytest.raises(TypeError):
+        await client.send([a, np.full(BIG, 6.0), object()])   # an arena loan, a new segment
+    assert ARENA.holders(a) == 0 and not client._pool._lent
+    # the peer got both fds ahead of any message; later messages still resolve them
+    await client.send(np.full((1024, 256), 7.0))                # a segment made after them
+    assert (await asyncio.wait_for(server.recv(), 5.0) == 7.0).all()
+    await client.send([a, np.full(BIG, 8.0)])                   # the rolled-back ones
+    got = await asyncio.wait_for(server.recv(), 5.0)
+    assert (got[0] == 5.0).all() and (got[1] == 8.0).all()
+
+
+async def test_release_notices_survive_a_failed_send(shm_pair, monkeypatch):
+    monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
+    client, server = shm_pair
+    await pass_one(client, server, 3)
+    await asyncio.sleep(0.01)
+    assert len(client._pool._lent) == 1
+    with pytest.raises(TypeError):
+        await server.send({"bad": object()})
+    await server.send({"ok": 1})
+    assert await asyncio.wait_for(client.recv(), 5.0) == {"ok": 1}
+    assert not client._pool._lent            # the notice went with the next message
+
+
+def test_arena_unmaps_idle_buffers_past_its_idle_limit():
+    from transports.shm import SharedArena
+    arena = SharedArena(limit=64 << 20, max_buffers=64)
+    assert arena.idle_limit == 16 << 20
+    try:
+        for mib in (8, 4, 2, 1):                # each dropped at once: idle buffers pile up
+            arena.empty((mib << 20,), np.uint8)
+        assert arena._total == 15 << 20
+        arena.empty((2 << 20,), np.uint8)       # reuses the free 2 MiB one
+        assert arena._total == 15 << 20
+        arena.empty((16 << 20,), np.uint8)      # idle 15 MiB <= 16: kept, a new one made
+        assert arena._total == 31 << 20
+        arena.empty((512 << 10,), np.uint8)     # idle 31 MiB > 16: the biggest go first
+        assert arena._total <= (15 << 20) + (512 << 10)
+        assert len(arena.evicted) >= 1
+    finally:
+        arena.close()

@@ -93,7 +93,7 @@ class Connection:
     async def send(self, obj: Any) -> None:
         """Send one message; waits only while the peer is slow to take bytes."""
         wire = self._wire
-        wire.write_message(obj, before=self._take_releases() if self._releases else b"")
+        self._write(obj)
         pool = self._pool
         if pool is not None:
             if pool.evicted:
@@ -105,7 +105,7 @@ class Connection:
 
     def send_nowait(self, obj: Any) -> None:
         """Send one message without waiting (the write buffer grows if the peer is slow)."""
-        self._wire.write_message(obj, before=self._take_releases() if self._releases else b"")
+        self._write(obj)
         if self._pool is not None and self._pool.evicted:
             self._send_forget()
 
@@ -178,21 +178,40 @@ class Connection:
             self._release_timer = self._loop.call_later(_RELEASE_DELAY_S, self._flush_releases)
 
     def _take_ids(self) -> list[int]:
-        # first allow a new schedule, then drain: an id queued meanwhile is
-        # either drained here or schedules a flush of its own
-        self._release_scheduled = False
+        # No timer, then allow a new schedule, then drain: an id queued
+        # meanwhile (a finalizer may run at any point) is drained here or
+        # arms a timer of its own.
         if self._release_timer is not None:
             self._release_timer.cancel()
             self._release_timer = None
+        self._release_scheduled = False
         ids = []
         while self._releases:
             ids.append(self._releases.popleft())
         return ids
 
-    def _take_releases(self) -> bytes:
-        """The queued release notices as a frame to write before a message."""
-        ids = self._take_ids()
-        return self._wire.control_frame(ids, FRAME_RELEASE) if ids else b""
+    def _write(self, obj: Any) -> None:
+        """Write one message, with the queued release notices in front. If it
+        cannot be written (it does not encode, it is too big) nothing is lost:
+        the notices wait for the next message and what the message would have
+        lent is taken back."""
+        pool = self._pool
+        if pool is None:
+            self._wire.write_message(obj)
+            return
+        ids = self._take_ids() if self._releases else []
+        pool.mark()
+        try:
+            before = self._wire.control_frame(ids, FRAME_RELEASE) if ids else b""
+            self._wire.write_message(obj, before=before)
+        except BaseException:
+            pool.rollback()
+            if ids:
+                self._releases.extendleft(reversed(ids))
+                self._release_scheduled = True
+                self._arm_release_timer()
+            raise
+        pool.commit()
 
     def _flush_releases(self) -> None:
         self._release_timer = None

@@ -41,7 +41,7 @@ import struct
 import sys
 import threading
 import weakref
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -74,7 +74,7 @@ def _new_memfd(size: int) -> int:
 
 
 class _Buffer:
-    __slots__ = ("id", "size", "fd", "mm", "root")
+    __slots__ = ("id", "size", "fd", "mm", "root", "pins")
 
     def __init__(self, buf_id: int, size: int, fd: int, mm: mmap.mmap) -> None:
         self.id, self.size, self.fd, self.mm = buf_id, size, fd, mm
@@ -82,10 +82,15 @@ class _Buffer:
         # view of those views point at ``root`` too: its reference count is
         # the number of arrays (and peer loans) that use this buffer.
         self.root = np.frombuffer(mm, np.uint8)
+        # loans of peers whose connection closed: they may still read it, so
+        # it is never written or handed out again (see SegmentPool.close)
+        self.pins: list[np.ndarray] = []
 
 
 # ids of arena buffers live far above those a SegmentPool hands out
 _ARENA_IDS = 1 << 48
+# fds a receiver maps ahead of the message that refers to them, at most
+_MAX_EARLY_FDS = 64
 
 
 class SharedArena:
@@ -100,13 +105,20 @@ class SharedArena:
     def __init__(self, limit: int = 1 << 30, max_buffers: int = 256) -> None:
         self.limit = limit
         self.max_buffers = max_buffers
+        # free buffers kept for reuse past this many bytes are unmapped
+        self.idle_limit = min(limit // 4, 64 << 20)
         self._by_id: dict[int, _Buffer] = {}
         self._by_root: dict[int, _Buffer] = {}
         self._total = 0
         self._next_id = _ARENA_IDS
         self.evicted: list[int] = []   # ids unmapped here, in order (peers must forget them)
+        self.evicted_base = 0          # how many older ids were dropped from ``evicted``
         self._pid = os.getpid()
         self._lock = threading.Lock()  # servers of one process may run on several threads
+
+    def _forked(self) -> None:
+        # the child's copy must not wait for a lock some other thread held at fork
+        self._lock = threading.Lock()
 
     def empty(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """An uninitialised array in a shared buffer (ordinary memory past the limits)."""
@@ -122,36 +134,47 @@ class SharedArena:
                     return buf.root[:nbytes].view(dtype).reshape(shape)
         return np.empty(shape, dtype)
 
-    def lookup(self, arr: np.ndarray) -> _Buffer | None:
-        """The buffer ``arr`` covers from its first byte, if it is an arena array."""
-        base = arr.base
+    def _find(self, arr: Any) -> _Buffer | None:
+        base = getattr(arr, "base", None)
         if base is None:
             return None
         buf = self._by_root.get(id(base))
-        if buf is not None and os.getpid() != self._pid:
-            return None   # a forked child: these buffers are its parent's
-        if buf is None or base is not buf.root or arr.ctypes.data != buf.root.ctypes.data:
+        return buf if buf is not None and base is buf.root else None
+
+    def lookup(self, arr: Any) -> _Buffer | None:
+        """The buffer ``arr`` covers from its first byte, if it is an arena
+        array this process may lend (a forked child's are its parent's)."""
+        buf = self._find(arr)
+        if buf is None or os.getpid() != self._pid or buf.pins \
+                or arr.ctypes.data != buf.root.ctypes.data:
             return None
         return buf
 
-    def holders(self, arr: np.ndarray) -> int:
+    def holders(self, arr: Any) -> int:
         """How many arrays or peer loans use ``arr``'s buffer besides ``arr``
-        itself (0 for an array that is not in the arena)."""
-        buf = self.lookup(arr)
+        itself (0 for an array that is not in the arena). In a forked child
+        an arena array is always held: its parent may be reading it."""
+        buf = self._find(arr)
         if buf is None:
             return 0
+        if os.getpid() != self._pid:
+            return 1
         # the arena's own reference, ``arr``'s, and getrefcount's argument
         return sys.getrefcount(buf.root) - 3
 
     def _take(self, size: int) -> _Buffer | None:
         for buf in self._by_id.values():
             # two references: the buffer's slot and getrefcount's argument
-            if buf.size == size and sys.getrefcount(buf.root) <= 2:
+            if buf.size == size and not buf.pins and sys.getrefcount(buf.root) <= 2:
                 return buf
         if self._total + size > self.limit or len(self._by_id) >= self.max_buffers:
             self._evict(size)
             if self._total + size > self.limit or len(self._by_id) >= self.max_buffers:
                 return None
+        elif self._idle_bytes() > self.idle_limit:
+            # free buffers of other sizes that nobody has wanted back: unmap
+            # at least idle_limit bytes of them (_evict frees until total + need fits)
+            self._evict(self.limit - self._total + self.idle_limit)
         fd = _new_memfd(size)
         try:
             mm = mmap.mmap(fd, size)
@@ -165,22 +188,41 @@ class SharedArena:
         self._total += size
         return buf
 
+    def _idle_bytes(self) -> int:
+        return sum(b.size for b in self._by_id.values()
+                   if sys.getrefcount(b.root) <= 2 + len(b.pins))
+
     def _evict(self, need: int) -> None:
-        # unmap free buffers (largest first) until ``need`` more bytes fit
+        # unmap free buffers (largest first) until ``need`` more bytes fit; a
+        # pinned one is free once only its pins hold it: it is never reused,
+        # and a peer's mapping keeps its memory as long as that peer needs it
         for buf in sorted(self._by_id.values(), key=lambda b: -b.size):
             if (self._total + need <= self.limit and len(self._by_id) < self.max_buffers):
                 return
-            if sys.getrefcount(buf.root) > 2:
+            if sys.getrefcount(buf.root) > 2 + len(buf.pins):
                 continue
             del self._by_id[buf.id], self._by_root[id(buf.root)]
             buf.root = None  # type: ignore[assignment]
+            buf.pins.clear()
             _unmap(buf.mm)
             os.close(buf.fd)
             self._total -= buf.size
             self.evicted.append(buf.id)
+        if len(self.evicted) > 4096:   # connections more than this far behind miss some
+            self.evicted_base += 2048
+            del self.evicted[:2048]
+
+    def pin(self, buf_id: int, loans: list[np.ndarray]) -> None:
+        """Loans of a peer whose connection closed: the buffer is never written
+        or handed out again (the peer may still read it)."""
+        buf = self._by_id.get(buf_id)
+        if buf is not None:
+            buf.pins.extend(loans)
 
     def trim(self) -> None:
         """Unmap the buffers nobody holds (a server that stops calls this)."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             self._evict(self.limit + 1)
 
@@ -214,6 +256,7 @@ def _arena_max_buffers() -> int:
 
 # DISTRIB_SHM_ARENA_BYTES bounds it (0: no shared arrays, every send copies)
 ARENA = SharedArena(_arena_limit(), _arena_max_buffers())
+os.register_at_fork(after_in_child=ARENA._forked)
 
 
 def shared_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
@@ -252,7 +295,8 @@ class SegmentPool:
         # a buffer per loan (which tells the arena that someone still reads it)
         self._arena_known: set[int] = set()
         self._arena_lent: dict[int, list[np.ndarray]] = {}
-        self._arena_seen = len(ARENA.evicted)
+        self._arena_seen = ARENA.evicted_base + len(ARENA.evicted)
+        self._since: list[int] | None = None   # ids put since mark(), for rollback()
 
     def put(self, arr: np.ndarray, fortran: bool) -> int | None:
         """Lend ``arr`` to the peer through shared memory; the segment's id, or None.
@@ -265,6 +309,8 @@ class SegmentPool:
         seg = self._take(_size_class(arr.nbytes))
         if seg is None:
             return None
+        if self._since is not None:
+            self._since.append(seg.id)
         dest = np.frombuffer(seg.mm, arr.dtype, arr.size).reshape(arr.shape, order="F" if fortran else "C")
         np.copyto(dest, arr, casting="no")
         del dest
@@ -273,9 +319,10 @@ class SegmentPool:
         return seg.id
 
     def _lend(self, buf: _Buffer) -> int:
-        if len(ARENA.evicted) != self._arena_seen:
-            gone = ARENA.evicted[self._arena_seen:]
-            self._arena_seen = len(ARENA.evicted)
+        seen = ARENA.evicted_base + len(ARENA.evicted)
+        if seen != self._arena_seen:
+            gone = ARENA.evicted[max(0, self._arena_seen - ARENA.evicted_base):]
+            self._arena_seen = seen
             self.evicted += [i for i in gone if i in self._arena_known]
             self._arena_known.difference_update(gone)
         if buf.id not in self._arena_known:
@@ -283,7 +330,25 @@ class SegmentPool:
             self._arena_known.add(buf.id)
         # the loan holds the buffer's root: ARENA.holders counts it
         self._arena_lent.setdefault(buf.id, []).append(buf.root)
+        if self._since is not None:
+            self._since.append(buf.id)
         return buf.id
+
+    def mark(self) -> None:
+        """Start recording what :meth:`put` lends, for :meth:`rollback`."""
+        self._since = []
+
+    def commit(self) -> None:
+        """The message went out: stop recording (see :meth:`mark`)."""
+        self._since = None
+
+    def rollback(self) -> None:
+        """Take back what was lent since :meth:`mark`: the message that
+        referred to it was never sent. (A new segment's fd has gone to the
+        peer already; the peer maps it when it is referred to later.)"""
+        ids, self._since = self._since or [], None
+        for seg_id in reversed(ids):
+            self.release(seg_id)
 
     def release(self, seg_id: int) -> None:
         if seg_id >= _ARENA_IDS:
@@ -308,7 +373,11 @@ class SegmentPool:
         self._lent.clear()
         self._free.clear()
         self._total = self.lent_bytes = 0
-        self._arena_lent.clear()  # the peer is gone: its loans end
+        # The connection is gone but the peer process may still read what it
+        # was lent: those arena buffers are never written again.
+        for buf_id, loans in self._arena_lent.items():
+            ARENA.pin(buf_id, loans)
+        self._arena_lent.clear()
         self._arena_known.clear()
 
     def _take(self, size: int) -> _Segment | None:
@@ -320,6 +389,10 @@ class SegmentPool:
             if self._total + size > self._limit and self._total:
                 return None
         return self._create(size)
+
+    def _idle_bytes(self) -> int:
+        return sum(b.size for b in self._by_id.values()
+                   if sys.getrefcount(b.root) <= 2 + len(b.pins))
 
     def _evict(self, need: int) -> None:
         for size in sorted(self._free, reverse=True):
@@ -376,22 +449,32 @@ class SegmentMaps:
         self._maps.clear()
 
     def _attach(self, seg_id: int) -> mmap.mmap:
-        try:
-            msg, fds, flags, _ = socket.recv_fds(self._sock, _ID.size, 1)
-        except (OSError, ValueError) as exc:
-            raise FrameError(f"no fd for shared-memory segment {seg_id}: {exc}") from None
-        try:
-            if len(fds) != 1 or len(msg) != _ID.size or _ID.unpack(msg)[0] != seg_id:
-                raise FrameError(f"expected the fd of shared-memory segment {seg_id}, got {msg!r} {fds}")
-            fd = fds[0]
-            if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:
-                raise FrameError(f"shared-memory segment {seg_id} is not sealed")
-            mm = mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        self._maps[seg_id] = mm
-        return mm
+        # The fds come in the order the sender made its segments. One whose
+        # message was never sent (it failed to encode) comes before the one
+        # wanted: it is mapped too, for when the sender refers to it.
+        for _ in range(_MAX_EARLY_FDS):
+            try:
+                msg, fds, flags, _ = socket.recv_fds(self._sock, _ID.size, 1)
+            except (OSError, ValueError) as exc:
+                raise FrameError(f"no fd for shared-memory segment {seg_id}: {exc}") from None
+            try:
+                if len(fds) != 1 or len(msg) != _ID.size:
+                    raise FrameError(f"expected the fd of shared-memory segment {seg_id}, "
+                                     f"got {msg!r} {fds}")
+                got, fd = _ID.unpack(msg)[0], fds[0]
+                if got in self._maps:
+                    raise FrameError(f"a second fd for shared-memory segment {got}")
+                if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:
+                    raise FrameError(f"shared-memory segment {got} is not sealed")
+                mm = mmap.mmap(fd, os.fstat(fd).st_size, prot=mmap.PROT_READ)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self._maps[got] = mm
+            if got == seg_id:
+                return mm
+        raise FrameError(f"no fd for shared-memory segment {seg_id} among the next "
+                         f"{_MAX_EARLY_FDS} the peer passed")
 
 
 def _unmap(mm: mmap.mmap) -> None:
