@@ -270,6 +270,13 @@ async def test_one_gib_array(pair):
 
 # -- shared arrays (transports.shm.ARENA): lent as they are, never copied --------
 
+def shared_full(value: float, dtype=np.float64) -> np.ndarray:
+    """A BIG array in this process's shared-memory arena, filled with ``value``."""
+    a = shared_empty(BIG, dtype)
+    a[...] = value
+    return a
+
+
 async def _released(client, arr, timeout: float = 2.0) -> None:
     for _ in range(int(timeout / 0.005)):
         if ARENA.holders(arr) == 0:
@@ -280,8 +287,7 @@ async def _released(client, arr, timeout: float = 2.0) -> None:
 
 async def test_shared_array_is_lent_without_a_copy(shm_pair):
     client, server = shm_pair
-    a = shared_empty(BIG, np.float64)
-    a[...] = 1.0
+    a = shared_full(1.0)
     assert ARENA.lookup(a) is not None and ARENA.holders(a) == 0
     await client.send({"v": a})
     got = (await asyncio.wait_for(server.recv(), 5.0))["v"]
@@ -295,8 +301,7 @@ async def test_shared_array_is_lent_without_a_copy(shm_pair):
 
 async def test_shared_array_fd_crosses_once(shm_pair):
     client, server = shm_pair
-    a = shared_empty(BIG, np.float32)
-    a[...] = 2.0
+    a = shared_full(2.0, np.float32)
     for _ in range(4):
         await client.send(a)
         got = await asyncio.wait_for(server.recv(), 5.0)
@@ -309,8 +314,7 @@ async def test_shared_array_fd_crosses_once(shm_pair):
 
 async def test_shared_array_goes_inline_over_tcp():
     async with connected("tcp") as (client, server):
-        a = shared_empty(BIG, np.float64)
-        a[...] = 3.0
+        a = shared_full(3.0)
         await client.send(a)
         got = await asyncio.wait_for(server.recv(), 5.0)
         assert got.flags.writeable and (got == 3.0).all()
@@ -336,8 +340,7 @@ async def test_a_closed_connection_leaves_its_loans_unwritable():
     # goes: the buffer is pinned, never lent or written again.
     from distrib.variable_store import VariableStore
     async with connected("shm") as (client, server):
-        a = shared_empty(BIG, np.float64)
-        a[...] = 1.0
+        a = shared_full(1.0)
         await client.send(a)
         got = await asyncio.wait_for(server.recv(), 5.0)
         await client.close()
@@ -351,8 +354,7 @@ async def test_a_closed_connection_leaves_its_loans_unwritable():
 
 async def test_a_message_that_fails_to_encode_lends_nothing(shm_pair):
     client, server = shm_pair
-    a = shared_empty(BIG, np.float64)
-    a[...] = 5.0
+    a = shared_full(5.0)
     with pytest.raises(TypeError):
         await client.send([a, np.full(BIG, 6.0), object()])   # an arena loan, a new segment
     assert ARENA.holders(a) == 0 and not client._pool._lent
