@@ -26,7 +26,9 @@ included; 1 runs them one at a time.
 
 Order: ready ops run depth first (the consumers a result unblocks come next,
 so a value reaches its ``_Send`` early), light ops before heavy ones (so two
-heavy ones can meet and run side by side). Tensors for another task are
+heavy ones can meet and run side by side), and of the ready heavy ones the
+longest first (by last step's cost: the step then ends on a short kernel, and
+a ps applies a smaller last gradient). Tensors for another task are
 batched by the step's channel and flushed before the partition waits.
 
 Memory: a value is dropped as soon as its last consumer has started, so big
@@ -190,8 +192,9 @@ class CompiledPartition:
                       for i, node in enumerate(nodes)]
         self._order_updates_after_reads()
         self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]]
-        # which nodes ran a heavy kernel in the last step (see _run_node)
-        self.heavy = [False] * n
+        # the cost of each node's kernel if it was heavy in the last step, else 0
+        # (see _run_node and _weight)
+        self.heavy = [0.0] * n
 
     def _order_updates_after_reads(self) -> None:
         """Let an update of a variable wait for this step's readers of it.
@@ -309,7 +312,7 @@ class CompiledPartition:
                             heavy_ready.append(i)
                             continue
                     else:
-                        i = heavy_ready.pop(0)
+                        i = heavy_ready.pop(_longest(heavy_ready, self.heavy))
                         await _flush(channel, early=True)   # the other task gets on meanwhile
                     out = await self._run_node(i, values, uses, feeds, variables, channel,
                                                clock, heavy_ready, on_pool, shapes)
@@ -428,8 +431,8 @@ class CompiledPartition:
                     return [args[0]]
                 dev = self.devices[i]
                 args = _to_device(args, dev) if dev[0] != "CPU" else [_host(a) for a in args]
-                weight = _weight(op, args, node["attrs"])
-                self.heavy[i] = weight > 0
+                weight, cost = _weight(op, args, node["attrs"])
+                self.heavy[i] = cost if weight > 0 else 0.0
                 if weight == 2 or (weight == 1 and on_pool is not None
                                    and heavy_ready
                                    and _busy(on_pool) < _parallel_slots()
@@ -636,20 +639,35 @@ def _kernel_pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def _weight(op: str, args: list[Any], attrs: dict[str, Any]) -> int:
-    """0: light; 1: heavy, worth a thread beside other heavy work; 2: too long
-    for the event loop's thread."""
+def _longest(heavy_ready: list[int], cost: list[float]) -> int:
+    """Where in ``heavy_ready`` the costliest kernel is (the first of equals).
+    Longest first: the step's last heavy kernel is then a short one, and what
+    it makes (often a gradient a parameter server still has to apply) ends
+    the step sooner."""
+    best = 0
+    for k in range(1, len(heavy_ready)):
+        if cost[heavy_ready[k]] > cost[heavy_ready[best]]:
+            best = k
+    return best
+
+
+def _weight(op: str, args: list[Any], attrs: dict[str, Any]) -> tuple[int, float]:
+    """(0: light; 1: heavy, worth a thread beside other heavy work; 2: too long
+    for the event loop's thread) and the cost in units of the heavy threshold
+    (to order heavy kernels, longest first)."""
     if op == "MatMul" and len(args) == 2:
         a, b = args
         sa, sb = getattr(a, "shape", ()), getattr(b, "shape", ())
         if len(sa) == 2 and len(sb) == 2:
             # (m x k) @ (k x n): m * k * n multiply-adds, whichever operand is transposed
             flops = sa[0] * sa[1] * (sb[0] if attrs.get("transpose_b") else sb[1])
-            return 2 if flops > _INLINE_MAX_FLOPS else 1 if flops >= _OFFLOOP_FLOPS else 0
+            return (2 if flops > _INLINE_MAX_FLOPS else 1 if flops >= _OFFLOOP_FLOPS else 0,
+                    flops / _OFFLOOP_FLOPS)
     total = 0
     for a in args:
         total += getattr(a, "nbytes", 0)
-    return 2 if total > _INLINE_MAX_BYTES else 1 if total >= _OFFLOOP_BYTES else 0
+    return (2 if total > _INLINE_MAX_BYTES else 1 if total >= _OFFLOOP_BYTES else 0,
+            total / _OFFLOOP_BYTES)
 
 
 def _to_device(args: list[Any], dev: tuple[str, int]) -> list[Any]:

@@ -185,3 +185,34 @@ async def test_an_add_that_cannot_broadcast_fails_the_same_in_place_or_not():
                 await sess.run(bad, {x: np.ones((3, 3), np.float32), y: np.ones(2, np.float32)})
             got = await sess.run(bad, {x: np.ones((3, 3), np.float32), y: np.ones(3, np.float32)})
             np.testing.assert_array_equal(got, np.full((3, 3), 4.0, np.float32))
+
+
+async def test_of_two_ready_heavy_kernels_the_longer_runs_first(monkeypatch):
+    # Longest first: a step's last heavy kernel is a short one, so whatever
+    # waits on its result (a ps applying a gradient) waits less.
+    import kernels
+    monkeypatch.setenv("DISTRIB_INTER_OP_THREADS", "1")   # one at a time, inline
+    matmul = kernels.get_kernel("MatMul", "CPU")
+    order = []
+
+    def recording(inputs, attrs):
+        order.append(np.asarray(inputs[1]).shape[1])
+        return matmul(inputs, attrs)
+    monkeypatch.setitem(kernels._registry["CPU"], "MatMul", recording)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    small = rng.standard_normal((512, 512)).astype(np.float32)
+    big = rng.standard_normal((512, 1024)).astype(np.float32)
+    g = dt.Graph()
+    with g.as_default():
+        xp = dt.placeholder(dt.float32, [None, 512], name="x")
+        a = dt.matmul(xp, dt.constant(small))    # made first, half the work
+        b = dt.matmul(xp, dt.constant(big))
+        out = dt.reduce_sum(a) + dt.reduce_sum(b)
+    want = (x @ small).sum() + (x @ big).sum()
+    async with dt.serve({"local": ["localhost:0"]}, job_name="local", task_index=0) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            for _ in range(3):   # the first step learns the costs
+                got = await sess.run(out, {xp: x})
+                assert got == pytest.approx(want, rel=1e-3)
+    assert order[-2:] == [1024, 512]
