@@ -39,6 +39,7 @@ class VariableStore:
         self.task = task
         self._values: dict[str, Any] = {}
         self._owned: set[int] = set()   # ids of the stored arrays, see owns()
+        self._ids: dict[str, tuple[int, ...]] = {}   # what each variable put in _owned
         # the task's accumulators and queues: they live exactly as long as its variables
         self.resources = ResourceStore(task)
 
@@ -60,19 +61,17 @@ class VariableStore:
     def writable(self, name: str, op: str | None = None) -> Any:
         """The variable's array for an in-place update: the stored one when
         nobody else holds it, else a private copy that replaces it."""
-        # no local reference to the array while counting: it would count as a holder
-        if type(self.get(name, op)) is np.ndarray and _shared(self._values, name):
-            old = self._values[name]
-            new = shared_empty(old.shape, old.dtype)
-            np.copyto(new, old)
-            self.set(name, new)
-        return self._values[name]
+        cur, out = self.update_target(name, op)
+        if out is not cur:
+            np.copyto(out, cur)
+        return out
 
     def update_target(self, name: str, op: str | None = None) -> tuple[Any, Any]:
         """``(current, out)`` for an update written as ``out = f(current, ...)``:
         ``out`` is ``current`` when nobody else holds it, else an uninitialised
         array that already replaces it in the store (so the new version is
         written once, with no copy of the old one first)."""
+        # no local reference to the array while counting: it would count as a holder
         if type(self.get(name, op)) is np.ndarray and _shared(self._values, name):
             old = self._values[name]
             self.set(name, shared_empty(old.shape, old.dtype))
@@ -87,28 +86,20 @@ class VariableStore:
         return id(value if base is None else base) in self._owned
 
     def set(self, name: str, value: Any) -> None:
-        old = self._values.get(name)
-        if old is not None:
-            self._discard(old)
+        self.delete(name)
         self._values[name] = value
-        self._owned.add(id(value))
-        base = getattr(value, "base", None)
-        if base is not None and ARENA.lookup(value) is not None:
-            self._owned.add(id(base))  # views of an arena array point at its buffer
+        # views of an arena array point at its buffer's root, not at the array
+        ids = (id(value), id(value.base)) if ARENA.lookup(value) is not None else (id(value),)
+        self._ids[name] = ids
+        self._owned.update(ids)
 
     def delete(self, name: str) -> None:
-        old = self._values.pop(name, None)
-        if old is not None:
-            self._discard(old)
-
-    def _discard(self, value: Any) -> None:
-        self._owned.discard(id(value))
-        base = getattr(value, "base", None)
-        if base is not None:
-            self._owned.discard(id(base))
+        if self._values.pop(name, None) is not None:
+            self._owned.difference_update(self._ids.pop(name))
 
     def clear(self) -> None:
         self._values.clear()
+        self._ids.clear()
         self._owned.clear()
         self.resources.clear()
 

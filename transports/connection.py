@@ -228,10 +228,10 @@ class Connection:
         self._wire.write_message(ids, FRAME_FORGET)
 
     def _cleanup(self, _: Any = None) -> None:
-        if self._pool is not None and self._release_timer is not None:
-            self._release_timer.cancel()
-            self._release_timer = None
         if self._pool is not None:
+            if self._release_timer is not None:
+                self._release_timer.cancel()
+                self._release_timer = None
             self._pool.close()
         if self._maps is not None:
             self._maps.close()
