@@ -105,7 +105,18 @@ class StepChannel(Protocol):
         and at its end; ``early``: before a heavy kernel, when the channel may
         keep small batches back)."""
 
-    async def recv(self, key: str, src_task: str) -> Any: ...
+    timeout: float | None   # how long a receive may wait (None: no limit)
+
+    def expect(self, key: str, src_task: str) -> asyncio.Future:
+        """The future of tensor ``key`` from ``src_task``; its result goes
+        through ``received`` (raises if the step was aborted)."""
+
+    def received(self, result: Any) -> Any:
+        """The tensor out of a result of an ``expect`` future (raises when
+        the sender is not the incarnation the step started with)."""
+
+    def overdue(self, key: str, src_task: str) -> Exception:
+        """The error for a receive that waited ``timeout`` seconds."""
 
 
 def _device_of(node: Node) -> tuple[str, int]:
@@ -191,7 +202,9 @@ class CompiledPartition:
                       and nodes[self.inputs[i][0][0]]["op"] == "VariableV2"
                       for i, node in enumerate(nodes)]
         self._order_updates_after_reads()
-        self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]]
+        self._fold_constants()
+        self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]
+                        and not self.folded[i]]
         # the cost of each node's kernel if it was heavy in the last step, else 0
         # (see _run_node and _weight)
         self.heavy = [0.0] * n
@@ -221,6 +234,58 @@ class CompiledPartition:
             for r in set(readers[node["attrs"]["var"]]):
                 if r != i and r not in after and not self._waits_for_recv(r):
                     self._edge(r, i)
+
+    def _fold_constants(self) -> None:
+        """Evaluate the CPU ``Const`` nodes once, here, instead of every step.
+
+        A step starts with their values in place and their consumers' counts
+        of missing inputs already lowered (``start_values``, ``indegree``).
+        The values are made read-only, so no kernel writes into them (see
+        _exclusive); a fetch or a send of one, or of a view of one, copies it
+        (see _const_view)."""
+        n = len(self.nodes)
+        self.start_values: list[list[Any] | None] = [None] * n
+        self.start_shapes: list[list[Any] | None] = [None] * n
+        self.const_ids: set[int] = set()
+        self._const_arrays: list[np.ndarray] = []
+        self.folded = [False] * n
+        for i, node in enumerate(self.nodes):
+            if node["op"] != "Const" or self.devices[i][0] != "CPU" or self.inputs[i] \
+                    or self.preds[i] or self.kernels[i] is None:
+                continue
+            try:
+                out = self.kernels[i]([], node["attrs"])
+            except Exception:
+                continue   # a bad constant fails in its step, as an op error
+            if type(out) is not list or not all(type(o) is np.ndarray for o in out):
+                continue
+            for o in out:
+                o.setflags(write=False)
+                # numpy's views point at the array that owns the memory: that one too
+                root = o
+                while isinstance(root.base, np.ndarray):
+                    root = root.base
+                for a in (o, root):
+                    self.const_ids.add(id(a))
+                    self._const_arrays.append(a)   # alive, so their ids stay theirs
+            self.folded[i] = True
+            self.start_values[i] = out if self.uses[i] else None
+            if self.keeps_shape[i]:
+                self.start_shapes[i] = [_shape_of(o) for o in out]
+            for c in self.consumers[i]:
+                self.indegree[c] -= 1
+        self.n_folded = sum(self.folded)
+
+    def _const_view(self, value: Any) -> bool:
+        """Whether ``value`` is one of this partition's folded constants or a
+        view of one (only read-only arrays can be)."""
+        if type(value) is not np.ndarray or value.flags.writeable or not self.const_ids:
+            return False
+        while value is not None:
+            if id(value) in self.const_ids:
+                return True
+            value = value.base
+        return False
 
     def _waits_for_recv(self, i: int) -> bool:
         seen = {i}
@@ -285,17 +350,17 @@ class CompiledPartition:
                   channel: StepChannel | None = None, stats: RunStats | None = None) -> list[Any]:
         """Run one step; returns the values of ``self.fetches`` (on the host)."""
         n = len(self.nodes)
-        values: list[list[Any] | None] = [None] * n
-        shapes: list[list[Any] | None] = [None] * n   # for shape-only readers
+        values: list[list[Any] | None] = list(self.start_values)   # folded constants
+        shapes: list[list[Any] | None] = list(self.start_shapes)   # for shape-only readers
         remaining = list(self.indegree)
         uses = list(self.uses)
         ready = list(reversed(self.sources))   # a stack: see _finished
         heavy_ready: list[int] = []            # ready nodes that were heavy last step
-        pending: dict[asyncio.Future, int] = {}
+        pending = _Pending()
         for i in self.recv_nodes:
             if remaining[i] == 0:
-                pending[asyncio.ensure_future(self._recv(i, channel))] = i
-        done = 0
+                self._expect(i, channel, pending)
+        done = self.n_folded
         # seconds in kernels (summed over threads), in-place kernels, and every
         # kernel's (start, end) span (for the time in which any kernel ran)
         clock: list[Any] = [0.0, 0, []]
@@ -314,12 +379,16 @@ class CompiledPartition:
                     else:
                         i = heavy_ready.pop(_longest(heavy_ready, self.heavy))
                         await _flush(channel, early=True)   # the other task gets on meanwhile
-                    out = await self._run_node(i, values, uses, feeds, variables, channel,
-                                               clock, heavy_ready, on_pool, shapes)
-                    if type(out) is not list:   # a heavy kernel, now on the pool
-                        pending[out] = i
-                        pooled[0] += self.kernels[i] is not None
-                        continue
+                    out = self._run_node(i, values, uses, feeds, variables, channel,
+                                         clock, heavy_ready, on_pool, shapes)
+                    if type(out) is not list:
+                        if not asyncio.isfuture(out):
+                            await out   # a send that waits for the connection to drain
+                            out = []
+                        else:   # a heavy kernel now on the pool, or a waiting resource op
+                            pending.add(out, i)
+                            pooled[0] += self.kernels[i] is not None
+                            continue
                     if self.keeps_shape[i]:
                         shapes[i] = [_shape_of(o) for o in out]
                     values[i] = out if self.uses[i] else None
@@ -328,13 +397,17 @@ class CompiledPartition:
                     self._finished(i, remaining, ready, pending, channel)
                 if done < n:
                     await _flush(channel)
-                    if not pending:
+                    if not pending.futs:
                         raise UnknownError("partition stalled with no runnable op",
                                            task=self.task or None)
-                    finished, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    finished = await pending.wait()
+                    if not finished:
+                        raise self._overdue(pending, channel)
                     for fut in finished:
                         i = pending.pop(fut)
-                        out = self._result(i, fut)
+                        if i is None:
+                            continue
+                        out = self._result(i, fut, channel)
                         if self.keeps_shape[i]:
                             shapes[i] = [_shape_of(o) for o in out]
                         values[i] = out if self.uses[i] else None
@@ -345,7 +418,7 @@ class CompiledPartition:
                     _busy(on_pool)            # and so does a pool one
             await _flush(channel)
         finally:
-            for fut in pending:
+            for fut in pending.futs:
                 fut.cancel()
             if stats is not None:
                 stats.kernel_s += clock[0]
@@ -356,7 +429,7 @@ class CompiledPartition:
                 for i, out in self.fetch_refs]
 
     def _finished(self, i: int, remaining: list[int], ready: list[int],
-                  pending: dict[asyncio.Future, int], channel: StepChannel | None) -> None:
+                  pending: _Pending, channel: StepChannel | None) -> None:
         # Depth first, as TensorFlow's executor runs a node's ready consumers
         # inline: the ops a result unblocks run next (in the order they were
         # listed), so a value reaches its _Send, and another task, as soon as
@@ -365,13 +438,29 @@ class CompiledPartition:
             remaining[c] -= 1
             if remaining[c] == 0:
                 if self.is_recv[c]:
-                    pending[asyncio.ensure_future(self._recv(c, channel))] = c
+                    self._expect(c, channel, pending)
                 else:
                     ready.append(c)
 
-    def _result(self, i: int, fut: asyncio.Future) -> list[Any]:
+    def _expect(self, i: int, channel: StepChannel | None, pending: _Pending) -> None:
+        """Wait for the tensor of ``_Recv`` node ``i`` (the rendezvous's own
+        future: no task per receive)."""
+        attrs = self.nodes[i]["attrs"]
+        if channel is None:
+            raise UnknownError(f"op {self.nodes[i]['name']!r} receives from another task, "
+                               "but this step has no channel", task=self.task or None)
+        pending.add(channel.expect(attrs["key"], attrs["src_task"]), i,
+                    None if channel.timeout is None else channel.timeout)
+
+    def _overdue(self, pending: _Pending, channel: StepChannel | None) -> Exception:
+        """The error of the receive that waited longest, past its deadline."""
+        fut = min(pending.deadlines, key=pending.deadlines.__getitem__)  # type: ignore[arg-type]
+        attrs = self.nodes[pending.futs[fut]]["attrs"]
+        return channel.overdue(attrs["key"], attrs["src_task"])  # type: ignore[union-attr]
+
+    def _result(self, i: int, fut: asyncio.Future, channel: StepChannel | None) -> list[Any]:
         if self.is_recv[i]:
-            return [fut.result()]
+            return [channel.received(fut.result())]  # type: ignore[union-attr]
         try:
             return fut.result()
         except Exception as e:
@@ -380,18 +469,11 @@ class CompiledPartition:
                 raise
             raise err from e
 
-    @staticmethod
-    def _fetched(value: Any, variables: VariableStore) -> Any:
+    def _fetched(self, value: Any, variables: VariableStore) -> Any:
         value = _host(value)
-        # a stored array (or a view of it) goes out as a copy: the client may write to it
-        return value.copy() if variables.owns(value) else value
-
-    async def _recv(self, i: int, channel: StepChannel | None) -> Any:
-        attrs = self.nodes[i]["attrs"]
-        if channel is None:
-            raise UnknownError(f"op {self.nodes[i]['name']!r} receives from another task, "
-                               "but this step has no channel", task=self.task or None)
-        return await channel.recv(attrs["key"], attrs["src_task"])
+        # a stored array (or a view of it) goes out as a copy: the client may
+        # write to it; so does a folded constant, which is read-only
+        return value.copy() if variables.owns(value) or self._const_view(value) else value
 
     def _gather(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
                 shapes: list) -> list[Any]:
@@ -417,10 +499,12 @@ class CompiledPartition:
                 values[p] = None
         return args
 
-    async def _run_node(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
-                        variables: VariableStore, channel: StepChannel | None,
-                        clock: list[float], heavy_ready: list[int], on_pool: list[Any],
-                        shapes: list) -> list[Any] | asyncio.Future:
+    def _run_node(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
+                  variables: VariableStore, channel: StepChannel | None,
+                  clock: list[float], heavy_ready: list[int], on_pool: list[Any],
+                  shapes: list) -> list[Any] | Awaitable:
+        """The node's outputs; or a future (a kernel on the pool, a waiting
+        resource op) or an awaitable (a send held up by a full connection)."""
         node = self.nodes[i]
         op = node["op"]
         try:
@@ -466,10 +550,11 @@ class CompiledPartition:
                 return []
             if op == "_Send":
                 attrs = node["attrs"]
-                res = channel.send(attrs["key"], attrs["dst_task"], _host(args[0]))  # type: ignore[union-attr]
-                if res is not None:
-                    await res
-                return []
+                value = _host(args[0])
+                if self.const_ids and self._const_view(value):
+                    value = value.copy()   # a receiver in this process may hand it out
+                res = channel.send(attrs["key"], attrs["dst_task"], value)  # type: ignore[union-attr]
+                return [] if res is None else res
             if op in RESOURCE_OPS:
                 # a waiting one (take, dequeue) returns a future, pending like a receive
                 return run_resource_op(node, [_host(a) for a in args], variables.resources,
@@ -505,6 +590,66 @@ class CompiledPartition:
         logger.error("op %s (%s) failed", node["name"], op, exc_info=e)
         return UnknownError(f"{op} failed: {type(e).__name__}: {e}",
                             task=self.task or None, op=node["name"])
+
+
+class _Pending:
+    """What a step waits for (receives, kernels on the pool, waiting resource
+    ops): one done callback per future, and one future for the step to sleep
+    on until any of them is done; cheaper than a task per receive and
+    ``asyncio.wait`` over all of them each time."""
+
+    __slots__ = ("futs", "finished", "deadlines", "_waker", "_loop")
+
+    def __init__(self) -> None:
+        self.futs: dict[asyncio.Future, int] = {}
+        self.finished: list[asyncio.Future] = []
+        self.deadlines: dict[asyncio.Future, float] | None = None   # receives' (loop time)
+        self._waker: asyncio.Future | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def add(self, fut: asyncio.Future, i: int, timeout: float | None = None) -> None:
+        self.futs[fut] = i
+        if timeout is not None:
+            if self.deadlines is None:
+                self.deadlines = {}
+            self.deadlines[fut] = self._loop.time() + timeout
+        if fut.done():
+            self.finished.append(fut)
+        else:
+            fut.add_done_callback(self._done)
+
+    def pop(self, fut: asyncio.Future) -> int | None:
+        if self.deadlines:
+            self.deadlines.pop(fut, None)
+        return self.futs.pop(fut, None)
+
+    def _done(self, fut: asyncio.Future) -> None:
+        self.finished.append(fut)
+        waker = self._waker
+        if waker is not None and not waker.done():
+            waker.set_result(None)
+
+    async def wait(self) -> list[asyncio.Future]:
+        """The futures done since the last call, in the order they finished;
+        none when the earliest receive deadline passed first."""
+        if not self.finished:
+            waker = self._waker = self._loop.create_future()
+            timer = None
+            if self.deadlines:
+                timer = self._loop.call_at(min(self.deadlines.values()), _wake, waker)
+            try:
+                await waker
+            finally:
+                self._waker = None
+                if timer is not None:
+                    timer.cancel()
+        out, self.finished = self.finished, []
+        return out
+
+
+def _wake(waker: asyncio.Future) -> None:
+    if not waker.done():
+        waker.set_result(None)
 
 
 async def _flush(channel: StepChannel | None, early: bool = False) -> None:

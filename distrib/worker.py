@@ -68,25 +68,39 @@ class Rendezvous:
         if not fut.done():
             fut.set_result((value, src_task, incarnation))
 
-    async def get(self, step: int, key: str, src_task: str, timeout: float | None) -> Any:
+    def expect(self, step: int, key: str) -> asyncio.Future:
+        """The future of tensor ``key`` of ``step``: its result is (value,
+        sender, incarnation), for :meth:`check`."""
         if step in self._aborted:
             raise self._aborted[step]
-        fut = self._slot(step, key)
-        try:
-            if timeout is None:
-                value, sender, inc = await fut
-            else:
-                value, sender, inc = await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except asyncio.TimeoutError:
-            raise DeadlineExceededError(
-                f"timed out after {timeout:g}s waiting for tensor {key!r} from {src_task}; "
-                "that task may be down or stuck", task=self.task) from None
+        return self._slot(step, key)
+
+    def check(self, step: int, result: tuple[Any, str, int]) -> Any:
+        """The value of an :meth:`expect` result, if its sender is still the
+        incarnation the step began with."""
+        value, sender, inc = result
         want = self._expected.get(step, {}).get(sender)
         if want is not None and want != inc:
             raise AbortedError(
                 f"{sender} {RESTARTED} (incarnation {inc:x}, expected {want:x}); "
                 "the step is aborted, run it again", task=self.task)
         return value
+
+    def overdue(self, key: str, src_task: str, timeout: float) -> DeadlineExceededError:
+        return DeadlineExceededError(
+            f"timed out after {timeout:g}s waiting for tensor {key!r} from {src_task}; "
+            "that task may be down or stuck", task=self.task)
+
+    async def get(self, step: int, key: str, src_task: str, timeout: float | None) -> Any:
+        fut = self.expect(step, key)
+        try:
+            if timeout is None:
+                result = await fut
+            else:
+                result = await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            raise self.overdue(key, src_task, timeout) from None  # type: ignore[arg-type]
+        return self.check(step, result)
 
     def abort(self, step: int, exc: OpError) -> None:
         self._aborted[step] = exc
@@ -176,8 +190,14 @@ class _StepChannel:
         else:
             await ref.tell("recv_tensors", self.step, items, w.task, w.system.incarnation)
 
-    async def recv(self, key: str, src_task: str) -> Any:
-        return await self.worker.rendezvous.get(self.step, key, src_task, self.timeout)
+    def expect(self, key: str, src_task: str) -> asyncio.Future:
+        return self.worker.rendezvous.expect(self.step, key)
+
+    def received(self, result: Any) -> Any:
+        return self.worker.rendezvous.check(self.step, result)
+
+    def overdue(self, key: str, src_task: str) -> Exception:
+        return self.worker.rendezvous.overdue(key, src_task, self.timeout or 0.0)
 
     def aborted(self, tag: str) -> asyncio.Future:
         """A future that fails (AbortedError) when this step is aborted; ops that

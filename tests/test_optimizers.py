@@ -255,3 +255,19 @@ def test_global_step_helpers_follow_tf1():
         init = dt.global_variables_initializer()
     evaluate(init, graph=graph, variables=store)
     assert evaluate(gs, graph=graph, variables=store) == 0
+
+
+def test_sgd_written_into_a_new_array_has_the_bits_of_the_in_place_rule():
+    from kernels.cpu_update import gradient_descent_into
+    rng = np.random.default_rng(3)
+    var = rng.standard_normal(10_000).astype(np.float32)
+    grad = rng.standard_normal(10_000).astype(np.float32)
+    lr = np.float32(0.037)
+    want = var - lr * grad
+    out = gradient_descent_into(np.empty_like(var), var, lr, grad)   # out of place
+    np.testing.assert_array_equal(out, want)
+    same = var.copy()
+    np.testing.assert_array_equal(gradient_descent_into(same, same, lr, grad), want)
+    # the gradient itself as the new storage: still the rule, not its own overwrite
+    g2 = grad.copy()
+    np.testing.assert_array_equal(gradient_descent_into(g2, var, lr, g2), want)

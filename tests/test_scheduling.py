@@ -13,6 +13,10 @@ import pytest
 
 import distrib as dt
 from distrib import executor
+from distrib.errors import DeadlineExceededError
+from distrib.executor import CompiledPartition
+
+GUARD_S = 30  # hang guard only
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -208,3 +212,52 @@ async def test_of_two_ready_heavy_kernels_the_longer_runs_first(monkeypatch):
                 np.testing.assert_allclose(await sess.run(out, {xp: x}), want,
                                            rtol=1e-4, atol=1e-2)
     assert order[-2:] == [1024, 512]
+
+
+# -- constants folded at compile time --------------------------------------------------
+
+async def test_constants_are_evaluated_once_and_stay_what_the_graph_says():
+    cv = np.array([[1.0, -2.0], [3.0, -4.0]], np.float32)
+    g = dt.Graph()
+    with g.as_default():
+        c = dt.constant(cv, name="c")
+        x = dt.placeholder(dt.float32, [2, 2])
+        h = dt.nn.relu(c)            # an in-place candidate: its input is a constant
+        s = c + x                    # so is this add
+        view = dt.reshape(c, [4])    # a view of the constant, fetched
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            for _ in range(3):
+                cf, hf, sf, vf = await sess.run([c, h, s, view], {x: np.ones((2, 2), np.float32)})
+                np.testing.assert_array_equal(cf, cv)
+                np.testing.assert_array_equal(hf, np.maximum(cv, 0))
+                np.testing.assert_array_equal(sf, cv + 1)
+                np.testing.assert_array_equal(vf, cv.reshape(4))
+                # what a client gets is its own, writable, and writing it changes nothing
+                cf += 100
+                vf += 100
+    part = CompiledPartition([
+        {"name": "c", "op": "Const", "inputs": [], "attrs": {"value": [1.0, -1.0], "dtype": "float32"}},
+        {"name": "r", "op": "Relu", "inputs": ["c:0"], "attrs": {}},
+    ], ["r:0"])
+    assert part.folded == [True, False] and part.sources == [1]
+    assert not part.start_values[0][0].flags.writeable
+
+
+async def test_a_receive_that_waits_too_long_names_the_tensor_and_the_sender():
+    # each receive's deadline is kept by the step's one wait (no task per receive)
+    recv = {"name": "r", "op": "_Recv", "inputs": [],
+            "attrs": {"key": "k1", "src_task": "/job:x/task:0", "dtype": "float32"}}
+    nodes = [recv, {"name": "y", "op": "Identity", "inputs": ["r:0"], "attrs": {}}]
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        w = server.worker
+        w.register_partition("p", nodes, ["y:0"])
+        with pytest.raises(DeadlineExceededError, match=r"0.2s waiting for tensor 'k1' from /job:x/task:0"):
+            await asyncio.wait_for(w.run_partition("p", 7, {}, {}, {}, 0.2), GUARD_S)
+        # a tensor that comes in time is taken, before and after the step began waiting
+        w.recv_tensor(8, "k1", np.float32(5), "/job:x/task:0", 1)
+        assert await asyncio.wait_for(w.run_partition("p", 8, {}, {}, {}, 5.0), GUARD_S) == [5.0]
+        step = asyncio.ensure_future(w.run_partition("p", 9, {}, {}, {}, 5.0))
+        await asyncio.sleep(0.05)
+        w.recv_tensor(9, "k1", np.float32(6), "/job:x/task:0", 1)
+        assert await asyncio.wait_for(step, GUARD_S) == [6.0]
