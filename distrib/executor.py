@@ -27,9 +27,14 @@ included; 1 runs them one at a time.
 Order: ready ops run depth first (the consumers a result unblocks come next,
 so a value reaches its ``_Send`` early), light ops before heavy ones (so two
 heavy ones can meet and run side by side), and of the ready heavy ones the
-longest first (by last step's cost: the step then ends on a short kernel, and
-a ps applies a smaller last gradient). Tensors for another task are
-batched by the step's channel and flushed before the partition waits.
+one on the critical path first: the highest bottom level, its own cost plus
+the costliest chain of heavy work after it, by last step's costs (ties: the
+longer kernel, so the step ends on a short one and a ps applies a smaller
+last gradient). When two heavy kernels run side by side, the critical one
+keeps the loop's thread and the other goes to the pool (a backward pass's
+dX, which the next layer's gradients wait for, and its dW, which only an
+update does). Tensors for another task are batched by the step's channel and
+flushed before the partition waits.
 
 Memory: a value is dropped as soon as its last consumer has started, so big
 activations do not live for the whole step; an input read only for its shape
@@ -208,6 +213,11 @@ class CompiledPartition:
         # the cost of each node's kernel if it was heavy in the last step, else 0
         # (see _run_node and _weight)
         self.heavy = [0.0] * n
+        # each node's heavy work from it to the end of the step, its own
+        # included (by the costs in self.heavy; see _priorities)
+        self.priority = [0.0] * n
+        self._priced: list[float] = list(self.heavy)
+        self._topo = self._topological()
 
     def _order_updates_after_reads(self) -> None:
         """Let an update of a variable wait for this step's readers of it.
@@ -234,6 +244,33 @@ class CompiledPartition:
             for r in set(readers[node["attrs"]["var"]]):
                 if r != i and r not in after and not self._waits_for_recv(r):
                     self._edge(r, i)
+
+    def _topological(self) -> list[int]:
+        """The nodes in an order where each comes after its inputs (the
+        extra read-before-update edges included)."""
+        indeg = list(self.indegree)
+        order = [i for i in range(len(self.nodes)) if indeg[i] == 0]
+        for i in order:   # grows as it goes
+            for c in self.consumers[i]:
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    order.append(c)
+        return order
+
+    def _priorities(self) -> None:
+        """The bottom level of every node: its heavy cost plus the costliest
+        chain of heavy work after it (list scheduling's classic priority).
+        Of two ready heavy kernels the higher one is on the step's critical
+        path: it runs first, and on the loop's own thread when the other
+        goes to the pool."""
+        cost, prio, consumers = self.heavy, self.priority, self.consumers
+        for i in reversed(self._topo):
+            after = 0.0
+            for c in consumers[i]:
+                if prio[c] > after:
+                    after = prio[c]
+            prio[i] = cost[i] + after
+        self._priced = list(cost)
 
     def _fold_constants(self) -> None:
         """Evaluate the CPU ``Const`` nodes once, here, instead of every step.
@@ -377,7 +414,12 @@ class CompiledPartition:
                             heavy_ready.append(i)
                             continue
                     else:
-                        i = heavy_ready.pop(_longest(heavy_ready, self.heavy))
+                        # the least critical goes to the pool when one may go
+                        # there (the one left runs inline), else the most critical
+                        to_pool = (len(heavy_ready) > 1 and on_pool is not None
+                                   and _busy(on_pool) < _parallel_slots() and _spare_core())
+                        i = heavy_ready.pop(_pick(heavy_ready, self.priority, self.heavy,
+                                                  lowest=to_pool))
                         await _flush(channel, early=True)   # the other task gets on meanwhile
                     out = self._run_node(i, values, uses, feeds, variables, channel,
                                          clock, heavy_ready, on_pool, shapes)
@@ -417,6 +459,8 @@ class CompiledPartition:
                     finished = fut = None   # a finished future holds its result,
                     _busy(on_pool)            # and so does a pool one
             await _flush(channel)
+            if self.heavy != self._priced:   # costs learnt (the first step) or changed
+                self._priorities()
         finally:
             for fut in pending.futs:
                 fut.cancel()
@@ -784,14 +828,20 @@ def _kernel_pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def _longest(heavy_ready: list[int], cost: list[float]) -> int:
-    """Where in ``heavy_ready`` the costliest kernel is (the first of equals).
-    Longest first: the step's last heavy kernel is then a short one, and what
-    it makes (often a gradient a parameter server still has to apply) ends
-    the step sooner."""
+def _pick(heavy_ready: list[int], priority: list[float], cost: list[float],
+          lowest: bool = False) -> int:
+    """Where in ``heavy_ready`` the kernel with the highest bottom level is
+    (``lowest``: the lowest); of equals, the one costlier by itself (so the
+    step's last heavy kernel is a short one, and what waits for it, often a
+    ps applying a gradient, waits less), then the first."""
     best = 0
     for k in range(1, len(heavy_ready)):
-        if cost[heavy_ready[k]] > cost[heavy_ready[best]]:
+        i, j = heavy_ready[k], heavy_ready[best]
+        if lowest:
+            better = priority[i] < priority[j] or (priority[i] == priority[j] and cost[i] < cost[j])
+        else:
+            better = priority[i] > priority[j] or (priority[i] == priority[j] and cost[i] > cost[j])
+        if better:
             best = k
     return best
 

@@ -214,6 +214,42 @@ async def test_of_two_ready_heavy_kernels_the_longer_runs_first(monkeypatch):
     assert order[-2:] == [1024, 512]
 
 
+async def test_the_kernel_on_the_critical_path_keeps_the_loop_and_the_other_goes_to_the_pool(
+        monkeypatch):
+    # a backward pass's shape: dX (more heavy work waits for it) beside dW (a
+    # leaf): dX runs inline, where nothing waits for a thread, and first
+    import threading
+
+    import kernels
+    monkeypatch.setattr(executor, "_spare_core", lambda: True)
+    matmul = kernels.get_kernel("MatMul", "CPU")
+    where = []
+
+    def recording(inputs, attrs):
+        where.append((np.asarray(inputs[1]).shape[1], threading.current_thread() is main))
+        return matmul(inputs, attrs)
+    main = threading.current_thread()
+    monkeypatch.setitem(kernels._registry["CPU"], "MatMul", recording)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    w1, w2, w3 = (rng.standard_normal((512, n)).astype(np.float32) * 0.05 for n in (512, 256, 384))
+    g = dt.Graph()
+    with g.as_default():
+        xp = dt.placeholder(dt.float32, [None, 512])
+        a = dt.matmul(xp, dt.constant(w1))                       # then c: critical
+        b = dt.matmul(xp, dt.constant(w2))                       # a leaf
+        c = dt.matmul(dt.nn.relu(a), dt.constant(w3))
+        out = dt.reduce_sum(c, axis=1) + dt.reduce_sum(b, axis=1)
+    want = (np.maximum(x @ w1, 0) @ w3).sum(1) + (x @ w2).sum(1)
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            for _ in range(3):   # the first step learns the costs
+                np.testing.assert_allclose(await sess.run(out, {xp: x}), want,
+                                           rtol=1e-4, atol=1e-2)
+    last = dict(where[-3:])
+    assert last == {512: True, 256: False, 384: True}, where[-3:]
+
+
 # -- constants folded at compile time --------------------------------------------------
 
 async def test_constants_are_evaluated_once_and_stay_what_the_graph_says():
