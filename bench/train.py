@@ -34,8 +34,9 @@ all the configuration's processes.
 How distrib uses the cores (no BLAS threads, no splitting of one kernel):
 kernels run inline on the event loop's thread; a heavy kernel goes to a pool
 thread only beside another heavy kernel of the same step (the two matmuls of
-a layer's backward pass) and only while the machine has an idle core, which
-it has for local-1proc and ps1-w1 and mostly not for ps1-w2
+a layer's backward pass: dW goes to the pool, dX, which the next layer's
+gradients wait for, stays on the loop) and only while the machine has an
+idle core, which it has for local-1proc and ps1-w1 and mostly not for ps1-w2
 (``DISTRIB_INTER_OP_THREADS``, default the number of cores; 1 turns this
 off). Timings are never asserted: this only reports. ``--json PATH`` writes
 the rows.

@@ -849,7 +849,7 @@ def _pick(heavy_ready: list[int], priority: list[float], cost: list[float],
 def _weight(op: str, args: list[Any], attrs: dict[str, Any]) -> tuple[int, float]:
     """(0: light; 1: heavy, worth a thread beside other heavy work; 2: too long
     for the event loop's thread) and the cost in units of the heavy threshold
-    (to order heavy kernels, longest first)."""
+    (to order heavy kernels, see _priorities)."""
     if op == "MatMul" and len(args) == 2:
         a, b = args
         sa, sb = getattr(a, "shape", ()), getattr(b, "shape", ())

@@ -194,8 +194,10 @@ async def test_an_add_that_cannot_broadcast_fails_the_same_in_place_or_not():
 
 
 async def test_of_two_ready_heavy_kernels_the_longer_runs_first(monkeypatch):
-    # Longest first: a step's last heavy kernel is a short one, so whatever
-    # waits on its result (a ps applying a gradient) waits less.
+    # Two independent branches with nothing heavy after them: their bottom
+    # levels are their own costs, so the longer runs first and the step's last
+    # heavy kernel is a short one (whatever waits on its result, a ps
+    # applying a gradient, waits less).
     import kernels
     monkeypatch.setenv("DISTRIB_INTER_OP_THREADS", "1")   # one at a time, inline
     matmul = kernels.get_kernel("MatMul", "CPU")
