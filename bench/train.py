@@ -213,6 +213,7 @@ class LocalTrainer:
             await self._serve.__aexit__(*exc)
 
     async def window(self, seconds: float) -> dict[str, Any]:
+        await _warm_up(self.sess, self.train, self.feed)
         self.server.worker.reset_stats()
         self.server.master.reset_stats()
         t0 = time.perf_counter()
@@ -268,6 +269,7 @@ async def replica_main(spec: dict[str, list[str]], task: int) -> None:
             ps = server.system.ref(spec["ps"][0], "worker")
 
             async def window(seconds: float) -> dict[str, Any]:
+                await _warm_up(sess, train, feed)
                 for svc in (server.worker, server.master):
                     svc.reset_stats()
                 await ps.call("reset_stats")
@@ -281,6 +283,14 @@ async def replica_main(spec: dict[str, list[str]], task: int) -> None:
                         "worker": server.worker.stats(), "ps": await ps.call("stats")}
 
             await _serve_commands(window)
+
+
+async def _warm_up(sess: Any, train: Any, feed: dict) -> None:
+    """A few untimed steps before each window, as each numpy loop gets in its
+    fresh process: a task that idled through the other rows' windows runs
+    its first steps up to a third slower (cold caches, idle cores waking)."""
+    for _ in range(WARMUP_STEPS):
+        await sess.run(train, feed)
 
 
 async def _serve_commands(window: Any) -> None:
