@@ -443,8 +443,11 @@ class CompiledPartition:
                         raise UnknownError("partition stalled with no runnable op",
                                            task=self.task or None)
                     finished = await pending.wait()
-                    if not finished:
-                        raise self._overdue(pending, channel)
+                    if not finished:   # a receive's deadline passed
+                        err = self._overdue(pending, channel)
+                        if err is not None:
+                            raise err
+                        continue       # it came just in time: its callback is queued
                     for fut in finished:
                         i = pending.pop(fut)
                         if i is None:
@@ -496,9 +499,12 @@ class CompiledPartition:
         pending.add(channel.expect(attrs["key"], attrs["src_task"]), i,
                     None if channel.timeout is None else channel.timeout)
 
-    def _overdue(self, pending: _Pending, channel: StepChannel | None) -> Exception:
-        """The error of the receive that waited longest, past its deadline."""
+    def _overdue(self, pending: _Pending, channel: StepChannel | None) -> Exception | None:
+        """The error of the receive with the earliest deadline, unless its
+        tensor came after all."""
         fut = min(pending.deadlines, key=pending.deadlines.__getitem__)  # type: ignore[arg-type]
+        if fut.done():
+            return None
         attrs = self.nodes[pending.futs[fut]]["attrs"]
         return channel.overdue(attrs["key"], attrs["src_task"])  # type: ignore[union-attr]
 
