@@ -272,7 +272,8 @@ async def replica_main(spec: dict[str, list[str]], task: int) -> None:
                 await _warm_up(sess, train, feed)
                 for svc in (server.worker, server.master):
                     svc.reset_stats()
-                await ps.call("reset_stats")
+                if task == 0:   # one reset: the ps counts both replicas' steps
+                    await ps.call("reset_stats")
                 t0 = time.perf_counter()
                 steps = 0
                 while time.perf_counter() - t0 < seconds:
@@ -391,7 +392,7 @@ class PsCluster:
         master = {k: sum(r["master"][k] for r in results) for k in results[0]["master"]}
         out = step_costs(sum(r["steps"] for r in results),
                          statistics.mean(r["seconds"] for r in results) / len(results),
-                         master, [r["worker"] for r in results] + [results[-1]["ps"]])
+                         master, [r["worker"] for r in results] + [results[0]["ps"]])
         out["examples_per_s"] = sum(r["steps"] * BATCH / r["seconds"] for r in results)
         out["ms_per_step"] = statistics.mean(r["seconds"] / r["steps"] for r in results) * 1e3
         out["outside_ms_per_step"] = out["ms_per_step"] - out["kernel_ms_per_step"]

@@ -248,7 +248,7 @@ class CompiledPartition:
     def _topological(self) -> list[int]:
         """The nodes in an order where each comes after its inputs (the
         extra read-before-update edges included)."""
-        indeg = list(self.indegree)
+        indeg = [len(p) for p in self.preds]   # every edge (self.indegree omits folded ones)
         order = [i for i in range(len(self.nodes)) if indeg[i] == 0]
         for i in order:   # grows as it goes
             for c in self.consumers[i]:
@@ -278,8 +278,9 @@ class CompiledPartition:
         A step starts with their values in place and their consumers' counts
         of missing inputs already lowered (``start_values``, ``indegree``).
         The values are made read-only, so no kernel writes into them (see
-        _exclusive); a fetch or a send of one, or of a view of one, copies it
-        (see _const_view)."""
+        _exclusive); a fetch of one, or of a view of one, copies it (see
+        _const_view), and so does a send to a task in this process (see the
+        channel's send)."""
         n = len(self.nodes)
         self.start_values: list[list[Any] | None] = [None] * n
         self.start_shapes: list[list[Any] | None] = [None] * n
@@ -318,7 +319,7 @@ class CompiledPartition:
         view of one (only read-only arrays can be)."""
         if type(value) is not np.ndarray or value.flags.writeable or not self.const_ids:
             return False
-        while value is not None:
+        while isinstance(value, np.ndarray):   # a base may be bytes, an mmap...
             if id(value) in self.const_ids:
                 return True
             value = value.base
@@ -425,7 +426,7 @@ class CompiledPartition:
                                          clock, heavy_ready, on_pool, shapes)
                     if type(out) is not list:
                         if not asyncio.isfuture(out):
-                            await out   # a send that waits for the connection to drain
+                            await self._sent(i, out)   # a send waiting for its connection
                             out = []
                         else:   # a heavy kernel now on the pool, or a waiting resource op
                             pending.add(out, i)
@@ -507,6 +508,15 @@ class CompiledPartition:
             return None
         attrs = self.nodes[pending.futs[fut]]["attrs"]
         return channel.overdue(attrs["key"], attrs["src_task"])  # type: ignore[union-attr]
+
+    async def _sent(self, i: int, sending: Awaitable) -> None:
+        try:
+            await sending
+        except Exception as e:
+            err = self._op_error(i, e)
+            if err is e:
+                raise
+            raise err from e
 
     def _result(self, i: int, fut: asyncio.Future, channel: StepChannel | None) -> list[Any]:
         if self.is_recv[i]:
@@ -600,10 +610,9 @@ class CompiledPartition:
                 return []
             if op == "_Send":
                 attrs = node["attrs"]
-                value = _host(args[0])
-                if self.const_ids and self._const_view(value):
-                    value = value.copy()   # a receiver in this process may hand it out
-                res = channel.send(attrs["key"], attrs["dst_task"], value)  # type: ignore[union-attr]
+                # (a read-only value, a folded constant say, reaches a receiver in
+                # this process as a copy: see the channel's send)
+                res = channel.send(attrs["key"], attrs["dst_task"], _host(args[0]))  # type: ignore[union-attr]
                 return [] if res is None else res
             if op in RESOURCE_OPS:
                 # a waiting one (take, dequeue) returns a future, pending like a receive

@@ -126,6 +126,7 @@ class Rendezvous:
 # the receiver can work on them meanwhile (a weight gradient's update); a few
 # small tensors ride along with the next batch instead.
 _FLUSH_BYTES = 1 << 20
+_WRITABLE = np.ones(1).flags   # what a value with no flags (not an ndarray) counts as
 _FLUSH_EARLY_BYTES = 1 << 16
 
 
@@ -147,9 +148,11 @@ class _StepChannel:
             w.rendezvous.put(self.step, key, w.detached(value), w.task, w.system.incarnation)
             return None
         ref = w.peer(dst_task, self.peers)
-        if w.variables.owns(value) and _in_process(ref.address) is not None:
+        if _in_process(ref.address) is not None and (
+                w.variables.owns(value) or not getattr(value, "flags", _WRITABLE).writeable):
             # no wire in between: a stored variable must not be handed over by
-            # reference (the receiver may return it to a client that writes to it)
+            # reference (the receiver may return it to a client that writes to
+            # it), nor a read-only array (a folded constant: the client could not)
             value = value.copy()
         nbytes = getattr(value, "nbytes", 0)
         w.counters["tensors_sent"] += 1
@@ -227,8 +230,11 @@ class WorkerService:
         self._cpu_at_reset = time.process_time()
 
     def detached(self, value: Any) -> Any:
-        """``value``, copied if it is one of this task's stored variables."""
-        return value.copy() if self.variables.owns(value) else value
+        """``value``, copied if it is one of this task's stored variables or
+        read-only (a folded constant: whoever gets it may write to it)."""
+        if self.variables.owns(value) or not getattr(value, "flags", _WRITABLE).writeable:
+            return value.copy()
+        return value
 
     @property
     def gpu_count(self) -> int:

@@ -66,7 +66,7 @@ def gradient_descent_into(out: np.ndarray, var: Any, lr: Any, grad: Any) -> np.n
                           f"{var.dtype} vs {list(out.shape)} {out.dtype}")
     lr = _scalar(op, "lr", lr, out.dtype)
     grad = _grad(op, grad, out)
-    if out is var or np.may_share_memory(out, grad):
+    if out is var or np.may_share_memory(out, var) or np.may_share_memory(out, grad):
         np.subtract(var, lr * grad, out=out)
     else:
         # a fresh array: (-lr * grad) + var, the same bits as var - lr * grad,

@@ -271,3 +271,6 @@ def test_sgd_written_into_a_new_array_has_the_bits_of_the_in_place_rule():
     # the gradient itself as the new storage: still the rule, not its own overwrite
     g2 = grad.copy()
     np.testing.assert_array_equal(gradient_descent_into(g2, var, lr, g2), want)
+    # a storage that is the variable's memory under another array object
+    v2 = var.copy()
+    np.testing.assert_array_equal(gradient_descent_into(v2[:], v2, lr, grad), want)

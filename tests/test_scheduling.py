@@ -216,10 +216,13 @@ async def test_of_two_ready_heavy_kernels_the_longer_runs_first(monkeypatch):
     assert order[-2:] == [1024, 512]
 
 
+@pytest.mark.parametrize("consumer_weight_first", [False, True])
 async def test_the_kernel_on_the_critical_path_keeps_the_loop_and_the_other_goes_to_the_pool(
-        monkeypatch):
+        monkeypatch, consumer_weight_first):
     # a backward pass's shape: dX (more heavy work waits for it) beside dW (a
-    # leaf): dX runs inline, where nothing waits for a thread, and first
+    # leaf, here costlier by itself): dX runs inline, where nothing waits for a
+    # thread, and first. The order in which the graph's constants were made
+    # (folded at compile time) must not change that.
     import threading
 
     import kernels
@@ -234,13 +237,14 @@ async def test_the_kernel_on_the_critical_path_keeps_the_loop_and_the_other_goes
     monkeypatch.setitem(kernels._registry["CPU"], "MatMul", recording)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((256, 512)).astype(np.float32)
-    w1, w2, w3 = (rng.standard_normal((512, n)).astype(np.float32) * 0.05 for n in (512, 256, 384))
+    w1, w2, w3 = (rng.standard_normal((512, n)).astype(np.float32) * 0.05 for n in (512, 768, 384))
     g = dt.Graph()
     with g.as_default():
         xp = dt.placeholder(dt.float32, [None, 512])
-        a = dt.matmul(xp, dt.constant(w1))                       # then c: critical
-        b = dt.matmul(xp, dt.constant(w2))                       # a leaf
-        c = dt.matmul(dt.nn.relu(a), dt.constant(w3))
+        c3 = dt.constant(w3) if consumer_weight_first else None
+        a = dt.matmul(xp, dt.constant(w1))            # 8 units, then c: 14 in all
+        b = dt.matmul(xp, dt.constant(w2))            # a leaf of 12
+        c = dt.matmul(dt.nn.relu(a), c3 if c3 is not None else dt.constant(w3))
         out = dt.reduce_sum(c, axis=1) + dt.reduce_sum(b, axis=1)
     want = (np.maximum(x @ w1, 0) @ w3).sum(1) + (x @ w2).sum(1)
     async with dt.serve({"local": ["localhost:0"]}) as server:
@@ -249,7 +253,32 @@ async def test_the_kernel_on_the_critical_path_keeps_the_loop_and_the_other_goes
                 np.testing.assert_allclose(await sess.run(out, {xp: x}), want,
                                            rtol=1e-4, atol=1e-2)
     last = dict(where[-3:])
-    assert last == {512: True, 256: False, 384: True}, where[-3:]
+    assert last == {512: True, 768: False, 384: True}, where[-3:]
+
+
+async def test_a_send_that_fails_while_its_connection_drains_is_an_error_of_that_op():
+    # the send waits outside the op's own call: its failure must still name it
+    from distrib.errors import OpError
+
+    class Drowning:
+        timeout = None
+
+        def send(self, key, dst, value):
+            async def fail():
+                raise ConnectionResetError("peer went away")
+            return fail()
+
+        def flush(self, early=False):
+            return None
+
+    part = CompiledPartition([
+        {"name": "c", "op": "Const", "inputs": [], "attrs": {"value": [1.0], "dtype": "float32"}},
+        {"name": "_send/x", "op": "_Send", "inputs": ["c:0"],
+         "attrs": {"key": "k", "dst_task": "/job:b/task:0"}},
+    ], [])
+    with pytest.raises(OpError, match="ConnectionResetError: peer went away") as info:
+        await part.run({}, executor.VariableStore(), Drowning())
+    assert info.value.op == "_send/x"
 
 
 # -- constants folded at compile time --------------------------------------------------
@@ -280,6 +309,44 @@ async def test_constants_are_evaluated_once_and_stay_what_the_graph_says():
     ], ["r:0"])
     assert part.folded == [True, False] and part.sources == [1]
     assert not part.start_values[0][0].flags.writeable
+
+
+async def test_views_of_read_only_feeds_are_fetched_beside_folded_constants(tmp_path):
+    # a read-only array's memory may belong to bytes or an mmap, not an array
+    np.save(tmp_path / "a.npy", np.arange(4, dtype=np.float32))
+    g = dt.Graph()
+    with g.as_default():
+        xp = dt.placeholder(dt.float32, [4])
+        y = dt.reshape(xp, [2, 2])
+        z = xp * dt.constant(2.0)   # a folded constant in the same partition
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            for feed in (np.frombuffer(np.arange(4, dtype=np.float32).tobytes(), np.float32),
+                         np.load(tmp_path / "a.npy", mmap_mode="r")):
+                yv, zv = await sess.run([y, z], {xp: feed})
+                np.testing.assert_array_equal(yv, np.arange(4, dtype=np.float32).reshape(2, 2))
+                np.testing.assert_array_equal(zv, np.arange(4, dtype=np.float32) * 2)
+
+
+async def test_a_constant_sent_to_a_task_in_this_process_arrives_as_the_clients_own():
+    # no wire in between: the receiver would otherwise hand the folded,
+    # read-only array itself to the client
+    from distrib.demo import free_ports
+    ports = free_ports(2)
+    spec = {"a": [f"localhost:{ports[0]}"], "b": [f"localhost:{ports[1]}"]}
+    g = dt.Graph()
+    with g.as_default():
+        with dt.device("/job:a/task:0"):
+            c = dt.constant(np.array([1.0, 2.0], np.float32))
+        with dt.device("/job:b/task:0"):
+            y = dt.reshape(c, [2])   # a view of what arrived
+    async with dt.serve(spec, job_name="a", task_index=0) as a:
+        async with dt.serve(spec, job_name="b", task_index=0):
+            async with dt.Session(a.target, graph=g) as sess:
+                for _ in range(2):
+                    got = await sess.run(y)
+                    np.testing.assert_array_equal(got, [1.0, 2.0])
+                    got += 10   # the client's own array
 
 
 async def test_a_receive_that_waits_too_long_names_the_tensor_and_the_sender():
