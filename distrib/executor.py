@@ -61,7 +61,7 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, NoReturn, Protocol
 
 import numpy as np
 
@@ -513,10 +513,7 @@ class CompiledPartition:
         try:
             await sending
         except Exception as e:
-            err = self._op_error(i, e)
-            if err is e:
-                raise
-            raise err from e
+            self._raise_op_error(i, e)
 
     def _result(self, i: int, fut: asyncio.Future, channel: StepChannel | None) -> list[Any]:
         if self.is_recv[i]:
@@ -524,10 +521,7 @@ class CompiledPartition:
         try:
             return fut.result()
         except Exception as e:
-            err = self._op_error(i, e)
-            if err is e:
-                raise
-            raise err from e
+            self._raise_op_error(i, e)
 
     def _fetched(self, value: Any, variables: VariableStore) -> Any:
         value = _host(value)
@@ -625,10 +619,13 @@ class CompiledPartition:
             clock[2].append((t0, t1))
             return out
         except Exception as e:
-            err = self._op_error(i, e)
-            if err is e:
-                raise
-            raise err from e
+            self._raise_op_error(i, e)
+
+    def _raise_op_error(self, i: int, e: Exception) -> NoReturn:
+        err = self._op_error(i, e)
+        if err is e:
+            raise e
+        raise err from e
 
     def _op_error(self, i: int, e: Exception) -> Exception:
         """``e`` as a typed error that names this task and op."""

@@ -126,7 +126,6 @@ class Rendezvous:
 # the receiver can work on them meanwhile (a weight gradient's update); a few
 # small tensors ride along with the next batch instead.
 _FLUSH_BYTES = 1 << 20
-_WRITABLE = np.ones(1).flags   # what a value with no flags (not an ndarray) counts as
 _FLUSH_EARLY_BYTES = 1 << 16
 
 
@@ -148,12 +147,8 @@ class _StepChannel:
             w.rendezvous.put(self.step, key, w.detached(value), w.task, w.system.incarnation)
             return None
         ref = w.peer(dst_task, self.peers)
-        if _in_process(ref.address) is not None and (
-                w.variables.owns(value) or not getattr(value, "flags", _WRITABLE).writeable):
-            # no wire in between: a stored variable must not be handed over by
-            # reference (the receiver may return it to a client that writes to
-            # it), nor a read-only array (a folded constant: the client could not)
-            value = value.copy()
+        if _in_process(ref.address) is not None:
+            value = w.detached(value)   # no wire in between to copy it
         nbytes = getattr(value, "nbytes", 0)
         w.counters["tensors_sent"] += 1
         w.counters["bytes_sent"] += nbytes
@@ -230,9 +225,11 @@ class WorkerService:
         self._cpu_at_reset = time.process_time()
 
     def detached(self, value: Any) -> Any:
-        """``value``, copied if it is one of this task's stored variables or
-        read-only (a folded constant: whoever gets it may write to it)."""
-        if self.variables.owns(value) or not getattr(value, "flags", _WRITABLE).writeable:
+        """``value`` as another partition in this process may get it: copied
+        if it is one of this task's stored variables (the receiver may hand it
+        to a client that writes to it) or read-only (a folded constant: that
+        client could not write to it)."""
+        if self.variables.owns(value) or (type(value) is np.ndarray and not value.flags.writeable):
             return value.copy()
         return value
 
