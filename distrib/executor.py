@@ -144,9 +144,15 @@ class CompiledPartition:
     """A partition turned into index arrays, ready to run many steps."""
 
     def __init__(self, nodes: list[Node], fetches: list[str], *, task: str = "",
-                 soft_placement: bool = False, gpu_count: int = 0) -> None:
+                 soft_placement: bool = False, gpu_count: int = 0,
+                 generators: dict | None = None) -> None:
         self.task = task
-        self.nodes = nodes
+        # a seeded random op keeps its generator from step to step, in
+        # ``generators`` (the worker passes one dict to all the partitions of a
+        # session); its node here is a copy: the caller's graph stays as it was
+        gens: dict = {} if generators is None else generators
+        self.nodes = [{**node, "attrs": cpu_kernels.rng_attrs(node["attrs"], node["name"], gens)}
+                      if node["op"] in cpu_kernels.RANDOM_OPS else node for node in nodes]
         self.fetches = list(fetches)
         index = {n["name"]: i for i, n in enumerate(nodes)}
         n = len(nodes)

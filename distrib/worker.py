@@ -219,6 +219,8 @@ class WorkerService:
         self.variables = variables or VariableStore(task)
         self.rendezvous = Rendezvous(task)
         self._partitions: dict[str, CompiledPartition] = {}
+        # session handle -> generators of its seeded random ops (see register_partition)
+        self._generators: dict[str, dict] = {}
         self._refs: dict[str, ActorRef] = {}
         self._run_stats = RunStats()
         self.counters = _zero_counters()
@@ -254,9 +256,12 @@ class WorkerService:
     def register_partition(self, key: str, nodes: list, fetches: list,
                            soft_placement: bool = False) -> bool:
         if key not in self._partitions:
+            # a master's key is "<session handle>/<plan id>": the session's
+            # partitions share the generators of its seeded random ops
+            session = key.rpartition("/")[0]
             self._partitions[key] = CompiledPartition(
                 nodes, fetches, task=self.task, soft_placement=soft_placement,
-                gpu_count=self.gpu_count)
+                gpu_count=self.gpu_count, generators=self._generators.setdefault(session, {}))
             self.counters["partitions_registered"] += 1
         return True
 
@@ -264,6 +269,8 @@ class WorkerService:
         gone = [k for k in self._partitions if k.startswith(prefix)]
         for k in gone:
             del self._partitions[k]
+        for session in [s for s in self._generators if s.startswith(prefix)]:
+            del self._generators[session]
         return len(gone)
 
     async def run_partition(self, key: str, step: int, feeds: dict[str, Any],

@@ -79,9 +79,30 @@ def ones_like(inputs: list, attrs: dict) -> list:
     return [np.ones_like(np.asarray(inputs[0]))]
 
 
+# Random ops a running step keeps a generator for (see rng_attrs).
+RANDOM_OPS = frozenset({"RandomStandardNormal", "RandomUniform"})
+
+
+def rng_attrs(attrs: dict, name: str, generators: dict) -> dict:
+    """``attrs`` of seeded random op ``name`` with its generator, found in or
+    added to ``generators`` (an executor's, kept for a session): each run then
+    draws the next numbers of the op's sequence, and a new session starts it
+    over, as TF's random kernels do. Unseeded ops need none (fresh entropy
+    every run)."""
+    seed = attrs.get("seed")
+    if seed is None:
+        return attrs
+    gen = generators.get((name, seed))
+    if gen is None:
+        gen = generators[(name, seed)] = np.random.default_rng(seed)
+    return {**attrs, "_generator": gen}
+
+
 def _rng(attrs: dict) -> np.random.Generator:
-    # A given seed gives the same numbers on every run; None asks the OS for entropy.
-    return np.random.default_rng(attrs.get("seed"))
+    # The executor's generator for this op (see rng_attrs); else a given seed
+    # gives the same numbers on every call and None asks the OS for entropy.
+    gen = attrs.get("_generator")
+    return gen if gen is not None else np.random.default_rng(attrs.get("seed"))
 
 
 @register("RandomStandardNormal", CPU)

@@ -117,6 +117,44 @@ async def test_many_concurrent_runs_on_one_session(server, graph):
     assert [float(o) for o in outs] == [float(i * i) for i in range(64)]
 
 
+async def test_seeded_random_ops_go_on_with_their_sequence_and_restart_in_a_new_session(graph):
+    # TF: each run of a seeded random op draws the next numbers of its
+    # sequence (a dropout mask or noise must change every step); a new
+    # session reproduces the sequence from the start
+    r = dt.random_normal([6], seed=7)
+    u = dt.random_uniform([6], seed=8)
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target) as s1:
+            first = [await s1.run([r, u]) for _ in range(3)]
+        async with dt.Session(server.target) as s2:
+            again = [await s2.run([r, u]) for _ in range(3)]
+        for k in (0, 1):
+            assert not np.array_equal(first[0][k], first[1][k])
+            assert not np.array_equal(first[1][k], first[2][k])
+            for a, b in zip(first, again):
+                assert np.array_equal(a[k], b[k])
+        # the sequence is the one numpy's generator gives for the seed
+        gen = np.random.default_rng(7)
+        for a in first:
+            np.testing.assert_array_equal(a[0], gen.standard_normal(6, dtype=np.float32))
+        # one sequence per op and session, whatever else a run fetches
+        gen = np.random.default_rng(7)
+        async with dt.Session(server.target) as s3:
+            for fetches in (r, [r, u], [u, r * 2.0], r):
+                out = await s3.run(fetches)
+                got = out if fetches is r else out[0] if fetches[0] is r else out[1] / 2.0
+                np.testing.assert_array_equal(got, gen.standard_normal(6, dtype=np.float32))
+            assert server.worker._generators
+        assert not server.worker._generators   # closed sessions' sequences are dropped
+
+
+async def test_unseeded_random_ops_differ_from_run_to_run(server, graph):
+    r = dt.random_uniform([16])
+    async with dt.Session(server.target) as sess:
+        a, b = await sess.run(r), await sess.run(r)
+    assert not np.array_equal(a, b)
+
+
 async def test_variables_live_on_the_server_and_are_shared_across_sessions(server):
     g1, g2 = dt.Graph(), dt.Graph()
     with g1.as_default():
