@@ -240,3 +240,16 @@ def test_every_single_byte_flip_is_detected(tmp_path) -> None:
             read_checkpoint(path)
         open(path, "wb").write(original)
     assert set(read_checkpoint(path)) == {"a", "s", "z"}
+
+
+def test_state_file_written_by_tensorflow_reads(tmp_path) -> None:
+    # TF 1.14+ adds numeric timestamp fields; they are skipped, not a reason
+    # to ignore the whole state file
+    path = write_checkpoint(str(tmp_path / "model.ckpt"), {"w": np.ones(2)}, global_step=5)
+    (tmp_path / "checkpoint").write_text(
+        'model_checkpoint_path: "model.ckpt-5"\n'
+        'all_model_checkpoint_paths: "model.ckpt-5"\n'
+        "all_model_checkpoint_timestamps: 1700000000.123\n"
+        "last_preserved_timestamp: 1699999000.5\n")
+    assert latest_checkpoint(str(tmp_path)) == path
+    assert get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == (path,)

@@ -1,13 +1,15 @@
 """Saver: round trips through a real local server and Session, rotation, corruption, sync twins."""
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 
 import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError
+from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError, ResourceExhaustedError
 from distrib.training import checkpoint
 from distrib.training.global_step import get_or_create_global_step
 from distrib.training.saver import Saver, latest_checkpoint
@@ -168,3 +170,88 @@ async def test_async_save_accepts_a_sync_session(server, tmp_path):
         np.testing.assert_array_equal(sess.run(model.b), [1, 2, 3])
     finally:
         sess.close()
+
+
+async def test_string_variables_round_trip(server, tmp_path):
+    # a fetched string comes back as str / fixed-width unicode; it is saved
+    # as the variable's string dtype, so restore takes it
+    g = dt.Graph()
+    with g.as_default():
+        s0 = dt.Variable("hello", name="s0")
+        s1 = dt.Variable(np.array(["a", "bc"], dtype=object), name="s1")
+        init = dt.global_variables_initializer()
+        change = dt.group(s0.assign("other"), s1.assign(np.array(["x", "y"], dtype=object)))
+        saver = Saver()
+    async with dt.Session(server.target, graph=g) as sess:
+        await sess.run(init)
+        path = await saver.save(sess, str(tmp_path / "model"))
+        await sess.run(change)
+        await saver.restore(sess, path)
+        got = await sess.run([s0, s1])
+    assert got[0] == "hello" and list(got[1]) == ["a", "bc"]
+
+
+async def test_a_failed_state_write_deletes_no_checkpoint(server, tmp_path, monkeypatch):
+    model = Model(max_to_keep=1)
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        first = await model.saver.save(sess, str(tmp_path / "model"), global_step=1)
+
+        def disk_full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(checkpoint, "update_checkpoint_state", disk_full)
+        with pytest.raises(ResourceExhaustedError, match="disk space"):
+            await model.saver.save(sess, str(tmp_path / "model"), global_step=2)
+        monkeypatch.undo()
+        # the state file still names model-1, and model-1 is still there
+        assert latest_checkpoint(str(tmp_path)) == first
+        await model.saver.restore(sess, first)
+
+
+async def test_concurrent_saves_leave_state_and_rotation_agreeing(server, tmp_path):
+    model = Model(max_to_keep=3)
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        await asyncio.gather(*(model.saver.save(sess, str(tmp_path / "model"), global_step=step)
+                               for step in range(12)))
+    state = checkpoint.get_checkpoint_state(str(tmp_path))
+    kept = model.saver.last_checkpoints
+    assert list(state.all_model_checkpoint_paths) == kept and state.model_checkpoint_path == kept[-1]
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith("model")) == \
+        sorted(os.path.basename(p) for p in kept)
+
+
+@pytest.mark.parametrize("max_to_keep", [0, None])
+async def test_max_to_keep_zero_keeps_files_and_lists_only_the_newest(server, tmp_path, max_to_keep):
+    model = Model(max_to_keep=max_to_keep)
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        for step in range(3):
+            last = await model.saver.save(sess, str(tmp_path / "model"), global_step=step)
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith("model")) == \
+        ["model-0", "model-1", "model-2"]
+    state = checkpoint.get_checkpoint_state(str(tmp_path))
+    assert state.all_model_checkpoint_paths == (last,) and model.saver.last_checkpoints == []
+
+
+async def test_checkpoint_files_follow_the_umask(server, tmp_path):
+    mask = os.umask(0o022)
+    try:
+        model = Model()
+        async with dt.Session(server.target, graph=model.graph) as sess:
+            await sess.run(model.init)
+            path = await model.saver.save(sess, str(tmp_path / "model"))
+    finally:
+        os.umask(mask)
+    for name in (path, str(tmp_path / "checkpoint")):
+        assert os.stat(name).st_mode & 0o777 == 0o644, name
+
+
+async def test_an_unwritable_folder_is_a_typed_error(server, tmp_path):
+    model = Model()
+    os.mkdir(tmp_path / "model")   # the checkpoint's own path is a folder
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        with pytest.raises(dt.errors.OpError, match="could not write checkpoint"):
+            await model.saver.save(sess, str(tmp_path / "model"))
+    assert os.listdir(tmp_path) == ["model"]   # no temporary file left

@@ -213,3 +213,40 @@ async def test_between_graph_training_with_supervisor_on_a_ps_cluster(ps_worker_
     # beta1_power advanced with the steps (its read-multiply-assign may race between replicas, as in TF)
     assert 0.9 ** (2 * steps + 1) * (1 - 1e-6) <= saved["beta1_power"] <= 0.9 ** (steps + 1) * (1 + 1e-6)
     assert np.all(np.abs(saved["w"]) < np.abs(W_INIT))
+
+
+async def test_services_started_later_share_the_stop_signal(server, tmp_path, caplog):
+    # start_queue_runners after the session opened (the SyncReplicas recipe)
+    # must not leave the checkpoint loop waiting on a signal nobody sets:
+    # leaving the block stops it at once, with no stop_grace_secs timeout
+    model = Model()
+    sv = model.supervisor(logdir=str(tmp_path), save_model_secs=3600, stop_grace_secs=BOUND_S)
+    async with asyncio.timeout(BOUND_S):
+        async with sv.managed_session(server.target) as sess:
+            while latest_checkpoint(str(tmp_path)) is None:   # the loop's first save is done
+                await asyncio.sleep(0.01)
+            sv.start_queue_runners(sess, [])
+            await sess.run(model.train)
+    assert "did not stop within" not in caplog.text
+    assert latest_checkpoint(str(tmp_path)).endswith("model.ckpt-1")   # the final save
+
+
+async def test_save_model_secs_zero_writes_no_checkpoint(server, tmp_path):
+    model = Model()
+    sv = model.supervisor(logdir=str(tmp_path), save_model_secs=0)
+    async with sv.managed_session(server.target) as sess:
+        await sess.run(model.train)
+    assert os.listdir(tmp_path) == []
+
+
+async def test_a_second_managed_session_runs_the_checkpoint_loop_again(server, tmp_path):
+    # the first session's stop must not stop the second one's periodic saves
+    model = Model()
+    sv = model.supervisor(logdir=str(tmp_path), save_model_secs=0.05)
+    async with asyncio.timeout(BOUND_S):
+        for want in (1, 2):
+            async with sv.managed_session(server.target) as sess:
+                await sess.run(model.train)
+                assert await sess.run(model.gs) == want
+                while want not in steps_on_disk(str(tmp_path)):   # a periodic save, in the block
+                    await asyncio.sleep(0.01)

@@ -35,7 +35,6 @@ import json
 import logging
 import os
 import struct
-import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -79,7 +78,15 @@ def _atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
     """Write ``path`` through a temporary file in the same folder, then rename it over."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    # not mkstemp: its files are 0600 whatever the umask, and a serving or
+    # evaluation job of another user could not read the checkpoints
+    while True:
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -384,12 +391,15 @@ def _parse_state(text: str) -> CheckpointState:
         key, sep, value = line.partition(":")
         if not sep:
             raise ValueError(f"line {number} has no 'key: \"value\"'")
+        key = key.strip()
+        if key not in ("model_checkpoint_path", "all_model_checkpoint_paths"):
+            continue   # TF's newer fields (timestamps, numbers): not ours to read
         path = json.loads(value.strip())
         if not isinstance(path, str):
             raise ValueError(f"line {number}: the value is not a quoted path")
-        if key.strip() == "model_checkpoint_path":
+        if key == "model_checkpoint_path":
             latest = path
-        elif key.strip() == "all_model_checkpoint_paths":
+        else:
             all_paths.append(path)
     if latest is None:
         raise ValueError("no model_checkpoint_path")
@@ -444,7 +454,8 @@ def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None) -
 class CheckpointRotation:
     """Which checkpoints ``Saver`` keeps: the newest ``max_to_keep``, deleting older files.
 
-    ``max_to_keep`` None or 0 keeps every file, as in TF. As TF's
+    ``max_to_keep`` None or 0 keeps every file and, as in TF, lists none of
+    them (the state file then names only the newest). As TF's
     ``keep_checkpoint_every_n_hours``, a checkpoint about to be deleted is kept
     for good when at least that many hours passed since the last one kept so.
     """
@@ -468,21 +479,31 @@ class CheckpointRotation:
         stamp = time.time() if timestamp is None else timestamp
         self._last = [(p, stamp) for p in paths if os.path.exists(p)]
 
-    def record(self, path: str, timestamp: float | None = None) -> list[str]:
-        """Note a newly written checkpoint; delete the ones beyond ``max_to_keep``; return those deleted."""
+    def record(self, path: str, timestamp: float | None = None, *, delete: bool = True) -> list[str]:
+        """Note a newly written checkpoint; return the ones beyond ``max_to_keep``,
+        deleted (or, with ``delete=False``, for the caller to delete with
+        :func:`delete_checkpoints` once the state file no longer names them)."""
+        if not self._max_to_keep:
+            return []
         stamp = time.time() if timestamp is None else timestamp
         self._last = [(p, t) for p, t in self._last if p != path]
         self._last.append((path, stamp))
-        deleted = []
-        while self._max_to_keep and len(self._last) > self._max_to_keep:
+        expired = []
+        while len(self._last) > self._max_to_keep:
             old, old_stamp = self._last.pop(0)
             if old_stamp > self._next_preserve:
                 self._next_preserve += self._every_s
                 logger.info("keeping checkpoint %s for good (keep_checkpoint_every_n_hours)", old)
                 continue
-            _delete_checkpoint(old)
-            deleted.append(old)
-        return deleted
+            expired.append(old)
+        if delete:
+            delete_checkpoints(expired)
+        return expired
+
+
+def delete_checkpoints(paths: Iterable[str]) -> None:
+    for path in paths:
+        _delete_checkpoint(path)
 
 
 def _delete_checkpoint(path: str) -> None:

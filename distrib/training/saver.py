@@ -24,16 +24,19 @@ How it works, and why:
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from distrib import ops
-from distrib.errors import InvalidArgumentError, NotFoundError
+from distrib.errors import (InvalidArgumentError, NotFoundError, PermissionDeniedError,
+                            ResourceExhaustedError, UnknownError)
 from distrib.graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from distrib.training import checkpoint
 from distrib.training.checkpoint import latest_checkpoint
@@ -133,6 +136,7 @@ class Saver:
         self._graph = next(iter(self._named.values())).graph if self._named else get_default_graph()
         self._name = name or "save"
         self._rotation = checkpoint.CheckpointRotation(max_to_keep, keep_checkpoint_every_n_hours)
+        self._write_lock = threading.Lock()
         self._restorer: _Restorer | None = None
         self._filename = filename
         if not defer_build:
@@ -175,28 +179,67 @@ class Saver:
         if latest_filename is not None and os.path.basename(latest_filename) != latest_filename:
             raise InvalidArgumentError(f"latest_filename {latest_filename!r} must be a file name, "
                                        "not a path: the state file lives beside the checkpoints")
-        values, step = await self._fetch(sess, global_step)
-        path = await asyncio.to_thread(self._write, os.fspath(save_path), values, step,
-                                       latest_filename, write_state)
-        return path
+        # One save at a time, from its fetch to its state file (a user's beside
+        # the Supervisor's periodic one, maybe from another thread's loop):
+        # otherwise two rotations interleave, and the state file may name an
+        # older checkpoint as the newest.
+        await self._acquire_write_lock()
+        held_by_write = False
+        try:
+            values, step = await self._fetch(sess, global_step)
+            write = asyncio.ensure_future(asyncio.to_thread(
+                self._write, os.fspath(save_path), values, step, latest_filename, write_state))
+            # the write's end lets go of the lock, also when this call is
+            # cancelled meanwhile (the thread finishes its files regardless)
+            write.add_done_callback(self._write_done)
+            held_by_write = True
+            try:
+                return await asyncio.shield(write)
+            except OSError as exc:
+                raise _file_error(exc, save_path) from exc
+        finally:
+            if not held_by_write:
+                self._write_lock.release()
+
+    async def _acquire_write_lock(self) -> None:
+        # polled, not awaited in a thread: a cancelled wait must not leave a
+        # thread that takes the lock later and never lets it go
+        while not self._write_lock.acquire(blocking=False):
+            await asyncio.sleep(0.005)
+
+    def _write_done(self, write: asyncio.Future) -> None:
+        self._write_lock.release()
+        if not write.cancelled():
+            write.exception()   # retrieved: a cancelled caller no longer waits for it
 
     async def _fetch(self, sess: Any, global_step: Any) -> tuple[dict[str, np.ndarray], int | None]:
         reads = {name: var.value() for name, var in self._named.items()}
         if global_step is None or isinstance(global_step, (int, np.integer)):
             values = await _run(sess, reads)
-            return values, None if global_step is None else int(global_step)
-        values, step = await _run(sess, [reads, global_step])
-        return values, int(np.asarray(step))
+            step = None if global_step is None else int(global_step)
+        else:
+            values, step = await _run(sess, [reads, global_step])
+            step = int(np.asarray(step))
+        # a fetched string tensor comes back as str or fixed-width unicode:
+        # stored as the variable's own (string) dtype, it restores into it
+        for name, var in self._named.items():
+            if np.dtype(var.dtype.as_numpy_dtype).kind == "O":
+                values[name] = np.asarray(values[name], dtype=object)
+        return values, step
 
     def _write(self, save_path: str, values: dict[str, np.ndarray], step: int | None,
                latest_filename: str | None, write_state: bool) -> str:
         save_dir = os.path.dirname(os.path.abspath(save_path))
         path = checkpoint.write_checkpoint(save_path, values, global_step=step)
-        for old in self._rotation.record(path):
-            logger.info("deleted old checkpoint %s (max_to_keep)", old)
+        expired = self._rotation.record(path, delete=False)
         if write_state:
             checkpoint.update_checkpoint_state(save_dir, path, self._rotation.paths,
                                                latest_filename=latest_filename)
+        # deleted only once the state file no longer names them: a failed
+        # write of it leaves a state whose checkpoints all still exist
+        checkpoint.delete_checkpoints(expired)
+        for old in expired:
+            logger.info("deleted old checkpoint %s (max_to_keep)", old)
         logger.info("saved checkpoint %s", path)
         return path
 
@@ -243,6 +286,18 @@ class Saver:
 
     def __repr__(self) -> str:
         return f"<dt.train.Saver {len(self._named)} variables, keeping {self.last_checkpoints}>"
+
+
+def _file_error(exc: OSError, save_path: Any) -> Exception:
+    """A failed write of a checkpoint or its state file as a typed error."""
+    what = f"could not write checkpoint {os.fspath(save_path)!r}: {exc}"
+    if isinstance(exc, PermissionError):
+        return PermissionDeniedError(what + "; choose a folder this process may write to")
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(what)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceExhaustedError(what + "; free some disk space or lower max_to_keep")
+    return UnknownError(what)
 
 
 def _check_compatible(name: str, var: Variable, stored: tuple[np.dtype, tuple[int, ...]],

@@ -12,7 +12,7 @@ What each task does when its session opens:
 * the **chief** restores the newest good checkpoint of ``logdir`` (falling
   back to older ones when the newest is corrupt), or else runs ``init_op``;
   then it checks ``ready_op`` and starts a background task that saves a
-  checkpoint every ``save_model_secs``;
+  checkpoint every ``save_model_secs`` (0: no checkpoints at all, as in TF);
 * a **non-chief** polls ``ready_op`` every ``recovery_wait_secs`` until the
   chief has initialized (or restored) the shared variables.
 
@@ -368,9 +368,14 @@ class Supervisor:
             return await self._saver.save(sess, self._save_path, global_step=self._global_step)
 
     def _bind_loop(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop_event = asyncio.Event()
-        self._save_lock = asyncio.Lock()
+        # Once per loop: services started later (start_queue_runners after
+        # managed_session, as SyncReplicas does) must share the event the
+        # checkpoint loop already waits on, and the save lock with it.
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._stop_event is None or self._save_lock is None:
+            self._loop = loop
+            self._stop_event = asyncio.Event()
+            self._save_lock = asyncio.Lock()
         if self._stop_requested:
             self._stop_event.set()
 
@@ -433,6 +438,15 @@ class Supervisor:
     def _clear_stop(self) -> None:
         self._stop_requested = False
         self._stop_exception = None
+        if self._stop_event is not None:
+            try:
+                same_loop = asyncio.get_running_loop() is self._loop
+            except RuntimeError:
+                same_loop = False
+            if same_loop:
+                self._stop_event.clear()   # a new session's services run again
+            else:
+                self._stop_event = None    # made anew for the loop that binds next
 
     async def stop(self, threads: Any = None, close_summary_writer: bool = True,
                    ignore_live_threads: bool = False) -> None:
@@ -446,7 +460,9 @@ class Supervisor:
 
     async def _final_save(self) -> None:
         sess, self._sess = self._sess, None
-        if not (self._is_chief and sess is not None and self._saver is not None and self._save_path):
+        # save_model_secs=0 turns checkpoints off, the last one included (TF)
+        if not (self._is_chief and sess is not None and self._saver is not None
+                and self._save_path and self._save_model_secs):
             return
         if self._save_lock is None:
             self._save_lock = asyncio.Lock()
