@@ -11,7 +11,10 @@ runs on the devices the forward pass did (no needless copies between tasks).
 
 Broadcasting is undone with ``SumToShapeOf`` and reductions with
 ``BroadcastToShapeOf`` (docs/ops.md), which read the reference shape at run
-time, so unknown batch dimensions need no special care.
+time, so unknown batch dimensions need no special care. These and the other
+ops gradients emit (``ReluGrad``, ``SigmoidGrad``, ``TanhGrad``,
+``BiasAddGrad``) have gradients too, so a gradient can be differentiated again
+(Hessian terms, gradient penalties).
 """
 from __future__ import annotations
 
@@ -391,6 +394,49 @@ def _transpose_grad(op: Operation, g: Tensor) -> list:
     perm = op.get_attr("perm")
     inverse = None if perm is None else [int(i) for i in np.argsort(perm)]
     return [ops.transpose(g, inverse)]
+
+
+# -- gradients of gradient ops (second order: Hessian terms, gradient penalties) --------
+@register_gradient("SumToShapeOf")
+def _sum_to_shape_of_grad(op: Operation, g: Tensor) -> list:
+    # the adjoint of summing back to a shape is broadcasting out again;
+    # the reference is read only for its shape
+    return [ops.add(ops.zeros_like(op.inputs[0]), g), None]
+
+
+@register_gradient("BroadcastToShapeOf")
+def _broadcast_to_shape_of_grad(op: Operation, g: Tensor) -> list:
+    axis, keep = op.get_attr("axis"), bool(op.get_attr("keepdims"))
+    return [_sum_to(ops.reduce_sum(g, axis=axis, keepdims=keep), op.inputs[0]), None]
+
+
+@register_gradient("ReluGrad")
+def _relu_grad_grad(op: Operation, g: Tensor) -> list:
+    # dy * (y > 0): linear in dy, piecewise constant in y
+    return [ops._out("ReluGrad", [g, op.inputs[1]], None, "ReluGrad"), None]
+
+
+@register_gradient("SigmoidGrad")
+def _sigmoid_grad_grad(op: Operation, g: Tensor) -> list:
+    # dy * y * (1 - y)
+    y, dy = op.inputs
+    g_dy = ops.multiply(g, dy)
+    return [ops.subtract(g_dy, ops.multiply(ops.multiply(g_dy, y), 2.0)),
+            ops._out("SigmoidGrad", [y, g], None, "SigmoidGrad")]
+
+
+@register_gradient("TanhGrad")
+def _tanh_grad_grad(op: Operation, g: Tensor) -> list:
+    # dy * (1 - y^2)
+    y, dy = op.inputs
+    return [ops.multiply(ops.multiply(g, dy), ops.multiply(y, -2.0)),
+            ops._out("TanhGrad", [y, g], None, "TanhGrad")]
+
+
+@register_gradient("BiasAddGrad")
+def _bias_add_grad_grad(op: Operation, g: Tensor) -> list:
+    # the sum over every axis but the last, spread back over them
+    return [ops.add(ops.zeros_like(op.inputs[0]), g)]
 
 
 for _op_type in ("Equal", "NotEqual", "Less", "Greater", "LogicalAnd", "LogicalNot", "ArgMax",

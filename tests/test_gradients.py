@@ -290,6 +290,40 @@ def test_every_emitted_differentiable_op_has_a_gradient():
                       "Exp", "Square", "Sqrt", "Abs", "Relu", "Sigmoid", "Tanh", "Identity",
                       "Cast", "MatMul", "BiasAdd", "Softmax", "LogSoftmax",
                       "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
-                      "Sum", "Mean", "Max", "Min", "Reshape", "Transpose"}
+                      "Sum", "Mean", "Max", "Min", "Reshape", "Transpose",
+                      # the ops first-order gradients emit (second order)
+                      "SumToShapeOf", "BroadcastToShapeOf", "ReluGrad", "SigmoidGrad",
+                      "TanhGrad", "BiasAddGrad"}
     missing = {t for t in differentiable if _GRADIENTS.get(t) is None}
     assert not missing
+
+
+def _first(f, wrt=0):
+    """A build function whose output is d(sum f(*xs))/d(xs[wrt]): check_gradient then
+    compares that gradient's own gradient (second order) with finite differences."""
+    def build(*xs):
+        return gradients(ops.reduce_sum(f(*xs)), [xs[wrt]])[0]
+    return build
+
+
+SECOND_ORDER = {
+    # (first-order gradient, inputs): each puts one gradient op on the second pass
+    "relu (ReluGrad)": (_first(lambda x: ops.square(nn.relu(x))), [_away_from_zero(2, 3)]),
+    "sigmoid (SigmoidGrad)": (_first(nn.sigmoid), [_rand(2, 3)]),
+    "tanh (TanhGrad)": (_first(nn.tanh), [_rand(2, 3)]),
+    "broadcast (SumToShapeOf)": (
+        _first(lambda x, c: ops.square(ops.multiply(x, c)), wrt=1), [_rand(2, 3), _rand(2, 1)]),
+    "sum (BroadcastToShapeOf)": (
+        _first(lambda x: ops.multiply(ops.reduce_sum(ops.square(x), axis=1), ops.reduce_sum(x))),
+        [_rand(2, 3)]),
+    "mean keepdims": (_first(lambda x: ops.square(ops.reduce_mean(ops.exp(x), axis=0, keepdims=True))),
+                      [_rand(3, 2)]),
+    "bias_add (BiasAddGrad)": (_first(lambda x, b: ops.square(nn.bias_add(x, b)), wrt=1),
+                               [_rand(4, 3), _rand(3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_ORDER))
+def test_second_order_gradient_matches_finite_differences(name):
+    build, values = SECOND_ORDER[name]
+    check_gradient(build, values, rtol=1e-4, atol=1e-5)

@@ -257,6 +257,29 @@ def test_global_step_helpers_follow_tf1():
     assert evaluate(gs, graph=graph, variables=store) == 0
 
 
+def test_a_global_step_made_by_name_is_counted():
+    # the TF1 idiom: Variable(0, name="global_step", trainable=False), in no
+    # GLOBAL_STEP collection; get_global_step finds the variable itself
+    graph, store = dt.Graph(), VariableStore()
+    with graph.as_default():
+        made = dt.Variable(0, name="global_step", trainable=False, dtype=dt.int64)
+        gs = get_or_create_global_step()
+        assert gs is made
+        w = dt.Variable(np.array([1.0, 2.0]), name="w")
+        train = GradientDescentOptimizer(0.1).minimize(dt.reduce_sum(w * w), global_step=gs)
+        init = dt.global_variables_initializer()
+    evaluate(init, graph=graph, variables=store)
+    evaluate(train, graph=graph, variables=store)
+    evaluate(train, graph=graph, variables=store)
+    assert evaluate(gs, graph=graph, variables=store) == 2
+
+
+@pytest.mark.parametrize("cls", [GradientDescentOptimizer, AdamOptimizer])
+def test_hyper_parameters_may_be_callables(cls):
+    # TF 1.15 calls a callable hyper-parameter when it builds the update
+    check_steps(Stepper(cls(lambda: 0.05)).steps(), Stepper(cls(0.05)).steps())
+
+
 def test_sgd_written_into_a_new_array_has_the_bits_of_the_in_place_rule():
     from kernels.cpu_update import gradient_descent_into
     rng = np.random.default_rng(3)

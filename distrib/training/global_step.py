@@ -32,8 +32,8 @@ def _graph(graph: Graph | None) -> Graph:
 def get_global_step(graph: Graph | None = None) -> Any:
     """The graph's global step variable, or None.
 
-    Looks in the ``GLOBAL_STEP`` collection first, then for a tensor named
-    ``global_step:0`` (TF1's fallback). An ambiguous or non-integer global
+    Looks in the ``GLOBAL_STEP`` collection first, then for a variable (else a
+    tensor) named ``global_step:0`` (TF1's fallback). An ambiguous or non-integer global
     step is an error, as in TF.
     """
     graph = _graph(graph)
@@ -53,6 +53,11 @@ def get_global_step(graph: Graph | None = None) -> Any:
 
 
 def _by_name(graph: Graph) -> Any:
+    # the TF1 idiom Variable(0, name="global_step", trainable=False) puts it in
+    # no GLOBAL_STEP collection: the variable itself, so optimizers can count
+    for var in graph.get_collection(GraphKeys.GLOBAL_VARIABLES):
+        if isinstance(var, Variable) and var.op.name == GLOBAL_STEP_NAME:
+            return var
     try:
         return graph.get_tensor_by_name(GLOBAL_STEP_NAME + ":0")
     except Exception:  # NotFoundError: no op of that name

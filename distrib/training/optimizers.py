@@ -176,7 +176,11 @@ class Optimizer:
     def _apply_and_count(self, update_ops: list[Operation], global_step: Any, scope: str) -> Operation:
         if global_step is None:
             return self._finish(update_ops, scope)
-        step = _check_variable(global_step)
+        if not isinstance(global_step, Variable):
+            raise OptimizerArgumentError(
+                f"global_step={global_step!r} is not a dt.Variable: pass the step variable "
+                "(dt.train.get_or_create_global_step() makes one)")
+        step = global_step
         graph = step.graph
         with graph.control_dependencies([self._finish(update_ops, "update")]), \
                 graph.colocate_with(step.op):
@@ -191,7 +195,10 @@ class Optimizer:
                                    output_specs=[(var.dtype, var.shape)])
 
     def _hyper(self, value: Any, var: Variable, name: str) -> Tensor:
-        """A hyper-parameter as a scalar of ``var``'s dtype, built beside ``var``."""
+        """A hyper-parameter as a scalar of ``var``'s dtype, built beside ``var``
+        (a callable is called first, as TF 1.15's optimizers do)."""
+        if callable(value) and not ops.is_tensor(value):
+            value = value()
         if ops.is_tensor(value):
             tensor = ops.convert_to_tensor(value)
             return tensor if tensor.dtype == var.dtype else ops.cast(tensor, var.dtype, name=name)
