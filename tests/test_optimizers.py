@@ -274,10 +274,15 @@ def test_a_global_step_made_by_name_is_counted():
     assert evaluate(gs, graph=graph, variables=store) == 2
 
 
-@pytest.mark.parametrize("cls", [GradientDescentOptimizer, AdamOptimizer])
-def test_hyper_parameters_may_be_callables(cls):
+@pytest.mark.parametrize("cls, kwargs", [
+    (GradientDescentOptimizer, {"learning_rate": 0.05}),
+    (MomentumOptimizer, {"learning_rate": 0.05, "momentum": 0.8}),
+    (AdamOptimizer, {"learning_rate": 0.05, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6}),
+])
+def test_hyper_parameters_may_be_callables(cls, kwargs):
     # TF 1.15 calls a callable hyper-parameter when it builds the update
-    check_steps(Stepper(cls(lambda: 0.05)).steps(), Stepper(cls(0.05)).steps())
+    called = {k: (lambda v=v: v) for k, v in kwargs.items()}
+    check_steps(Stepper(cls(**called)).steps(), Stepper(cls(**kwargs)).steps())
 
 
 def test_sgd_written_into_a_new_array_has_the_bits_of_the_in_place_rule():

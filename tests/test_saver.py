@@ -206,6 +206,10 @@ async def test_a_failed_state_write_deletes_no_checkpoint(server, tmp_path, monk
         # the state file still names model-1, and model-1 is still there
         assert latest_checkpoint(str(tmp_path)) == first
         await model.saver.restore(sess, first)
+        # the next save that succeeds rotates both older files out
+        third = await model.saver.save(sess, str(tmp_path / "model"), global_step=3)
+    assert sorted(p for p in os.listdir(tmp_path) if p.startswith("model")) == ["model-3"]
+    assert latest_checkpoint(str(tmp_path)) == third
 
 
 async def test_concurrent_saves_leave_state_and_rotation_agreeing(server, tmp_path):

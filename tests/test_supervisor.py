@@ -250,3 +250,22 @@ async def test_a_second_managed_session_runs_the_checkpoint_loop_again(server, t
                 assert await sess.run(model.gs) == want
                 while want not in steps_on_disk(str(tmp_path)):   # a periodic save, in the block
                     await asyncio.sleep(0.01)
+
+
+async def test_a_failing_queue_runner_stops_training_with_its_error(server):
+    # TF: a QueueRunner reports its exception to the coordinator; should_stop()
+    # turns true and leaving the block raises it
+    from distrib.training.sync_replicas import ChiefQueueRunner
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable(np.ones(2, np.float32), name="w")
+        p = dt.placeholder(dt.float32, [2], name="p")
+        bad = w.assign(p, read_value=False)   # its step fails: p is never fed
+        init = dt.global_variables_initializer()
+    sv = Supervisor(graph=g, init_op=init)
+    with pytest.raises(dt.errors.InvalidArgumentError, match="'p:0'"):
+        async with asyncio.timeout(BOUND_S):
+            async with sv.managed_session(server.target) as sess:
+                sv.start_queue_runners(sess, [ChiefQueueRunner(bad)])
+                while not sv.should_stop():
+                    await asyncio.sleep(0.01)

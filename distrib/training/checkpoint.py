@@ -501,6 +501,12 @@ class CheckpointRotation:
         return expired
 
 
+    def take_back(self, paths: list[str], timestamp: float = 0.0) -> None:
+        """Count ``paths`` (from :meth:`record`, not deleted) as kept again, oldest:
+        the next :meth:`record` expires them first."""
+        self._last[:0] = [(p, timestamp) for p in paths]
+
+
 def delete_checkpoints(paths: Iterable[str]) -> None:
     for path in paths:
         _delete_checkpoint(path)

@@ -219,15 +219,16 @@ class Optimizer:
     def _get_non_slot_variable(self, name: str, graph: Any) -> Variable | None:
         return self._non_slot_dict.get((name, graph))
 
-    def _create_non_slot_variable(self, initial_value: float, name: str,
+    def _create_non_slot_variable(self, initial_value: Any, name: str,
                                   colocate_with: Variable) -> Variable:
-        """A scalar optimizer variable (e.g. ``beta1_power``) beside ``colocate_with``, once per graph."""
+        """A scalar optimizer variable (e.g. ``beta1_power``) beside ``colocate_with``,
+        once per graph; ``initial_value`` as a hyper-parameter (number, tensor, callable)."""
         graph = colocate_with.graph
         key = (name, graph)
         if key not in self._non_slot_dict:
             with graph.as_default(), graph.colocate_with(colocate_with.op):
                 self._non_slot_dict[key] = Variable(
-                    lambda: ops.constant(initial_value, dtype=colocate_with.dtype),
+                    lambda: self._hyper(initial_value, colocate_with, name + "_initial"),
                     trainable=False, name=name)
         return self._non_slot_dict[key]
 

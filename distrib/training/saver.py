@@ -233,8 +233,12 @@ class Saver:
         path = checkpoint.write_checkpoint(save_path, values, global_step=step)
         expired = self._rotation.record(path, delete=False)
         if write_state:
-            checkpoint.update_checkpoint_state(save_dir, path, self._rotation.paths,
-                                               latest_filename=latest_filename)
+            try:
+                checkpoint.update_checkpoint_state(save_dir, path, self._rotation.paths,
+                                                   latest_filename=latest_filename)
+            except BaseException:
+                self._rotation.take_back(expired)   # deleted by the next save that succeeds
+                raise
         # deleted only once the state file no longer names them: a failed
         # write of it leaves a state whose checkpoints all still exist
         checkpoint.delete_checkpoints(expired)

@@ -386,8 +386,18 @@ class Supervisor:
         A runner is anything with ``start(sess, stop) -> asyncio.Task``."""
         self._bind_loop()
         tasks = [runner.start(sess, self.should_stop) for runner in queue_runners]
+        for t in tasks:   # a runner that fails stops training with its error (TF's coordinator)
+            t.add_done_callback(self._runner_done)
         self._runner_tasks.extend(tasks)
         return tasks
+
+    def _runner_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("queue runner failed: %s", exc)
+            self.request_stop(exc)
 
     async def _stop_services(self) -> None:
         runners, self._runner_tasks = self._runner_tasks, []
@@ -396,8 +406,8 @@ class Supervisor:
                 await asyncio.wait_for(asyncio.shield(t), self._stop_grace_secs)
             except asyncio.TimeoutError:
                 t.cancel()
-            except Exception as exc:  # a runner's error must not hide the final save
-                logger.error("queue runner failed: %s", exc)
+            except Exception:  # recorded by _runner_done; it must not hide the final save
+                pass
         task, self._checkpoint_task = self._checkpoint_task, None
         if task is None:
             return
