@@ -9,7 +9,8 @@
 3. Tensors of growing size moving from worker 0 to worker 1, over shared
    memory (the default between co-located tasks) and over forced TCP.
 
-Every process it starts is stopped at the end, also on Ctrl-C. Each child
+Every process it starts is stopped at the end, also on Ctrl-C or SIGTERM,
+and when one of them fails (the demo then shows the end of its output). Each child
 uses one BLAS thread: several numpy processes on one small host otherwise
 spin-wait against each other.
 """
@@ -17,13 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from contextlib import ExitStack
-
 
 
 def free_ports(n: int) -> list[int]:
@@ -38,32 +40,40 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def start_worker(cfg: str, index: int, env: dict[str, str]) -> subprocess.Popen:
+def start_worker(cfg: str, index: int, env: dict[str, str],
+                 procs: list[subprocess.Popen]) -> None:
     p = subprocess.Popen([sys.executable, "-m", "distrib.server", "--cluster", cfg,
                           "--job_name", "worker", "--task_index", str(index),
                           "--log_level", "WARNING"],
                          stdout=subprocess.PIPE, text=True, env=env)
+    procs.append(p)   # stopped with the others, whatever happens next
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
+        # a bounded wait for each line: a child that hangs before its first
+        # line must not hold the demo past the deadline
+        if not select.select([p.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            break
         line = p.stdout.readline()
         if line.startswith("serving"):
             print(f"  {line.strip()}  (pid {p.pid})")
-            return p
-        if not line and p.poll() is not None:
+            return
+        if not line:
             break
-    p.kill()
-    raise SystemExit(f"worker {index} did not start")
+    raise SystemExit(f"worker {index} of {cfg} did not start within 30 s "
+                     f"(exit code {p.poll()})")
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
+    """Stop the children, newest first: a trainer's chief then still reaches
+    its ps for the final checkpoint it writes on SIGTERM."""
+    for p in reversed(procs):
         if p.poll() is None:
             p.terminate()
-    for p in procs:
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def cluster_files(tmp: str, name: str) -> tuple[str, dict]:
@@ -130,33 +140,60 @@ TRAINER = os.path.join(ROOT, "examples", "trainer.py")
 
 
 def train_cluster(env: dict[str, str], procs: list[subprocess.Popen], logdir: str,
-                  steps: int) -> None:
+                  steps: int, limit_s: float = 600) -> None:
+    """Run the trainer cluster; the chief's progress is shown as it comes.
+    Each task's output goes to a log file beside ``logdir``: when a task
+    fails, the demo shows the end of that log and stops the others at once."""
     ps, w0, w1 = free_ports(3)
     flags = [f"--ps_hosts=localhost:{ps}", f"--worker_hosts=localhost:{w0},localhost:{w1}",
              f"--train_steps={steps}", "--log_every=250"]
     t0 = time.perf_counter()
-    roles = [("ps", 0), ("worker", 1), ("worker", 0)]
-    for job, i in roles:
+    tasks: list[tuple[str, subprocess.Popen, str]] = []
+    for job, i in [("ps", 0), ("worker", 1), ("worker", 0)]:
         extra = [f"--logdir={logdir}"] if (job, i) == ("worker", 0) else []
-        procs.append(subprocess.Popen(
-            [sys.executable, TRAINER, f"--job_name={job}", f"--task_index={i}", *flags, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
+        log_path = f"{logdir}.{job}{i}.log"
+        with open(log_path, "w") as out:   # the child keeps its own descriptor
+            procs.append(subprocess.Popen(
+                [sys.executable, TRAINER, f"--job_name={job}", f"--task_index={i}", *flags, *extra],
+                stdout=out, stderr=subprocess.STDOUT, text=True, env=env))
+        tasks.append((f"/job:{job}/task:{i}", procs[-1], log_path))
         print(f"  started /job:{job}/task:{i} (pid {procs[-1].pid})")
-    chief = procs[-1]
-    results = []
-    for line in chief.stdout:
-        line = line.rstrip()
-        if "examples/s" in line or line.startswith("done"):
-            print("  chief:", line.split(": ", 1)[-1] if "trainer:" in line else line)
-        if line.startswith("done"):
-            results.append(line)
-    for p in procs[-3:]:
-        p.wait(60)
-    if not results:
-        raise SystemExit("training did not finish: see the trainer's output above")
-    print(f"  {results[-1]}; wall time {time.perf_counter() - t0:.1f}s; "
-          f"ps exit {procs[-3].returncode}, workers exit {procs[-2].returncode}, "
-          f"{procs[-1].returncode}")
+    chief_log = open(tasks[-1][2])
+    result = None
+    partial = ""
+
+    def show_chief() -> None:
+        nonlocal partial, result
+        *lines, partial = (partial + chief_log.read()).split("\n")   # whole lines only
+        for line in lines:
+            if "examples/s" in line or line.startswith("done"):
+                print("  chief:", line.split(": ", 1)[-1] if "trainer:" in line else line)
+            if line.startswith("done"):
+                result = line
+
+    try:
+        while any(p.poll() is None for _, p, _ in tasks):
+            show_chief()
+            failed = [(name, p, path) for name, p, path in tasks if p.poll() not in (None, 0)]
+            if failed:
+                for name, p, path in failed:
+                    print(f"  {name} failed (exit code {p.returncode}); the end of its output:")
+                    with open(path) as f:
+                        for line in f.readlines()[-15:]:
+                            print("    | " + line.rstrip())
+                raise SystemExit("training failed: stopping the cluster")
+            if time.perf_counter() - t0 > limit_s:
+                raise SystemExit(f"training did not end within {limit_s:g} s: stopping the cluster")
+            time.sleep(0.1)
+        partial += "\n"   # the chief has exited: its last line is whole
+        show_chief()
+    finally:
+        chief_log.close()
+    if result is None:
+        raise SystemExit(f"the chief ended without its 'done' line: see {tasks[-1][2]}")
+    codes = [p.returncode for _, p, _ in tasks]
+    print(f"  {result}; wall time {time.perf_counter() - t0:.1f}s; "
+          f"ps exit {codes[0]}, workers exit {codes[1]}, {codes[2]}")
 
 
 def main() -> int:
@@ -171,20 +208,29 @@ def main() -> int:
         train_cluster(env, procs, os.path.join(tmp, "logs"), steps=2000)
         print("2) the seed's config.json example: two workers via the CLI, this process as host")
         cfg, spec = cluster_files(tmp, "config")
-        procs += [start_worker(cfg, i, env) for i in (0, 1)]
+        for i in (0, 1):
+            start_worker(cfg, i, env, procs)
         seed_example(dt, spec)
         print("3) tensors crossing tasks, shared memory (auto) then TCP (forced)")
         transfer_table(dt, spec, "shm")
         cfg_tcp, spec_tcp = cluster_files(tmp, "config_tcp")
         tcp_env = dict(env, DISTRIB_TRANSPORT="tcp")
-        procs += [start_worker(cfg_tcp, i, tcp_env) for i in (0, 1)]
+        for i in (0, 1):
+            start_worker(cfg_tcp, i, tcp_env, procs)
         transfer_table(dt, spec_tcp, "tcp")
     print(f"done in {time.perf_counter() - t_start:.1f}s; all worker processes stopped")
     return 0
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM stops the demo as Ctrl-C does: the exit stack stops every child
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         sys.exit(main())
     except KeyboardInterrupt:
+        print("interrupted: every process the demo started is stopped", file=sys.stderr)
         sys.exit(130)

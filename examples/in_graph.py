@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train_steps", type=int, default=500)
     p.add_argument("--batch_size", type=int, default=32, help="per worker")
     args = p.parse_args(argv)
+    if bool(args.ps_hosts) != bool(args.worker_hosts):
+        p.error("give both --ps_hosts and --worker_hosts (a running cluster), or neither "
+                "(a local one in this process)")
     servers = []
     if args.ps_hosts and args.worker_hosts:
         cluster = dt.ClusterSpec.from_flags(ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts)

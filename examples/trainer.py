@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 import time
 
@@ -50,6 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=0.3)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--log_every", type=int, default=200)
+    p.add_argument("--wait_workers_secs", type=float, default=120,
+                   help="how long the chief waits for the other workers to finish")
     return p.parse_args(argv)
 
 
@@ -113,24 +116,42 @@ async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.Cluster
         accuracy = float(np.mean(np.argmax(logits, axis=1) == yt))
         await mark_done(sess, model)
         if is_chief:
-            await wait_for_workers(sess, model, cluster.num_tasks("worker"))
+            await wait_for_workers(sess, model, cluster.num_tasks("worker"),
+                                   args.wait_workers_secs)
+        step = await sess.run(model.global_step)   # with every worker's last steps
     # the Supervisor's final checkpoint is written when the block above ends
     print(f"done global_step={int(step)} accuracy={accuracy:.4f}", flush=True)
     return accuracy
 
 
-async def mark_done(sess: dt.Session, model: Model) -> None:
-    for _ in range(100):  # the chief may not have initialized the counter yet
+async def mark_done(sess: dt.Session, model: Model, limit_s: float = 30) -> None:
+    deadline = time.monotonic() + limit_s
+    while True:  # the chief may not have initialized the counter yet
         try:
             await sess.run(model.mark_done)
             return
         except FailedPreconditionError:
+            if time.monotonic() > deadline:
+                log.warning("could not report this worker done: the chief never initialized "
+                            "the counter on /job:ps/task:0")
+                return
             await asyncio.sleep(0.1)
 
 
-async def wait_for_workers(sess: dt.Session, model: Model, n: int, limit_s: float = 600) -> None:
-    deadline = time.monotonic() + limit_s
-    while int(await sess.run(model.read_done)) < n and time.monotonic() < deadline:
+async def wait_for_workers(sess: dt.Session, model: Model, n: int, limit_s: float) -> None:
+    """Wait until all ``n`` workers reported done, saying every few seconds how
+    many are missing; past ``limit_s`` go on without them (a worker died)."""
+    start = time.monotonic()
+    said = start
+    while (done := int(await sess.run(model.read_done))) < n:
+        now = time.monotonic()
+        if now - start > limit_s:
+            log.warning("%d of %d workers finished; not waiting longer than "
+                        "--wait_workers_secs=%g for the others", done, n, limit_s)
+            return
+        if now - said >= 5:
+            log.info("chief: %d of %d workers finished; waiting for the others", done, n)
+            said = now
         await asyncio.sleep(0.1)
 
 
@@ -142,11 +163,23 @@ async def release_ps(cluster: dt.ClusterSpec) -> None:
             log.warning("could not tell /job:ps/task:%d to stop: %s", i, e)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (kill, docker stop, a launcher's terminate()) ends the task as
+    # Ctrl-C does: asyncio cancels the training loop and the chief's
+    # Supervisor still writes its final checkpoint
+    signal.raise_signal(signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    cluster = dt.ClusterSpec.from_flags(ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts)
-    server = dt.Server(cluster, job_name=args.job_name, task_index=args.task_index)
+    try:
+        cluster = dt.ClusterSpec.from_flags(ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts)
+        server = dt.Server(cluster, job_name=args.job_name, task_index=args.task_index)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         if args.job_name == "ps":
             log.info("ps %d serving at %s", args.task_index, server.target)
@@ -157,6 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.task_index == 0:
             asyncio.run(release_ps(cluster))
         return 0
+    except KeyboardInterrupt:
+        log.info("/job:%s/task:%d interrupted; stopping", args.job_name, args.task_index)
+        return 130
+    except dt.errors.OpError as e:
+        print(f"error: /job:{args.job_name}/task:{args.task_index}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return 1
     finally:
         server.stop()
 

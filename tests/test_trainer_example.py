@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -71,3 +72,77 @@ def test_in_graph_replication_example_trains_one_tower_per_worker():
     assert out.returncode == 0, out.stderr[-3000:]
     step, acc = done_line(out.stdout)
     assert step == 200 and acc >= 0.85
+
+
+def _start(role: tuple[str, int], flags: list[str], out_path, **env: str) -> subprocess.Popen:
+    job, i = role
+    with open(out_path, "w") as out:
+        return subprocess.Popen([sys.executable, TRAINER, f"--job_name={job}", f"--task_index={i}",
+                                 *flags], stdout=out, stderr=subprocess.STDOUT, text=True,
+                                env=child_env(OPENBLAS_NUM_THREADS="1", **env))
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--job_name=worker", "--task_index=5"], "task index 5 is not in job 'worker'"),
+    (["--job_name=worker", "--task_index=0", "--ps_hosts=localhost"], "has no port"),
+    (["--job_name=ps", "--task_index=0", "--ps_hosts=localhost:abc"], "bad port 'abc'"),
+])
+def test_bad_flags_are_one_line_errors(flags, says):
+    base = ["--ps_hosts=localhost:1", "--worker_hosts=localhost:2"]
+    out = subprocess.run([sys.executable, TRAINER, *base, *flags], capture_output=True,
+                         text=True, timeout=60, env=child_env())
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_chief_started_before_its_ps_waits_for_it(tmp_path):
+    ps, w0 = free_ports(2)
+    flags = [f"--ps_hosts=localhost:{ps}", f"--worker_hosts=localhost:{w0}", "--train_steps=50"]
+    # a short connect deadline: the first attempt fails while the ps is not there yet
+    chief = _start(("worker", 0), flags, tmp_path / "chief.log", DISTRIB_CONNECT_TIMEOUT_S="1")
+    procs = [chief]
+    try:
+        log = tmp_path / "chief.log"
+        for _ in range(600):   # until the chief has given up on a first connect
+            if "waiting for the tasks of the model's variables" in log.read_text():
+                break
+            assert chief.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.05)
+        procs.append(_start(("ps", 0), flags, tmp_path / "ps.log"))
+        assert chief.wait(timeout=120) == 0, log.read_text()[-3000:]
+        assert procs[1].wait(timeout=60) == 0
+        step, _ = done_line(log.read_text())
+        assert step >= 50
+    finally:
+        _stop(procs)
+
+
+def test_sigterm_to_the_chief_still_writes_its_final_checkpoint(tmp_path):
+    import signal
+    from distrib.train import latest_checkpoint
+    ps, w0 = free_ports(2)
+    logdir = tmp_path / "logs"
+    flags = [f"--ps_hosts=localhost:{ps}", f"--worker_hosts=localhost:{w0}",
+             "--train_steps=1000000", "--log_every=50", f"--logdir={logdir}"]
+    procs = [_start(("ps", 0), flags, tmp_path / "ps.log")]
+    try:
+        chief = _start(("worker", 0), flags, tmp_path / "chief.log")
+        procs.append(chief)
+        log = tmp_path / "chief.log"
+        for _ in range(1200):   # training is under way past the first checkpoint (step 0)
+            if re.search(r"global step [1-9]\d*,", log.read_text()):
+                break
+            assert chief.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.05)
+        chief.send_signal(signal.SIGTERM)
+        assert chief.wait(timeout=60) == 130, log.read_text()[-3000:]
+        ckpt = latest_checkpoint(str(logdir))
+        assert ckpt is not None and int(ckpt.rsplit("-", 1)[1]) > 0, log.read_text()[-3000:]
+    finally:
+        _stop(procs)

@@ -242,6 +242,7 @@ class Supervisor:
     # -- the chief ------------------------------------------------------------------------
     async def _prepare_chief(self, sess: Session, wait_for_checkpoint: bool,
                              max_wait_secs: float) -> None:
+        await self._wait_for_tasks(sess, max_wait_secs)
         restored = await self._restore_latest(sess)
         if restored is None and wait_for_checkpoint:
             restored = await self._wait_for_checkpoint(sess, max_wait_secs)
@@ -253,6 +254,21 @@ class Supervisor:
             raise FailedPreconditionError(
                 f"Init operations did not make model ready: uninitialized {not_ready}. Give the "
                 "Supervisor an init_op (or init_fn) that initializes every global variable")
+
+    async def _wait_for_tasks(self, sess: Session, max_wait_secs: float) -> None:
+        """Wait (up to ``max_wait_secs``) until the tasks that hold the model's
+        variables answer: a chief started before its ps waits for it, as a
+        non-chief does, instead of failing when the first connect times out."""
+        deadline = time.monotonic() + max_wait_secs
+        while True:
+            try:
+                await self._ready.not_ready(sess)
+                return
+            except _TRANSIENT as exc:
+                if time.monotonic() + self._recovery_wait_secs > deadline:
+                    raise
+                logger.info("chief: waiting for the tasks of the model's variables: %s", exc)
+                await asyncio.sleep(self._recovery_wait_secs)
 
     def _checkpoint_candidates(self) -> list[str]:
         """Checkpoints of ``logdir`` that exist, newest first (from the state file)."""
