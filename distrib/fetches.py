@@ -22,9 +22,18 @@ def _graph_element(obj: Any) -> Any:
     return conv() if callable(conv) else obj
 
 
-def _kind(obj: Any) -> tuple[str, str] | None:
-    """("tensor", "op:0") or ("op", "op") for a fetchable leaf; None otherwise."""
+def _kind(obj: Any, graph: Any = None) -> tuple[str, str] | None:
+    """("tensor", "op:0") or ("op", "op") for a fetchable leaf; None otherwise.
+    With ``graph``, a tensor or op of another graph is an error (by name it
+    would find this graph's node of that name, a different value)."""
     obj = _graph_element(obj)
+    if graph is not None and not isinstance(obj, str):
+        own = getattr(obj, "graph", None)
+        if own is not None and own is not graph:
+            raise InvalidArgumentError(
+                f"{obj!r} is not an element of this graph: it belongs to another dt.Graph "
+                "than the session's; build it in the session's graph, or open a Session "
+                "with graph= its graph")
     if isinstance(obj, str):
         return ("tensor", obj) if ":" in obj else ("op", obj)
     if hasattr(obj, "value_index") and hasattr(obj, "op"):
@@ -37,14 +46,15 @@ def _kind(obj: Any) -> tuple[str, str] | None:
 class FetchPlan:
     """Flattened fetches: ``tensors`` to fetch, ``targets`` to run."""
 
-    def __init__(self, fetches: Any) -> None:
+    def __init__(self, fetches: Any, graph: Any = None) -> None:
+        self._graph = graph   # the session's: fetches of other graphs are errors
         self.tensors: list[str] = []
         self.targets: list[str] = []
         self._tensor_pos: dict[str, int] = {}
         self._build: Callable[[list[Any]], Any] = self._flatten(fetches)
 
     def _flatten(self, f: Any) -> Callable[[list[Any]], Any]:
-        kind = _kind(f)
+        kind = _kind(f, self._graph)
         if kind is not None:
             what, name = kind
             if what == "op":
@@ -75,8 +85,8 @@ class FetchPlan:
         return self._build(values)
 
 
-def feed_name(key: Any) -> str:
-    kind = _kind(key)
+def feed_name(key: Any, graph: Any = None) -> str:
+    kind = _kind(key, graph)
     if kind is None or kind[0] != "tensor":
         raise TypeError(f"cannot interpret feed_dict key {key!r} as a tensor: "
                         "use a Tensor (e.g. a placeholder) or a name like 'x:0'")

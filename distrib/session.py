@@ -113,8 +113,8 @@ class Session:
                   options: dict[str, Any] | None = None) -> Any:
         """Run one step; returns ``fetches`` with numpy values in the same structure."""
         await self._open()
-        plan = FetchPlan(fetches)
-        feeds = {feed_name(k): v for k, v in (feed_dict or {}).items()}
+        plan = FetchPlan(fetches, self.graph)
+        feeds = {feed_name(k, self.graph): v for k, v in (feed_dict or {}).items()}
         await self._sync_graph()
         assert self._master is not None
         values = await self._master.call("run", self._handle, plan.tensors, plan.targets, feeds,

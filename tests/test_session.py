@@ -155,6 +155,23 @@ async def test_unseeded_random_ops_differ_from_run_to_run(server, graph):
     assert not np.array_equal(a, b)
 
 
+async def test_a_tensor_of_another_graph_is_an_error_not_a_namesake(server):
+    # TF: "... is not an element of this graph"; by name it would fetch (or
+    # feed) the session graph's own node called "x", another value
+    g1, g2 = dt.Graph(), dt.Graph()
+    with g1.as_default():
+        x1 = dt.constant(1.0, name="x")
+    with g2.as_default():
+        x2 = dt.constant(42.0, name="x")
+        p2 = dt.placeholder(dt.float32, [], name="p")
+    async with dt.Session(server.target, graph=g1) as sess:
+        with pytest.raises(InvalidArgumentError, match="not an element of this graph"):
+            await sess.run(x2)
+        with pytest.raises(InvalidArgumentError, match="not an element of this graph"):
+            await sess.run(x1, {p2: 1.0})
+        assert await sess.run(x1) == 1.0   # the session still works
+
+
 async def test_variables_live_on_the_server_and_are_shared_across_sessions(server):
     g1, g2 = dt.Graph(), dt.Graph()
     with g1.as_default():
