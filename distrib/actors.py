@@ -84,7 +84,16 @@ class ActorRef:
             near._tell_local(self.name, method, args)
             return
         conn = await self.system._connection(self.address)
-        await conn.send([TELL, self.name, method, list(args)])
+        try:
+            await conn.send([TELL, self.name, method, list(args)])
+        except transports.FrameError as e:
+            raise _too_big(method, self.address, e) from e
+
+
+def _too_big(method: str, address: str, e: Exception) -> errors.InvalidArgumentError:
+    return errors.InvalidArgumentError(
+        f"cannot send {method} to {address}: {e}; send less in one step (split a big "
+        "feed or tensor into parts)")
 
 
 class _Peer:
@@ -270,7 +279,10 @@ class ActorSystem:
         if timeout is not None:
             handle = loop.call_later(timeout, _expire, fut, actor, method, peer.name, timeout)
         try:
-            await peer.conn.send([CALL, req, actor, method, list(args)])
+            try:
+                await peer.conn.send([CALL, req, actor, method, list(args)])
+            except transports.FrameError as e:   # nothing was sent: the connection is fine
+                raise _too_big(method, address, e) from e
             return await fut
         finally:
             peer.pending.pop(req, None)

@@ -75,7 +75,13 @@ def prune(nodes: dict[str, Node], fetches: Iterable[str], targets: Iterable[str]
     for t in fetches:
         if t in fed:
             continue
-        op, _ = tensor_op(t)
+        op, idx = tensor_op(t)
+        outs = nodes[op].get("output_dtypes") if op in nodes else None
+        if outs is not None and not 0 <= idx < len(outs):
+            raise InvalidArgumentError(
+                f"cannot fetch {t!r}: op {op!r} has {len(outs)} output(s), "
+                f"{op}:0 to {op}:{len(outs) - 1}" if outs else
+                f"cannot fetch {t!r}: op {op!r} has no outputs; run it as a target instead")
         roots.append(op)
     roots.extend(targets)
     for r in roots:

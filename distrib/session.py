@@ -117,8 +117,12 @@ class Session:
         feeds = {feed_name(k, self.graph): v for k, v in (feed_dict or {}).items()}
         await self._sync_graph()
         assert self._master is not None
+        # the master bounds a step by operation_timeout_s; this bound (with room
+        # for the master's own error to come back) covers a master that stopped answering
+        limit = (options or {}).get("operation_timeout_s", self.config.operation_timeout_s)
         values = await self._master.call("run", self._handle, plan.tensors, plan.targets, feeds,
-                                         options, timeout=None)
+                                         options,
+                                         timeout=None if limit is None else limit + max(limit, 1.0))
         return plan.build([_pythonic(v) for v in values])
 
     async def list_devices(self) -> list[dict[str, Any]]:

@@ -195,3 +195,19 @@ async def test_concurrent_first_calls_share_one_pooled_connection(peer, mode):
         assert len(sys_._out) == 1
     finally:
         await sys_.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["tcp"])
+async def test_a_message_over_the_frame_limit_is_a_typed_error_and_the_link_survives(peer, mode):
+    sys_ = await ActorSystem("/job:client/task:0", listen=False,
+                             config=TransportConfig(mode=mode, max_frame_bytes=1 << 20)).start()
+    try:
+        ref = sys_.ref(peer.line, "echo")
+        assert await ref.call("echo", 1) == 1
+        with pytest.raises(InvalidArgumentError, match="over max_frame_bytes"):
+            await ref.call("echo", np.zeros(1 << 19))   # 4 MiB
+        with pytest.raises(InvalidArgumentError, match="over max_frame_bytes"):
+            await ref.tell("echo", np.zeros(1 << 19))
+        assert await ref.call("echo", 2) == 2
+    finally:
+        await sys_.shutdown()

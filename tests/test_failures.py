@@ -258,3 +258,22 @@ async def test_list_devices_skips_down_tasks_and_lists_the_live_ones(tmp_path) -
         assert "/job:worker/replica:0/task:0/device:CPU:0" in names
         assert "/job:host/replica:0/task:0/device:CPU:0" in names
         assert not any(n.startswith("/job:worker/") and "/task:0/" not in n for n in names)
+
+
+async def test_a_master_that_stops_answering_fails_the_run_within_the_timeout(tmp_path) -> None:
+    # the client's session talks to a master in another process; with
+    # operation_timeout_s set, a stuck master cannot hold a run for ever
+    spec = cluster_spec(worker=1)
+    cfg = write_cluster(tmp_path, spec)
+    config = dt.ConfigProto(operation_timeout_s=0.5)
+    with cli_task(cfg, "worker", 0) as master:
+        g, on0 = pinned_sum("/job:worker/task:0", "on0")
+        async with dt.Session("distrib://" + spec["worker"][0], graph=g, config=config) as sess:
+            assert await run(sess, on0) is not None
+            master.p.send_signal(signal.SIGSTOP)
+            try:
+                with pytest.raises(DeadlineExceededError):
+                    await asyncio.wait_for(sess.run(on0), STUCK_GUARD_S)
+            finally:
+                master.p.send_signal(signal.SIGCONT)
+            assert await run(sess, on0) is not None   # and the session works again

@@ -172,6 +172,14 @@ async def test_a_tensor_of_another_graph_is_an_error_not_a_namesake(server):
         assert await sess.run(x1) == 1.0   # the session still works
 
 
+async def test_fetching_an_output_the_op_does_not_have_is_invalid_argument(server, graph):
+    dt.constant([1.0, 2.0], name="c")
+    async with dt.Session(server.target) as sess:
+        with pytest.raises(InvalidArgumentError, match="has 1 output"):
+            await sess.run("c:7")
+        np.testing.assert_array_equal(await sess.run("c:0"), [1.0, 2.0])
+
+
 async def test_variables_live_on_the_server_and_are_shared_across_sessions(server):
     g1, g2 = dt.Graph(), dt.Graph()
     with g1.as_default():

@@ -396,3 +396,20 @@ def test_arena_unmaps_idle_buffers_past_its_idle_limit():
         assert len(arena.evicted) >= 1
     finally:
         arena.close()
+
+
+async def test_a_prefix_claiming_a_huge_header_commits_no_memory_up_front():
+    # 16 bytes claiming a 512 MiB header (up to 4 GiB passes the frame limit):
+    # the receive buffer grows with the bytes that actually come, not with
+    # the claim (it zero-filled the whole claim, on the event loop)
+    from transports import wire as W
+    w = W.Wire("test")
+    w.max_frame = 1 << 32
+    data = W.PREAMBLE + W._PREFIX.pack(1 << 29, W.FRAME_MSG << 24, 0) + b"x" * 16
+    for _ in range(3):   # the same bytes over and over: still a small buffer
+        view = w.get_buffer(-1)
+        view[:len(data)] = data
+        w.buffer_updated(len(data))
+        data = b"y" * 1024
+    assert len(w._buf) <= 4 * W._BUF_SIZE
+    assert not w.closed

@@ -219,7 +219,13 @@ class Wire(asyncio.BufferedProtocol):
         if total <= len(self._buf) or avail < meta:
             need = total if total <= len(self._buf) else meta
             if need > len(self._buf):
-                self._grow(need)
+                # grow with what has come, not with what the prefix claims (a
+                # 16-byte prefix must not make us commit gigabytes): double
+                # only a buffer that the frame's bytes fill
+                if self._start:
+                    self._compact()
+                if self._end == len(self._buf):
+                    self._grow(min(need, 2 * len(self._buf)))
             elif self._start + need > len(self._buf):
                 self._compact()
             return
