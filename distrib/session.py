@@ -125,10 +125,11 @@ class Session:
                                          timeout=None if limit is None else limit + max(limit, 1.0))
         return plan.build([_pythonic(v) for v in values])
 
-    async def list_devices(self) -> list[dict[str, Any]]:
+    async def list_devices(self) -> list[DeviceAttributes]:
         await self._open()
         assert self._master is not None
-        return await self._master.call("list_devices", timeout=30.0)
+        return [DeviceAttributes(d) for d in
+                await self._master.call("list_devices", timeout=30.0)]
 
     async def close(self) -> None:
         if self._closed:
@@ -144,6 +145,17 @@ class Session:
             logger.debug("close_session failed: %s", e)
         finally:
             await system.shutdown()
+
+
+class DeviceAttributes(dict):
+    """One device of ``list_devices()``: TF's attributes (``d.name``,
+    ``d.device_type``, ``d.memory_limit_bytes``), and a dict of them too."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
 
 
 def _pythonic(v: Any) -> Any:
@@ -205,7 +217,7 @@ class SyncSession:
     def run(self, fetches: Any, feed_dict: dict | None = None, options: dict | None = None) -> Any:
         return self._loop.run(self._session.run(fetches, feed_dict, options))
 
-    def list_devices(self) -> list[dict[str, Any]]:
+    def list_devices(self) -> list[DeviceAttributes]:
         return self._loop.run(self._session.list_devices())
 
     def close(self) -> None:

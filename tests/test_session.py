@@ -237,6 +237,8 @@ async def test_list_devices_shows_the_cpu(server, graph):
     async with dt.Session(server.target) as sess:
         devs = await sess.list_devices()
     assert any(d["name"].endswith("/device:CPU:0") for d in devs)
+    cpu = next(d for d in devs if d.device_type == "CPU")   # TF's attributes too
+    assert cpu.name == cpu["name"] and cpu.memory_limit_bytes >= 0
 
 
 def test_sync_session_list_devices_and_context_manager(server, graph):
