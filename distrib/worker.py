@@ -38,6 +38,13 @@ UNREGISTERED = "partition is not registered on this task"
 # in the AbortedError of a tensor from a restarted sender; the master matches it
 RESTARTED = "restarted during the step"
 _MAX_ABORTED = 4096
+_MAX_ENDED = 4096
+# Tensors may come before their step's partition starts here (the sender was
+# quicker than the master's call); those of a step that never starts (a
+# sender's late tensors from before this task restarted, a confused peer) are
+# dropped after _EARLY_TTL_S, or oldest first past _MAX_EARLY steps.
+_MAX_EARLY = 1024
+_EARLY_TTL_S = 300.0
 
 
 class Rendezvous:
@@ -48,9 +55,12 @@ class Rendezvous:
         self._slots: dict[int, dict[str, asyncio.Future]] = {}
         self._expected: dict[int, dict[str, int]] = {}
         self._aborted: OrderedDict[int, OpError] = OrderedDict()
+        self._ended: OrderedDict[int, None] = OrderedDict()
+        self._early: OrderedDict[int, float] = OrderedDict()   # step -> first tensor's time
 
     def begin(self, step: int, incarnations: dict[str, int]) -> None:
         self._expected[step] = incarnations
+        self._early.pop(step, None)
         if step in self._aborted:
             raise self._aborted[step]
 
@@ -62,8 +72,11 @@ class Rendezvous:
         return fut
 
     def put(self, step: int, key: str, value: Any, src_task: str, incarnation: int) -> None:
-        if step in self._aborted:
-            return
+        if step in self._aborted or step in self._ended:
+            return   # too late: nobody will take it
+        if step not in self._expected and step not in self._early:
+            self._drop_stale_early()
+            self._early[step] = time.monotonic()
         fut = self._slot(step, key)
         if not fut.done():
             fut.set_result((value, src_task, incarnation))
@@ -103,6 +116,7 @@ class Rendezvous:
         return self.check(step, result)
 
     def abort(self, step: int, exc: OpError) -> None:
+        self._early.pop(step, None)
         self._aborted[step] = exc
         while len(self._aborted) > _MAX_ABORTED:
             self._aborted.popitem(last=False)
@@ -115,6 +129,22 @@ class Rendezvous:
     def end(self, step: int) -> None:
         self._slots.pop(step, None)
         self._expected.pop(step, None)
+        self._ended[step] = None
+        if len(self._ended) > _MAX_ENDED:
+            self._ended.popitem(last=False)
+
+    def _drop_stale_early(self) -> None:
+        now = time.monotonic()
+        while self._early:
+            step, since = next(iter(self._early.items()))
+            if len(self._early) < _MAX_EARLY and now - since < _EARLY_TTL_S:
+                return
+            del self._early[step]
+            dropped = self._slots.pop(step, {})
+            for fut in dropped.values():
+                fut.cancel()
+            logger.warning("%s: dropped %d tensor(s) of step %x, which never started here",
+                           self.task, len(dropped), step)
 
 
 # Tensors for one task are held back and sent together in one message until

@@ -250,6 +250,26 @@ async def test_rendezvous_accepts_the_expected_incarnation_in_either_order() -> 
     assert await rv.get(6, "k2", "/job:worker/task:0", timeout=5) == 7
 
 
+async def test_tensors_of_steps_that_never_start_or_already_ended_are_not_kept(monkeypatch) -> None:
+    from distrib import worker as worker_module
+    monkeypatch.setattr(worker_module, "_MAX_EARLY", 8)
+    rv = Rendezvous("/job:worker/task:1")
+    # early tensors are normal (the sender was quicker than the master's call)...
+    rv.put(1, "k", 1, "/job:worker/task:0", 1)
+    rv.begin(1, {"/job:worker/task:0": 1})
+    assert await rv.get(1, "k", "/job:worker/task:0", timeout=5) == 1
+    rv.end(1)
+    # ...a late one, after its step ended here, is dropped
+    rv.put(1, "k2", np.ones(4), "/job:worker/task:0", 1)
+    # and of steps that never start, only the newest _MAX_EARLY are kept
+    for step in range(100, 200):
+        rv.put(step, "k", np.ones(4), "/job:worker/task:0", 1)
+    assert set(rv._slots) == set(range(192, 200))
+    monkeypatch.setattr(worker_module, "_EARLY_TTL_S", 0.0)   # and none past their time
+    rv.put(300, "k", 1, "/job:worker/task:0", 1)
+    assert set(rv._slots) == {300}
+
+
 async def test_aborted_step_fails_waiting_receives_and_drops_late_tensors() -> None:
     rv = Rendezvous("/job:worker/task:1")
     rv.begin(7, {"/job:worker/task:0": 1})
