@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
-                            FailedPreconditionError, OutOfRangeError, UnavailableError)
+                            FailedPreconditionError, OpError, OutOfRangeError,
+                            UnavailableError)
 from distrib.graph import Graph, GraphKeys, get_default_graph
 from distrib.session import ConfigProto, Session
 from distrib.training import checkpoint
@@ -269,6 +270,8 @@ class Supervisor:
                     raise
                 logger.info("chief: waiting for the tasks of the model's variables: %s", exc)
                 await asyncio.sleep(self._recovery_wait_secs)
+            except OpError:
+                return   # they answered; a ready_op that fails before init is init's business
 
     def _checkpoint_candidates(self) -> list[str]:
         """Checkpoints of ``logdir`` that exist, newest first (from the state file)."""
