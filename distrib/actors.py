@@ -343,6 +343,12 @@ class ActorSystem:
 
     def _serve_call(self, peer: _Peer, req: int, actor: str, method: str, args: list) -> None:
         try:
+            if not isinstance(actor, str) or not isinstance(method, str) \
+                    or not isinstance(args, list):
+                raise errors.InvalidArgumentError(
+                    "a call names its actor and method as strings and passes a list of "
+                    f"arguments, not {type(actor).__name__}, {type(method).__name__}, "
+                    f"{type(args).__name__}", task=self.name)
             res = self._method(actor, method)(*args)
         except Exception as e:
             self._reply_error(peer, req, e)

@@ -479,8 +479,14 @@ class CompiledPartition:
                 stats.pool_kernels += pooled[0]
                 stats.in_place_kernels += clock[1]
                 stats.busy_s += _union(clock[2])
-        return [self._fetched(values[i][out], variables)  # type: ignore[index]
-                for i, out in self.fetch_refs]
+        try:
+            return [self._fetched(values[i][out], variables)  # type: ignore[index]
+                    for i, out in self.fetch_refs]
+        except IndexError:   # a GraphDef without output_dtypes escaped the master's check
+            bad = next(f for f, (i, out) in zip(self.fetches, self.fetch_refs)
+                       if not 0 <= out < len(values[i] or ()))
+            raise InvalidArgumentError(f"cannot fetch {bad!r}: its op has no such output",
+                                       task=self.task or None) from None
 
     def _finished(self, i: int, remaining: list[int], ready: list[int],
                   pending: _Pending, channel: StepChannel | None) -> None:

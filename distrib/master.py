@@ -106,6 +106,7 @@ class MasterService:
 
     # -- sessions --------------------------------------------------------------
     def create_session(self, graph_def: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+        _check_options(config, "config")
         handle = os.urandom(8).hex()
         self._sessions[handle] = _SessionState(handle, _index(graph_def), graph_def.get("version", 0),
                                                dict(config or {}))
@@ -113,6 +114,7 @@ class MasterService:
 
     def extend_session(self, handle: str, graph_def: dict[str, Any]) -> int:
         s = self._session(handle)
+        _index(graph_def)   # checked before anything changes
         s.nodes = _index(graph_def)
         s.version = graph_def.get("version", s.version + 1)
         s.plans.clear()
@@ -134,6 +136,8 @@ class MasterService:
         return True
 
     def _session(self, handle: str) -> _SessionState:
+        if not isinstance(handle, str):
+            raise InvalidArgumentError(f"session handle must be a string, not {type(handle).__name__}")
         s = self._sessions.get(handle)
         if s is None:
             raise NotFoundError(f"session {handle} is not open on {self.task} (closed, or the "
@@ -165,6 +169,12 @@ class MasterService:
     async def run(self, handle: str, fetches: list[str], targets: list[str],
                   feeds: dict[str, Any], options: dict[str, Any] | None = None) -> list[Any]:
         s = self._session(handle)
+        for what, names in (("fetches", fetches), ("targets", targets)):
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise InvalidArgumentError(f"run: {what} must be a list of tensor or op names")
+        if not isinstance(feeds, dict) or not all(isinstance(k, str) for k in feeds):
+            raise InvalidArgumentError("run: feeds must map tensor names ('x:0') to values")
+        _check_options(options, "options")
         opts = {**s.config, **(options or {})}
         feeds = self._check_feeds(s, feeds)
         plan = self._plan(s, fetches, targets, feeds)
@@ -358,7 +368,24 @@ def _primary_error(failed: list[asyncio.Future]) -> BaseException:
     return excs[0]  # type: ignore[return-value]
 
 
+def _check_options(options: Any, what: str) -> None:
+    """A session's config or a run's options: None, or a dict of known types."""
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise InvalidArgumentError(f"{what} must be a dict (see dt.ConfigProto), "
+                                   f"not {type(options).__name__}")
+    timeout = options.get("operation_timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise InvalidArgumentError(f"{what}: operation_timeout_s must be a positive number of "
+                                   f"seconds or None, not {timeout!r}")
+
+
 def _index(graph_def: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    if not isinstance(graph_def, dict):
+        raise InvalidArgumentError(f"a GraphDef must be a dict with a 'nodes' list, "
+                                   f"not {type(graph_def).__name__}")
     nodes = graph_def.get("nodes")
     if not isinstance(nodes, list):
         raise InvalidArgumentError("malformed GraphDef: 'nodes' must be a list")

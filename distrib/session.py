@@ -117,12 +117,12 @@ class Session:
         feeds = {feed_name(k, self.graph): v for k, v in (feed_dict or {}).items()}
         await self._sync_graph()
         assert self._master is not None
-        # the master bounds a step by operation_timeout_s; this bound (with room
-        # for the master's own error to come back) covers a master that stopped answering
+        # the master bounds a step's calls by operation_timeout_s + 5 s; this
+        # bound, a little longer so that the master's own error comes first,
+        # covers a master that stopped answering
         limit = (options or {}).get("operation_timeout_s", self.config.operation_timeout_s)
         values = await self._master.call("run", self._handle, plan.tensors, plan.targets, feeds,
-                                         options,
-                                         timeout=None if limit is None else limit + max(limit, 1.0))
+                                         options, timeout=None if limit is None else limit + 6.0)
         return plan.build([_pythonic(v) for v in values])
 
     async def list_devices(self) -> list[DeviceAttributes]:

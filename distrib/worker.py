@@ -28,7 +28,8 @@ import numpy as np
 
 from distrib import errors
 from distrib.actors import ActorRef, ActorSystem, _in_process
-from distrib.errors import (AbortedError, DeadlineExceededError, NotFoundError, OpError)
+from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
+                            NotFoundError, OpError)
 from distrib.executor import CompiledPartition, RunStats, VariableStore, _host
 from transports.shm import ARENA
 
@@ -285,6 +286,15 @@ class WorkerService:
 
     def register_partition(self, key: str, nodes: list, fetches: list,
                            soft_placement: bool = False) -> bool:
+        if not isinstance(key, str) or not isinstance(fetches, list) \
+                or not all(isinstance(f, str) for f in fetches) or not isinstance(nodes, list) \
+                or not all(isinstance(n, dict) and isinstance(n.get("name"), str)
+                           and isinstance(n.get("op"), str) and isinstance(n.get("inputs"), list)
+                           and isinstance(n.get("attrs", {}), dict) for n in nodes):
+            raise InvalidArgumentError(
+                "register_partition takes a key, a list of GraphDef nodes (dicts with a "
+                "name, an op, a list of inputs and a dict of attrs) and a list of fetch names",
+                task=self.task)
         if key not in self._partitions:
             # a master's key is "<session handle>/<plan id>": the session's
             # partitions share the generators of its seeded random ops
@@ -354,6 +364,9 @@ class WorkerService:
         self._run_stats.in_place_kernels = 0
 
     def abort_step(self, step: int, error: dict[str, Any]) -> None:
+        if not isinstance(step, int) or not isinstance(error, dict):
+            raise InvalidArgumentError("abort_step takes a step id and an error record",
+                                       task=self.task)
         exc = errors.from_wire(error)
         self.rendezvous.abort(step, AbortedError(
             f"step aborted because another task failed: {exc}", task=self.task))
@@ -364,11 +377,17 @@ class WorkerService:
                 for v in [self.variables.get(n)]}
 
     def read_variables(self, names: list[str]) -> dict[str, Any]:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InvalidArgumentError("read_variables takes a list of variable names",
+                                       task=self.task)
         # copies: the caller (a Saver in this process, say) must never hold the
         # stored array itself, or writing to it would write into the store
         return {n: np.array(_host(self.variables.get(n)), copy=True) for n in names}
 
     def write_variables(self, values: dict[str, Any]) -> int:
+        if not isinstance(values, dict) or not all(isinstance(n, str) for n in values):
+            raise InvalidArgumentError("write_variables takes a dict of name -> value",
+                                       task=self.task)
         for n, v in values.items():
             self.variables.set(n, np.array(v, copy=True))
         return len(values)

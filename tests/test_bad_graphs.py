@@ -26,8 +26,36 @@ BAD_GRAPHS = [
     ({"nodes": [node("x", "Const", value=[1, [2, 3]], dtype="float32")]}, ["x:0"], OpError),
     ({"nodes": [node("x", "Const", value=np.ones(3, np.float32), dtype="float32"),
                 node("y", "MatMul", ["x:0", "x:0"])]}, ["y:0"], InvalidArgumentError),
-    ({"nodes": [node("x", "Const", value=1.0, dtype="float32", )]}, ["x:7"], OpError),
+    ({"nodes": [node("x", "Const", value=1.0, dtype="float32", )]}, ["x:7"],
+     InvalidArgumentError),
+    ("not a dict", ["x:0"], InvalidArgumentError),
 ]
+
+GOOD = {"nodes": [node("x", "Const", value=np.ones(3, np.float32), dtype="float32")]}
+# (fetches, targets, feeds, options) of a run, each wrong in one way
+BAD_RUNS = [
+    (5, [], {}, None),
+    (["x:0"], "x", {}, None),
+    (["x:0"], [], {5: 1.0}, None),
+    (["x:0"], [], [], None),
+    (["x:0"], [], {}, [1]),
+    (["x:0"], [], {}, {"operation_timeout_s": "soon"}),
+    (["x:0"], [], {}, {"operation_timeout_s": -1}),
+]
+
+
+@pytest.mark.parametrize("fetches,targets,feeds,options", BAD_RUNS)
+async def test_malformed_run_arguments_are_invalid_argument(server, fetches, targets, feeds,
+                                                            options):
+    system = await ActorSystem("client:bad", listen=False).start()
+    try:
+        master = system.ref(parse_target(server.target), "master")
+        handle = await master.call("create_session", GOOD, {})
+        with pytest.raises(InvalidArgumentError):
+            await master.call("run", handle, fetches, targets, feeds, options)
+        assert list(await master.call("run", handle, ["x:0"], [], {}, None))[0].sum() == 3.0
+    finally:
+        await system.shutdown()
 
 
 @pytest.fixture(scope="module")
