@@ -114,11 +114,14 @@ async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.Cluster
                          args.task_index, step, loss, rate)
         logits = await sess.run(model.logits, {model.x: Xt})
         accuracy = float(np.mean(np.argmax(logits, axis=1) == yt))
+        # read before reporting done: once every worker did, the chief may
+        # release the ps at any moment
+        step = await sess.run(model.global_step)
         await mark_done(sess, model)
         if is_chief:
             await wait_for_workers(sess, model, cluster.num_tasks("worker"),
                                    args.wait_workers_secs)
-        step = await sess.run(model.global_step)   # with every worker's last steps
+            step = await sess.run(model.global_step)   # with every worker's last steps
     # the Supervisor's final checkpoint is written when the block above ends
     print(f"done global_step={int(step)} accuracy={accuracy:.4f}", flush=True)
     return accuracy
