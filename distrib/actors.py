@@ -26,6 +26,7 @@ Wire format of a message (a msgpack-able list, arrays out of band):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import itertools
 import logging
@@ -88,6 +89,27 @@ class ActorRef:
             await conn.send([TELL, self.name, method, list(args)])
         except transports.FrameError as e:
             raise _too_big(method, self.address, e) from e
+
+
+# The peer (its handshake identity) whose call a method is serving; None for
+# a call from this process. A master ties a session to the client that opened
+# it, a worker a partition to the master that registered it: state a peer
+# leaves behind is freed once that peer has been gone for session_gc_s().
+CALLER: contextvars.ContextVar[transports.PeerInfo | None] = contextvars.ContextVar(
+    "distrib_caller", default=None)
+
+
+def caller_key() -> tuple[str, int] | None:
+    """(name, incarnation) of the remote peer whose call is being served."""
+    peer = CALLER.get()
+    return None if peer is None else (peer.name, peer.incarnation)
+
+
+def session_gc_s() -> float:
+    """How long state tied to a peer outlives its connection
+    (``DISTRIB_SESSION_GC_S``, default 60 s): a peer that comes back in time
+    keeps it; past that it is freed, as TF's session GC does."""
+    return float(os.environ.get("DISTRIB_SESSION_GC_S") or 60.0)
 
 
 def _too_big(method: str, address: str, e: Exception) -> errors.InvalidArgumentError:
@@ -342,21 +364,26 @@ class ActorSystem:
             self._spawn_task(peer.conn.close(), "close")
 
     def _serve_call(self, peer: _Peer, req: int, actor: str, method: str, args: list) -> None:
+        # the method (and the task that finishes it) sees who called: CALLER
+        token = CALLER.set(peer.conn.peer)
         try:
-            if not isinstance(actor, str) or not isinstance(method, str) \
-                    or not isinstance(args, list):
-                raise errors.InvalidArgumentError(
-                    "a call names its actor and method as strings and passes a list of "
-                    f"arguments, not {type(actor).__name__}, {type(method).__name__}, "
-                    f"{type(args).__name__}", task=self.name)
-            res = self._method(actor, method)(*args)
-        except Exception as e:
-            self._reply_error(peer, req, e)
-            return
-        if inspect.isawaitable(res):
-            self._spawn_task(self._finish_call(peer, req, res), f"{actor}.{method}")
-        else:
-            self._reply(peer, [OK, req, res])
+            try:
+                if not isinstance(actor, str) or not isinstance(method, str) \
+                        or not isinstance(args, list):
+                    raise errors.InvalidArgumentError(
+                        "a call names its actor and method as strings and passes a list of "
+                        f"arguments, not {type(actor).__name__}, {type(method).__name__}, "
+                        f"{type(args).__name__}", task=self.name)
+                res = self._method(actor, method)(*args)
+            except Exception as e:
+                self._reply_error(peer, req, e)
+                return
+            if inspect.isawaitable(res):
+                self._spawn_task(self._finish_call(peer, req, res), f"{actor}.{method}")
+            else:
+                self._reply(peer, [OK, req, res])
+        finally:
+            CALLER.reset(token)
 
     async def _finish_call(self, peer: _Peer, req: int, coro: Any) -> None:
         try:

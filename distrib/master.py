@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrib import errors
-from distrib.actors import ActorRef, ActorSystem
+from distrib.actors import ActorRef, ActorSystem, caller_key, session_gc_s
 from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, OpError,
                             UnavailableError)
 from distrib.fetches import check_feed
@@ -58,6 +58,8 @@ class _SessionState:
     version: int
     config: dict[str, Any]
     plans: dict[tuple, _StepPlan] = field(default_factory=dict)
+    owner: tuple[str, int] | None = None        # the remote client that opened it
+    collect: asyncio.TimerHandle | None = None  # set while that client is gone
 
 
 @dataclass
@@ -84,7 +86,7 @@ class MasterService:
         self.counters = _zero_counters()
 
     def stats(self) -> dict[str, int]:
-        return dict(self.counters)
+        return {**self.counters, "sessions_open": len(self._sessions)}
 
     def reset_stats(self) -> None:
         self.counters = _zero_counters()
@@ -103,13 +105,28 @@ class MasterService:
         for task, st in list(self._tasks.items()):
             if self.address_of(task) == address or peer.name == task:
                 self._tasks.pop(task, None)
+        # the sessions of a client whose connection closed: freed unless it
+        # comes back within the grace period (a dead client never does)
+        gone = (peer.name, peer.incarnation)
+        for s in self._sessions.values():
+            if s.owner == gone and s.collect is None:
+                s.collect = asyncio.get_running_loop().call_later(
+                    session_gc_s(), self._collect_session, s.handle)
+
+    def _collect_session(self, handle: str) -> None:
+        s = self._sessions.get(handle)
+        if s is None or s.collect is None:
+            return
+        logger.info("%s: closing session %s: its client %s has been gone for %gs",
+                    self.task, handle, s.owner[0] if s.owner else "?", session_gc_s())
+        self.system._spawn_task(self.close_session(handle), "close_session")
 
     # -- sessions --------------------------------------------------------------
     def create_session(self, graph_def: dict[str, Any], config: dict[str, Any] | None = None) -> str:
         _check_options(config, "config")
         handle = os.urandom(8).hex()
         self._sessions[handle] = _SessionState(handle, _index(graph_def), graph_def.get("version", 0),
-                                               dict(config or {}))
+                                               dict(config or {}), owner=caller_key())
         return handle
 
     def extend_session(self, handle: str, graph_def: dict[str, Any]) -> int:
@@ -124,6 +141,8 @@ class MasterService:
         s = self._sessions.pop(handle, None)
         if s is None:
             return False
+        if s.collect is not None:
+            s.collect.cancel()
         for task, st in list(self._tasks.items()):
             keys = [k for k in st.registered if k.startswith(handle)]
             if not keys:
@@ -140,8 +159,12 @@ class MasterService:
             raise InvalidArgumentError(f"session handle must be a string, not {type(handle).__name__}")
         s = self._sessions.get(handle)
         if s is None:
-            raise NotFoundError(f"session {handle} is not open on {self.task} (closed, or the "
-                                "server restarted): open a new Session", task=self.task)
+            raise NotFoundError(f"session {handle} is not open on {self.task} (closed, its "
+                                "client was gone too long, or the server restarted): open a "
+                                "new Session", task=self.task)
+        if s.collect is not None and s.owner == caller_key():
+            s.collect.cancel()   # its client is back
+            s.collect = None
         return s
 
     async def list_devices(self) -> list[dict[str, Any]]:

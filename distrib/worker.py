@@ -27,7 +27,7 @@ from typing import Any, Awaitable
 import numpy as np
 
 from distrib import errors
-from distrib.actors import ActorRef, ActorSystem, _in_process
+from distrib.actors import ActorRef, ActorSystem, _in_process, caller_key, session_gc_s
 from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
                             NotFoundError, OpError)
 from distrib.executor import CompiledPartition, RunStats, VariableStore, _host
@@ -252,6 +252,11 @@ class WorkerService:
         self._partitions: dict[str, CompiledPartition] = {}
         # session handle -> generators of its seeded random ops (see register_partition)
         self._generators: dict[str, dict] = {}
+        # partition key -> the remote master that registered it, and a timer per
+        # such master whose connection closed (see _peer_lost)
+        self._owners: dict[str, tuple[str, int]] = {}
+        self._gone: dict[tuple[str, int], asyncio.TimerHandle] = {}
+        system.on_peer_lost.append(self._peer_lost)
         self._refs: dict[str, ActorRef] = {}
         self._run_stats = RunStats()
         self.counters = _zero_counters()
@@ -295,6 +300,10 @@ class WorkerService:
                 "register_partition takes a key, a list of GraphDef nodes (dicts with a "
                 "name, an op, a list of inputs and a dict of attrs) and a list of fetch names",
                 task=self.task)
+        owner = caller_key()
+        if owner is not None:
+            self._back(owner)
+            self._owners[key] = owner
         if key not in self._partitions:
             # a master's key is "<session handle>/<plan id>": the session's
             # partitions share the generators of its seeded random ops
@@ -309,13 +318,44 @@ class WorkerService:
         gone = [k for k in self._partitions if k.startswith(prefix)]
         for k in gone:
             del self._partitions[k]
+            self._owners.pop(k, None)
         for session in [s for s in self._generators if s.startswith(prefix)]:
             del self._generators[session]
         return len(gone)
 
+    def _peer_lost(self, address: str, peer: Any) -> None:
+        # a master that registered partitions here went away: they are freed
+        # unless it comes back (and calls again) within the grace period; one
+        # that does re-registers what it needs anyway (UNREGISTERED)
+        owner = (peer.name, peer.incarnation)
+        if owner not in self._gone and owner in self._owners.values():
+            self._gone[owner] = asyncio.get_running_loop().call_later(
+                session_gc_s(), self._forget, owner)
+
+    def _back(self, owner: tuple[str, int]) -> None:
+        timer = self._gone.pop(owner, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _forget(self, owner: tuple[str, int]) -> None:
+        self._gone.pop(owner, None)
+        keys = [k for k, o in self._owners.items() if o == owner]
+        for k in keys:
+            self._partitions.pop(k, None)
+            del self._owners[k]
+        live = {k.rpartition("/")[0] for k in self._partitions}
+        for session in {k.rpartition("/")[0] for k in keys} - live:
+            self._generators.pop(session, None)
+        logger.info("%s: dropped %d partition(s) of %s, gone for %gs", self.task, len(keys),
+                    owner[0], session_gc_s())
+
     async def run_partition(self, key: str, step: int, feeds: dict[str, Any],
                             incarnations: dict[str, int], peers: dict[str, str],
                             timeout: float | None = None) -> list[Any]:
+        if self._gone:
+            owner = caller_key()
+            if owner is not None:
+                self._back(owner)
         part = self._partitions.get(key)
         if part is None:
             raise NotFoundError(f"{UNREGISTERED}: {key}", task=self.task)
@@ -348,7 +388,8 @@ class WorkerService:
 
     def stats(self) -> dict[str, Any]:
         """The counters since the last ``reset_stats`` (see the module header)."""
-        return {**self.counters, "kernel_s": self._run_stats.kernel_s,
+        return {**self.counters, "partitions": len(self._partitions),
+                "kernel_s": self._run_stats.kernel_s,
                 "kernel_busy_s": self._run_stats.busy_s,
                 "pool_kernels": self._run_stats.pool_kernels,
                 "in_place_kernels": self._run_stats.in_place_kernels,

@@ -20,7 +20,8 @@ import pytest
 import distrib as dt
 from distrib.errors import (DeadlineExceededError, FailedPreconditionError, OpError,
                             UnavailableError)
-from tests.helpers import Proc
+from distrib.actors import ActorSystem
+from tests.helpers import Proc, child_env
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 
 GUARD_S = 45  # hang guard only: every failure below is expected well within it
@@ -277,3 +278,46 @@ async def test_a_master_that_stops_answering_fails_the_run_within_the_timeout(tm
             finally:
                 master.p.send_signal(signal.SIGCONT)
             assert await run(sess, on0) is not None   # and the session works again
+
+
+# -- a client that dies: what it left on the servers is freed --------------------------
+
+DEAD_CLIENT = """
+import sys, time
+import distrib as dt
+g = dt.Graph()
+with g.as_default():
+    with dt.device("/job:worker/task:1"):
+        out = dt.reduce_sum(dt.constant([1.0, 2.0, 3.0]))
+sess = dt.SyncSession("distrib://" + sys.argv[1], graph=g)
+assert sess.run(out) == 6.0
+print("ran", flush=True)
+time.sleep(120)
+"""
+
+
+async def test_a_dead_clients_session_and_partitions_are_freed(tmp_path) -> None:
+    # the client opens a session on worker 0's master, whose step runs on
+    # worker 1; it is then SIGKILLed and never closes the session
+    spec = cluster_spec(worker=2)
+    cfg = write_cluster(tmp_path, spec)
+    gc = {"DISTRIB_SESSION_GC_S": "0.5"}
+    with cli_task(cfg, "worker", 0, **gc), cli_task(cfg, "worker", 1, **gc):
+        client = Proc(["-c", DEAD_CLIENT, spec["worker"][0]], ready_prefix="ran",
+                      env=child_env())
+        with client:
+            client.p.kill()
+            client.p.wait()
+        probe = await ActorSystem("/job:probe/task:0", listen=False).start()
+        try:
+            master = probe.ref(spec["worker"][0], "master")
+            worker1 = probe.ref(spec["worker"][1], "worker")
+            for _ in range(int(GUARD_S / 0.05)):
+                sessions = (await master.call("stats"))["sessions_open"]
+                partitions = (await worker1.call("stats"))["partitions"]
+                if sessions == 0 and partitions == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert (sessions, partitions) == (0, 0)
+        finally:
+            await probe.shutdown()
