@@ -177,6 +177,12 @@ def _broadcast_to(grad: Tensor, ref: Tensor, axis: Any, keepdims: bool) -> Tenso
                     "BroadcastToShapeOf")
 
 
+def _spread_to(grad: Tensor, ref: Tensor) -> Tensor:
+    """``grad`` broadcast out to ``ref``'s shape by numpy's rules (the adjoint
+    of a sum that broadcasting or a bias gradient made)."""
+    return ops.add(ops.zeros_like(ref), grad)
+
+
 def _float_mask(cond: Tensor, like: Tensor) -> Tensor:
     return ops.cast(cond, like.dtype)
 
@@ -399,9 +405,8 @@ def _transpose_grad(op: Operation, g: Tensor) -> list:
 # -- gradients of gradient ops (second order: Hessian terms, gradient penalties) --------
 @register_gradient("SumToShapeOf")
 def _sum_to_shape_of_grad(op: Operation, g: Tensor) -> list:
-    # the adjoint of summing back to a shape is broadcasting out again;
     # the reference is read only for its shape
-    return [ops.add(ops.zeros_like(op.inputs[0]), g), None]
+    return [_spread_to(g, op.inputs[0]), None]
 
 
 @register_gradient("BroadcastToShapeOf")
@@ -436,7 +441,7 @@ def _tanh_grad_grad(op: Operation, g: Tensor) -> list:
 @register_gradient("BiasAddGrad")
 def _bias_add_grad_grad(op: Operation, g: Tensor) -> list:
     # the sum over every axis but the last, spread back over them
-    return [ops.add(ops.zeros_like(op.inputs[0]), g)]
+    return [_spread_to(g, op.inputs[0])]
 
 
 for _op_type in ("Equal", "NotEqual", "Less", "Greater", "LogicalAnd", "LogicalNot", "ArgMax",
