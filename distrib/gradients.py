@@ -164,17 +164,36 @@ def _aggregate(t: Tensor, grads: list[Tensor] | None, colocate: bool) -> Tensor 
 
 
 # -- helpers for gradient functions -------------------------------------------------
-def _sum_to(grad: Tensor, ref: Tensor) -> Tensor:
-    """``grad`` summed back to ``ref``'s shape (the adjoint of broadcasting)."""
+def _sum_to(grad: Tensor, ref: Tensor, other: Tensor | None = None) -> Tensor:
+    """``grad`` summed back to ``ref``'s shape (the adjoint of broadcasting);
+    ``other``: the operand ``ref`` was broadcast against, when there was one."""
     if ref.shape.is_fully_defined() and grad.shape == ref.shape:
         return grad
+    if other is not None and _keeps_shape(ref, other):
+        return grad   # a dense layer's x + bias: nothing to sum, no op
     return ops._out("SumToShapeOf", [grad, ref], None, "SumToShapeOf")
 
 
-def _broadcast_to(grad: Tensor, ref: Tensor, axis: Any, keepdims: bool) -> Tensor:
-    """``grad`` of a reduction over ``axis`` spread back to ``ref``'s shape."""
-    return ops._out("BroadcastToShapeOf", [grad, ref], {"axis": axis, "keepdims": keepdims},
-                    "BroadcastToShapeOf")
+def _keeps_shape(ref: Tensor, other: Tensor) -> bool:
+    """Whether broadcasting ``other`` against ``ref`` surely gives ``ref``'s own
+    shape, known dimensions or not: ``other`` has no more dimensions, and each
+    of its dimensions is 1 or meets a known dimension of ``ref`` other than 1
+    (which a size 1 cannot stretch). [None, 512] + [512] is [None, 512]."""
+    a, b = ref.shape.as_list(), other.shape.as_list()
+    if a is None or b is None or len(b) > len(a):
+        return False
+    return all(db == 1 or (da is not None and da != 1)
+               for da, db in zip(a[len(a) - len(b):], b))
+
+
+def _broadcast_to(grad: Tensor, ref: Tensor, axis: Any, keepdims: bool,
+                  mean: bool = False) -> Tensor:
+    """``grad`` of a reduction over ``axis`` spread back to ``ref``'s shape;
+    ``mean``: also divided by how many elements each output reduced (one op
+    where the count would otherwise take ten when the shape is known only at
+    run time)."""
+    return ops._out("BroadcastToShapeOf", [grad, ref],
+                    {"axis": axis, "keepdims": keepdims, "mean": mean}, "BroadcastToShapeOf")
 
 
 def _spread_to(grad: Tensor, ref: Tensor) -> Tensor:
@@ -196,19 +215,19 @@ def _identity_grad(op: Operation, g: Tensor) -> list:
 @register_gradient("Add")
 def _add_grad(op: Operation, g: Tensor) -> list:
     x, y = op.inputs
-    return [_sum_to(g, x), _sum_to(g, y)]
+    return [_sum_to(g, x, y), _sum_to(g, y, x)]
 
 
 @register_gradient("Sub")
 def _sub_grad(op: Operation, g: Tensor) -> list:
     x, y = op.inputs
-    return [_sum_to(g, x), _sum_to(ops.negative(g), y)]
+    return [_sum_to(g, x, y), _sum_to(ops.negative(g), y, x)]
 
 
 @register_gradient("Mul")
 def _mul_grad(op: Operation, g: Tensor) -> list:
     x, y = op.inputs
-    return [_sum_to(ops.multiply(g, y), x), _sum_to(ops.multiply(x, g), y)]
+    return [_sum_to(ops.multiply(g, y), x, y), _sum_to(ops.multiply(x, g), y, x)]
 
 
 @register_gradient("RealDiv")
@@ -357,16 +376,8 @@ def _sum_grad(op: Operation, g: Tensor) -> list:
 
 @register_gradient("Mean")
 def _mean_grad(op: Operation, g: Tensor) -> list:
-    x, y = op.inputs[0], op.outputs[0]
     axis, keep = _axis_keep(op)
-    spread = _broadcast_to(g, x, axis, keep)
-    n_in, n_out = x.shape.num_elements(), y.shape.num_elements()
-    if n_in is not None and n_out is not None:
-        count: Any = max(n_in // max(n_out, 1), 1)
-        return [ops.divide(spread, float(count))]
-    size_in = ops.cast(ops.reduce_prod(ops.shape(x)), g.dtype)
-    size_out = ops.cast(ops.reduce_prod(ops.shape(y)), g.dtype)
-    return [ops.divide(spread, ops.maximum(ops.divide(size_in, size_out), 1.0))]
+    return [_broadcast_to(g, op.inputs[0], axis, keep, mean=True)]
 
 
 def _min_max_grad(op: Operation, g: Tensor) -> list:
@@ -412,7 +423,9 @@ def _sum_to_shape_of_grad(op: Operation, g: Tensor) -> list:
 @register_gradient("BroadcastToShapeOf")
 def _broadcast_to_shape_of_grad(op: Operation, g: Tensor) -> list:
     axis, keep = op.get_attr("axis"), bool(op.get_attr("keepdims"))
-    return [_sum_to(ops.reduce_sum(g, axis=axis, keepdims=keep), op.inputs[0]), None]
+    # (graphs from before the attr have no "mean": theirs are sums)
+    reduce = ops.reduce_mean if op._attrs.get("mean") else ops.reduce_sum
+    return [_sum_to(reduce(g, axis=axis, keepdims=keep), op.inputs[0]), None]
 
 
 @register_gradient("ReluGrad")

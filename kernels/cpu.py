@@ -387,10 +387,22 @@ def broadcast_to_shape_of(inputs: list, attrs: dict) -> list:
         grad = grad.reshape(kept)
     try:
         # A real array, not a zero-stride view: consumers (and the wire) get plain memory.
-        return [np.array(np.broadcast_to(grad, ref_shape))]
+        out = np.array(np.broadcast_to(grad, ref_shape))
     except ValueError:
         raise KernelError(f"BroadcastToShapeOf: cannot broadcast {list(grad.shape)} to "
                           f"{list(ref_shape)}") from None
+    if attrs.get("mean"):
+        # the gradient of a mean: each input shares its output's gradient with
+        # the others it was averaged with
+        if out.dtype.kind not in "fc":
+            raise KernelError(f"BroadcastToShapeOf: the gradient of a mean must be float, "
+                              f"got {out.dtype}")
+        count = 1
+        for a in axes:
+            count *= ref_shape[a]
+        if count > 1:
+            np.divide(out, np.asarray(count, out.dtype), out=out)
+    return [out]
 
 
 @register("Tile", CPU)

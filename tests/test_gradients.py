@@ -162,6 +162,55 @@ def test_broadcast_gradient_with_unknown_dims():
     check_gradient(ops.add, [_rand(4, 3), _rand(3)], feed_shapes=[[None, 3], [None]])
 
 
+def _op_types(g):
+    return [op.type for op in g.get_operations()]
+
+
+def test_mean_gradient_with_unknown_batch_is_one_op():
+    # the count each output averaged is found at run time by the spreading op
+    # itself: no Shape/Prod/Cast/Maximum/RealDiv chain per mean
+    g = check_gradient(lambda x: ops.reduce_mean(x), [_rand(5, 3)], feed_shapes=[[None, 3]])
+    types = _op_types(g)
+    means = [op for op in g.get_operations() if op.type == "BroadcastToShapeOf"
+             and op.get_attr("mean")]
+    assert len(means) == 1
+    assert not {"Shape", "Prod", "Maximum", "RealDiv"} & set(types)
+
+
+def test_mean_of_an_empty_batch_has_an_empty_gradient():
+    g = Graph()
+    with g.as_default():
+        x = ops.placeholder(dtypes.float64, [None, 3])
+        (gx,) = gradients(ops.reduce_mean(x, axis=1), [x])
+        out = evaluate(gx, {x: np.zeros((0, 3))}, graph=g)
+    assert out.shape == (0, 3)
+
+
+def test_second_order_gradient_of_a_mean_with_unknown_batch():
+    check_gradient(_first(lambda x: ops.square(ops.reduce_mean(ops.exp(x), axis=0))),
+                   [_rand(4, 2)], feed_shapes=[[None, 2]], rtol=1e-4, atol=1e-5)
+
+
+def test_dense_layer_bias_gradient_sums_only_the_bias():
+    # [None, 3] + [3] is [None, 3] whatever the batch: x's gradient is the
+    # output's as it is, and only the bias's is summed
+    g = check_gradient(ops.add, [_rand(4, 3), _rand(3)], feed_shapes=[[None, 3], [3]])
+    x, b = [op for op in g.get_operations() if op.type == "Placeholder"]
+    refs = [op.inputs[1].op for op in g.get_operations() if op.type == "SumToShapeOf"]
+    assert b in refs and x not in refs
+
+
+@pytest.mark.parametrize("sa,sb,shape_a", [
+    ((4, 1), (3,), [None, 1]),        # a known 1 is stretched by the other side
+    ((4, 1), (3,), [None, None]),     # an unknown dim may be a 1 that stretches
+    ((1, 3), (4, 3), [1, 3]),         # the other side has the batch
+    ((4, 3), (2, 4, 3), [None, 3]),   # the other side has more dims
+])
+def test_broadcast_gradient_still_sums_where_the_shape_may_grow(sa, sb, shape_a):
+    check_gradient(lambda a, b: a * b, [_away_from_zero(*sa), _away_from_zero(*sb)],
+                   feed_shapes=[shape_a, list(sb)])
+
+
 def test_reshape_and_transpose_gradients():
     check_gradient(lambda x: ops.transpose(ops.reshape(x, [3, -1]), [1, 0]), [_rand(2, 3)])
     check_gradient(lambda x: ops.transpose(x), [_rand(2, 3, 2)])
