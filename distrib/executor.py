@@ -212,6 +212,19 @@ class CompiledPartition:
                       and len(self.inputs[i]) == 1 and type(self.inputs[i][0]) is not str
                       and nodes[self.inputs[i][0][0]]["op"] == "VariableV2"
                       for i, node in enumerate(nodes)]
+        # a CPU MatMul whose result goes only to other tasks (a weight's
+        # gradient on its way to a ps) writes it straight into the shared-memory
+        # arena: a co-located receiver then reads it where it is, and the send
+        # copies nothing (a remote one gets the same bytes over TCP)
+        fetched = {i for i, _ in self.fetch_refs}
+        self.kernel_attrs = [node["attrs"] for node in self.nodes]
+        for i, node in enumerate(self.nodes):
+            if node["op"] in _ARENA_OUT_OPS and self.devices[i][0] == "CPU" \
+                    and i not in fetched and self.consumers[i] \
+                    and all(self.nodes[c]["op"] == "_Send"
+                            and self.nodes[c]["attrs"].get("dst_task") != task
+                            for c in self.consumers[i]):
+                self.kernel_attrs[i] = {**node["attrs"], "_alloc": shared_empty}
         self._order_updates_after_reads()
         self._fold_constants()
         self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]
@@ -421,6 +434,12 @@ class CompiledPartition:
                             heavy_ready.append(i)
                             continue
                     else:
+                        if any(f.done() for f in on_pool):
+                            # a kernel on the pool has finished: take its result
+                            # first (its consumers, its send to another task: a
+                            # gradient the ps can apply meanwhile) rather than
+                            # after a kernel that holds this thread
+                            break
                         # the least critical goes to the pool when one may go
                         # there (the one left runs inline), else the most critical
                         to_pool = (len(heavy_ready) > 1 and on_pool is not None
@@ -581,13 +600,14 @@ class CompiledPartition:
                     return [args[0]]
                 dev = self.devices[i]
                 args = _to_device(args, dev) if dev[0] != "CPU" else [_host(a) for a in args]
-                weight, cost = _weight(op, args, node["attrs"])
+                attrs = self.kernel_attrs[i]
+                weight, cost = _weight(op, args, attrs)
                 self.heavy[i] = cost if weight > 0 else 0.0
                 if weight == 2 or (weight == 1 and on_pool is not None
                                    and heavy_ready
                                    and _busy(on_pool) < _parallel_slots()
                                    and _spare_core()):
-                    fut = _kernel_pool().submit(_timed_kernel, fn, args, node["attrs"], clock)
+                    fut = _kernel_pool().submit(_timed_kernel, fn, args, attrs, clock)
                     if on_pool is not None:
                         on_pool.append(fut)
                     return asyncio.wrap_future(fut)
@@ -595,11 +615,11 @@ class CompiledPartition:
                 ip = self.in_place[i]
                 out = None
                 if ip is not None and _exclusive(args, ip[0]):
-                    out = ip[1](args, node["attrs"])
+                    out = ip[1](args, attrs)
                     if out is not None:
                         clock[1] += 1
                 if out is None:
-                    out = fn(args, node["attrs"])
+                    out = fn(args, attrs)
                 t1 = time.perf_counter()
                 clock[0] += t1 - t0
                 clock[2].append((t0, t1))
@@ -802,6 +822,10 @@ def _spare_core() -> bool:
     except (OSError, ValueError, IndexError):
         return True
     return running < _CORES
+
+
+# ops whose CPU kernel can write its result where ``attrs["_alloc"]`` says
+_ARENA_OUT_OPS = frozenset({"MatMul"})
 
 
 # (op, input index) read only for shape and dtype

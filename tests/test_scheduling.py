@@ -256,6 +256,53 @@ async def test_the_kernel_on_the_critical_path_keeps_the_loop_and_the_other_goes
     assert last == {512: True, 768: False, 384: True}, where[-3:]
 
 
+async def test_a_finished_pool_kernel_is_taken_before_the_next_inline_one(monkeypatch):
+    # a backward pass's shape again: the short leaf (a weight's gradient, on
+    # the pool) finishes while the long kernel holds the loop; its consumers
+    # (its send to the ps) run before the next heavy kernel starts inline,
+    # not after it
+    import time as _time
+
+    import kernels
+    monkeypatch.setenv("DISTRIB_INTER_OP_THREADS", "2")
+    monkeypatch.setattr(executor, "_spare_core", lambda: True)
+    matmul = kernels.get_kernel("MatMul", "CPU")
+    reduce_sum = kernels.get_kernel("Sum", "CPU")
+    events = []
+
+    def recording_matmul(inputs, attrs):
+        width = np.asarray(inputs[1]).shape[1]
+        events.append(("matmul", width))
+        if width == 512:
+            _time.sleep(0.05)   # long enough for the leaf on the pool to finish
+        return matmul(inputs, attrs)
+
+    def recording_sum(inputs, attrs):
+        events.append(("sum", np.asarray(inputs[0]).shape[1]))
+        return reduce_sum(inputs, attrs)
+    monkeypatch.setitem(kernels._registry["CPU"], "MatMul", recording_matmul)
+    monkeypatch.setitem(kernels._registry["CPU"], "Sum", recording_sum)
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((256, 512)).astype(np.float32)
+    w1, w3 = (rng.standard_normal((512, n)).astype(np.float32) * 0.05 for n in (512, 384))
+    w2 = rng.standard_normal((512, 64)).astype(np.float32)
+    g = dt.Graph()
+    with g.as_default():
+        xp = dt.placeholder(dt.float32, [None, 512])
+        a = dt.matmul(xp, dt.constant(w1))                   # 8 units, then c
+        b = dt.matmul(xp, dt.constant(w2))                   # a leaf of 1
+        c = dt.matmul(dt.nn.relu(a), dt.constant(w3))        # 6 units
+        out = dt.reduce_sum(c, axis=1) + dt.reduce_sum(b, axis=1)
+    want = (np.maximum(x @ w1, 0) @ w3).sum(1) + (x @ w2).sum(1)
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        async with dt.Session(server.target, graph=g) as sess:
+            for _ in range(3):   # the first step learns the costs
+                events.clear()
+                np.testing.assert_allclose(await sess.run(out, {xp: x}), want,
+                                           rtol=1e-4, atol=1e-2)
+    assert events.index(("sum", 64)) < events.index(("matmul", 384)), events
+
+
 async def test_a_send_that_fails_while_its_connection_drains_is_an_error_of_that_op():
     # the send waits outside the op's own call: its failure must still name it
     from distrib.errors import OpError

@@ -290,3 +290,39 @@ async def test_a_train_op_after_remote_updates_needs_no_message_from_them():
             assert ps.worker.stats()["tensors_sent"] == 0      # no control trigger
             got = await sess.run([a, b])
             assert got[0].tolist() == [3.0, 3.0] and got[1].tolist() == [-3.0, -3.0]
+
+
+async def test_a_matmul_whose_result_only_leaves_the_task_writes_it_into_shared_memory():
+    # a weight's gradient on its way to a ps on this host: the send lends the
+    # arena buffer instead of copying the result into a segment
+    class Capture:
+        timeout = None
+
+        def __init__(self):
+            self.sent = {}
+
+        def send(self, key, dst, value):
+            self.sent[key] = value
+
+        def flush(self, early=False):
+            return None
+
+    a = np.arange(256 * 128, dtype=np.float32).reshape(256, 128) / 1e4
+    b = np.ones((128, 96), np.float32)
+    mm = {"op": "MatMul", "attrs": {"transpose_a": False, "transpose_b": False}}
+    part = CompiledPartition([
+        {"name": "a", "op": "Placeholder", "inputs": [], "attrs": {"dtype": "float32"}},
+        {"name": "b", "op": "Placeholder", "inputs": [], "attrs": {"dtype": "float32"}},
+        {"name": "away", "inputs": ["a:0", "b:0"], **mm},
+        {"name": "_send/away", "op": "_Send", "inputs": ["away:0"],
+         "attrs": {"key": "g", "dst_task": "/job:ps/task:0"}},
+        {"name": "kept", "inputs": ["a:0", "b:0"], **mm},   # fetched too: ordinary memory
+        {"name": "_send/kept", "op": "_Send", "inputs": ["kept:0"],
+         "attrs": {"key": "k", "dst_task": "/job:ps/task:0"}},
+    ], ["kept:0"], task="/job:worker/task:0")
+    channel = Capture()
+    (kept,) = await part.run({"a:0": a, "b:0": b}, VariableStore(), channel)
+    assert ARENA.lookup(channel.sent["g"]) is not None
+    np.testing.assert_allclose(channel.sent["g"], a @ b, rtol=1e-6)
+    assert ARENA.lookup(channel.sent["k"]) is None and ARENA.lookup(kept) is None
+    np.testing.assert_allclose(kept, a @ b, rtol=1e-6)
