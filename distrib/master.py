@@ -23,10 +23,12 @@ import itertools
 import logging
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from distrib import errors
+from distrib.executor import spin_until
 from distrib.actors import ActorRef, ActorSystem, caller_key, session_gc_s
 from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, OpError,
                             UnavailableError)
@@ -45,6 +47,9 @@ class _StepPlan:
     parts: dict[str, Partition]
     fetches: list[str]
     peers: dict[str, str] = field(default_factory=dict)   # task -> address
+    # how long the other tasks took to answer after this one's part ended, last
+    # step (see executor.spin_until)
+    tail_s: float | None = None
 
     @property
     def tasks(self) -> list[str]:
@@ -319,7 +324,7 @@ class MasterService:
         if len(calls) == 1:
             (t, fut), = calls.items()
             return self._collect(plan, feeds, {t: await fut})
-        return self._collect(plan, feeds, await self._gather_step(step, calls))
+        return self._collect(plan, feeds, await self._gather_step(step, calls, plan))
 
     @property
     def _local_worker(self) -> Any:
@@ -343,10 +348,19 @@ class MasterService:
             values.update(zip(plan.parts[t].fetches, out))
         return [values[f] for f in plan.fetches]
 
-    async def _gather_step(self, step: int, calls: dict[str, asyncio.Future]) -> dict[str, list]:
+    async def _gather_step(self, step: int, calls: dict[str, asyncio.Future],
+                           plan: _StepPlan) -> dict[str, list]:
         pending = set(calls.values())
         while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            local = calls.get(self.task)
+            tail = local is not None and local.done()   # only other tasks left to answer
+            if tail:
+                t_wait = time.perf_counter()
+                await spin_until(lambda: all(f.done() for f in pending), plan.tail_s)
+            # (each completion, so the wait above starts when this task's part ends)
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if tail and not pending:
+                plan.tail_s = time.perf_counter() - t_wait
             failed = [f for f in done if f.exception() is not None]
             if failed:
                 first = _primary_error(failed)

@@ -15,6 +15,7 @@ import distrib as dt
 from distrib import executor
 from distrib.errors import DeadlineExceededError
 from distrib.executor import CompiledPartition
+from tests.peers.cli_cluster import cli_flags_task, cluster_spec
 
 GUARD_S = 30  # hang guard only
 
@@ -413,3 +414,66 @@ async def test_a_receive_that_waits_too_long_names_the_tensor_and_the_sender():
         await asyncio.sleep(0.05)
         w.recv_tensor(9, "k1", np.float32(6), "/job:x/task:0", 1)
         assert await asyncio.wait_for(step, GUARD_S) == [6.0]
+
+
+# -- waiting for another task's message: spin while a core would idle ----------------
+
+async def test_a_short_wait_spins_the_loop_until_its_message_comes(monkeypatch):
+    monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: True)
+    loop = asyncio.get_running_loop()
+    came = loop.create_future()
+    ticks = []
+
+    def tick(n):   # other work on the loop keeps running while it spins
+        ticks.append(n)
+        if n == 5:
+            came.set_result(None)
+        else:
+            loop.call_soon(tick, n + 1)
+    loop.call_soon(tick, 0)
+    await executor.spin_until(came.done, expected_s=0.0005)
+    assert came.done() and ticks == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("expected_s,idle", [(None, True), (1.0, True), (0.0005, False)])
+async def test_a_long_first_or_crowded_wait_never_spins(monkeypatch, expected_s, idle):
+    # no history (the first step), a wait that took long last time (a ps
+    # waiting for gradients), or no idle core: straight back to sleeping
+    monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: idle)
+    loop = asyncio.get_running_loop()
+    ran = []
+    loop.call_soon(ran.append, 1)
+    await executor.spin_until(lambda: False, expected_s)
+    assert ran == []   # it never gave the loop a turn
+
+
+async def test_a_spin_gives_up_when_another_thread_wants_the_core(monkeypatch):
+    answers = iter([True, True, False])   # a third thread becomes runnable
+    monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: next(answers, False))
+    await executor.spin_until(lambda: False, expected_s=0.0005)   # returns, not forever
+
+
+def test_the_idle_core_probe_reads_the_machine():
+    assert executor._core_idle_while_waiting() in (True, False)
+
+
+async def test_a_worker_learns_how_long_it_waits_for_the_ps():
+    # the ps is another process: the worker's partition waits for w, and
+    # remembers how long (the next step spins for it if that was short)
+    spec = cluster_spec(ps=1, worker=1)
+    with cli_flags_task(spec, "ps", 0) as ps_proc:
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            g = dt.Graph()
+            with g.as_default():
+                with dt.device("/job:ps/task:0"):
+                    w = dt.Variable(np.ones((4, 4), np.float32), name="w")
+                with dt.device("/job:worker/task:0"):
+                    out = dt.reduce_sum(dt.matmul(w, w))
+                init = dt.global_variables_initializer()
+            async with dt.Session(wk.target, graph=g) as sess:
+                await sess.run(init)
+                for _ in range(3):
+                    assert await sess.run(out) == 64.0
+                waits = [p.recv_waits for p in wk.worker._partitions.values() if p.recv_waits]
+                assert waits and all(0 <= s < 60 for ws in waits for s in ws)
+        assert ps_proc.p.poll() is None
