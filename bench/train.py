@@ -38,8 +38,12 @@ a layer's backward pass: dW goes to the pool, dX, which the next layer's
 gradients wait for, stays on the loop) and only while the machine has an
 idle core, which it has for local-1proc and ps1-w1 and mostly not for ps1-w2
 (``DISTRIB_INTER_OP_THREADS``, default the number of cores; 1 turns this
-off). Timings are never asserted: this only reports. ``--json PATH`` writes
-the rows.
+off). A worker waiting a short while for the ps (its variables, the ps's
+answer) keeps its event loop polling while a core would idle anyway, so
+its core does not halt (on a VM a halted core's wake-up costs 0.1-0.3 ms a
+message); that polling shows in ps1-w1's cpu ms. A weight's gradient is
+computed into shared memory and reaches the ps without a copy. Timings are
+never asserted: this only reports. ``--json PATH`` writes the rows.
 """
 from __future__ import annotations
 
@@ -532,7 +536,8 @@ def main() -> None:
     print("every process: OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=1 (one BLAS "
           "thread); distrib runs two independent heavy kernels of a step at once only while a "
           "core is idle (DISTRIB_INTER_OP_THREADS="
-          f"{os.environ.get('DISTRIB_INTER_OP_THREADS') or os.cpu_count()}); "
+          f"{os.environ.get('DISTRIB_INTER_OP_THREADS') or os.cpu_count()}), and polls "
+          "instead of sleeping on a short wait for another task while a core is idle; "
           f"{os.cpu_count()} cores; {rounds} rounds x {seconds:g} s, medians")
     print_table(rows)
     print("kernel ms: time per step in which some kernel ran (worker, plus the ps's share); "
