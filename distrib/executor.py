@@ -236,7 +236,9 @@ class CompiledPartition:
         # included (by the costs in self.heavy; see _priorities)
         self.priority = [0.0] * n
         self._priced: list[float] = list(self.heavy)
-        self.recv_waits: list[float] = []   # seconds, by order in the step (see spin_until)
+        # each receive's wait last step: seconds from when the step could take
+        # its tensor to when it came (see spin_until)
+        self.recv_took: dict[int, float] = {}
         self._topo = self._topological()
 
     def _order_updates_after_reads(self) -> None:
@@ -424,8 +426,6 @@ class CompiledPartition:
         clock: list[Any] = [0.0, 0, []]
         on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
         pooled = [0]              # how many went there
-        waited = self.recv_waits  # how long each wait for a receive took, last step
-        recv_waits = 0
         try:
             while done < n:
                 while ready or heavy_ready:
@@ -471,28 +471,23 @@ class CompiledPartition:
                     if not pending.futs:
                         raise UnknownError("partition stalled with no runnable op",
                                            task=self.task or None)
-                    k = None   # the how-manieth wait for a receive in this step
-                    if not pending.finished and any(self.is_recv[i] for i in pending.futs.values()):
-                        k, recv_waits = recv_waits, recv_waits + 1
-                        t_wait = time.perf_counter()
-                        await spin_until(lambda: bool(pending.finished),
-                                         waited[k] if k < len(waited) else None)
+                    if pending.since and not pending.finished:
+                        await spin_until(lambda: bool(pending.finished), self._eta(pending))
                     finished = await pending.wait()
-                    if k is not None:
-                        took = time.perf_counter() - t_wait
-                        if k < len(waited):
-                            waited[k] = took
-                        elif k < 64:
-                            waited.append(took)
                     if not finished:   # a receive's deadline passed
                         err = self._overdue(pending, channel)
                         if err is not None:
                             raise err
                         continue       # it came just in time: its callback is queued
+                    now = time.perf_counter()
                     for fut in finished:
                         i = pending.pop(fut)
                         if i is None:
                             continue
+                        if self.is_recv[i]:
+                            since = pending.since.pop(i, None)
+                            if since is not None:
+                                self.recv_took[i] = now - since
                         out = self._result(i, fut, channel)
                         if self.keeps_shape[i]:
                             shapes[i] = [_shape_of(o) for o in out]
@@ -545,6 +540,18 @@ class CompiledPartition:
                                "but this step has no channel", task=self.task or None)
         pending.add(channel.expect(attrs["key"], attrs["src_task"]), i,
                     None if channel.timeout is None else channel.timeout)
+        pending.since[i] = time.perf_counter()
+
+    def _eta(self, pending: _Pending) -> float | None:
+        """Seconds until the first pending receive's tensor should come, if it
+        takes as long as it did last step (None: no receive has a history)."""
+        now = time.perf_counter()
+        soonest = None
+        for i, since in pending.since.items():
+            took = self.recv_took.get(i)
+            if took is not None and (soonest is None or since + took - now < soonest):
+                soonest = since + took - now
+        return soonest
 
     def _overdue(self, pending: _Pending, channel: StepChannel | None) -> Exception | None:
         """The error of the receive with the earliest deadline, unless its
@@ -701,12 +708,13 @@ class _Pending:
     on until any of them is done; cheaper than a task per receive and
     ``asyncio.wait`` over all of them each time."""
 
-    __slots__ = ("futs", "finished", "deadlines", "_waker", "_loop")
+    __slots__ = ("futs", "finished", "deadlines", "since", "_waker", "_loop")
 
     def __init__(self) -> None:
         self.futs: dict[asyncio.Future, int] = {}
         self.finished: list[asyncio.Future] = []
         self.deadlines: dict[asyncio.Future, float] | None = None   # receives' (loop time)
+        self.since: dict[int, float] = {}   # receive node -> when the step began waiting for it
         self._waker: asyncio.Future | None = None
         self._loop = asyncio.get_running_loop()
 
@@ -908,8 +916,9 @@ def _core_idle_while_waiting() -> bool:
 
 async def spin_until(done: Callable[[], bool], expected_s: float | None) -> None:
     """Wait for another task's message with the event loop polling instead of
-    sleeping in the kernel, for at most SPIN_S, when the same wait took less
-    than SPIN_S last time (``expected_s``) and a core would idle anyway.
+    sleeping in the kernel, for at most SPIN_S, when it should come within
+    SPIN_S by last step's timing (``expected_s``: seconds from now, None
+    when unknown) and a core would idle anyway.
 
     On a VM, a message that must wake a halted virtual CPU costs both sides
     0.1-0.3 ms (a loopback round trip takes ~200 us between idle cores and

@@ -351,16 +351,16 @@ class MasterService:
     async def _gather_step(self, step: int, calls: dict[str, asyncio.Future],
                            plan: _StepPlan) -> dict[str, list]:
         pending = set(calls.values())
+        local = calls.get(self.task)
+        tail_from = None   # when this task's part ended, with others still to answer
         while pending:
-            local = calls.get(self.task)
-            tail = local is not None and local.done()   # only other tasks left to answer
-            if tail:
-                t_wait = time.perf_counter()
+            if tail_from is None and local is not None and local.done():
+                tail_from = time.perf_counter()
                 await spin_until(lambda: all(f.done() for f in pending), plan.tail_s)
             # (each completion, so the wait above starts when this task's part ends)
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            if tail and not pending:
-                plan.tail_s = time.perf_counter() - t_wait
+            if tail_from is not None and not pending:
+                plan.tail_s = time.perf_counter() - tail_from
             failed = [f for f in done if f.exception() is not None]
             if failed:
                 first = _primary_error(failed)

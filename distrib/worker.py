@@ -269,6 +269,13 @@ class WorkerService:
         client could not write to it)."""
         if self.variables.owns(value) or (type(value) is np.ndarray and not value.flags.writeable):
             return value.copy()
+        if type(value) is np.ndarray and value.base is not None and ARENA.lookup(value) is not None:
+            # a result computed into the shared arena for other tasks (a
+            # weight's gradient) may be lent to a process on this host too: a
+            # task here gets it read-only, as that process does
+            view = value.view()
+            view.flags.writeable = False
+            return view
         return value
 
     @property

@@ -420,6 +420,7 @@ async def test_a_receive_that_waits_too_long_names_the_tensor_and_the_sender():
 
 async def test_a_short_wait_spins_the_loop_until_its_message_comes(monkeypatch):
     monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: True)
+    monkeypatch.setattr(executor, "SPIN_S", 600.0)   # a loaded machine may pause us
     loop = asyncio.get_running_loop()
     came = loop.create_future()
     ticks = []
@@ -474,6 +475,63 @@ async def test_a_worker_learns_how_long_it_waits_for_the_ps():
                 await sess.run(init)
                 for _ in range(3):
                     assert await sess.run(out) == 64.0
-                waits = [p.recv_waits for p in wk.worker._partitions.values() if p.recv_waits]
-                assert waits and all(0 <= s < 60 for ws in waits for s in ws)
+                took = [p.recv_took for p in wk.worker._partitions.values() if p.recv_took]
+                assert took and all(0 <= s < 60 for t in took for s in t.values())
         assert ps_proc.p.poll() is None
+
+
+async def test_a_long_receive_never_spins_on_another_receives_history(monkeypatch):
+    # x comes at once, y takes long: each receive keeps its own history, so
+    # whichever order the waits fall in, the wait for y alone never spins
+    loop = asyncio.get_running_loop()
+    delays = {"x": 0.001, "y": 0.2}
+    etas = []
+
+    class Timed:
+        timeout = None
+
+        def expect(self, key, src):
+            fut = loop.create_future()
+            if delays[key] is None:   # already here when the step asks
+                fut.set_result(np.ones(2, np.float32))
+            else:
+                loop.call_later(delays[key], fut.set_result, np.ones(2, np.float32))
+            return fut
+
+        def received(self, value):
+            return value
+
+        def send(self, key, dst, value):
+            return None
+
+        def flush(self, early=False):
+            return None
+
+    async def record(done, expected_s):
+        etas.append((sorted(waiting), expected_s))
+    monkeypatch.setattr(executor, "spin_until", record)
+    recv = {"op": "_Recv", "inputs": []}
+    part = CompiledPartition([
+        {"name": "x", "attrs": {"key": "x", "src_task": "/job:ps/task:0", "dtype": "float32"},
+         **recv},
+        {"name": "y", "attrs": {"key": "y", "src_task": "/job:ps/task:0", "dtype": "float32"},
+         **recv},
+        {"name": "sum", "op": "Add", "inputs": ["x:0", "y:0"], "attrs": {}},
+    ], ["sum:0"], task="/job:worker/task:0")
+    names = {i: n["name"] for i, n in enumerate(part.nodes)}
+    orig_eta = part._eta
+
+    def eta(pending):
+        waiting[:] = [names[i] for i in pending.since]
+        return orig_eta(pending)
+    waiting = []
+    part._eta = eta
+    for step in range(3):
+        if step:
+            delays["x"] = None
+        (out,) = await part.run({}, executor.VariableStore(), Timed())
+        assert out.tolist() == [2.0, 2.0]
+    # after the first step every wait has a history; the one for y alone
+    # expects it a long way off
+    alone = [e for names_, e in etas if names_ == ["y"] and e is not None]
+    assert alone and all(e >= executor.SPIN_S for e in alone), etas

@@ -326,3 +326,18 @@ async def test_a_matmul_whose_result_only_leaves_the_task_writes_it_into_shared_
     np.testing.assert_allclose(channel.sent["g"], a @ b, rtol=1e-6)
     assert ARENA.lookup(channel.sent["k"]) is None and ARENA.lookup(kept) is None
     np.testing.assert_allclose(kept, a @ b, rtol=1e-6)
+
+
+async def test_a_result_in_shared_memory_reaches_a_task_in_this_process_read_only():
+    # a matmul result for other tasks is computed into the arena, which may
+    # lend it to a process on this host at the same time: a task in this
+    # process gets it read-only (no copy), an ordinary result as it is
+    async with _ps_and_worker() as (spec, ps, wk):
+        lent = shared_empty((256, 128), np.float32)
+        lent[...] = 1.0
+        got = wk.worker.detached(lent)
+        assert not got.flags.writeable and np.shares_memory(got, lent)
+        with pytest.raises(ValueError):
+            got[0, 0] = 7.0
+        plain = np.ones((256, 128), np.float32)
+        assert wk.worker.detached(plain) is plain
