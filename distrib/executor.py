@@ -826,12 +826,9 @@ def _parallel_slots() -> int:
 _LOADAVG: list[int] = []   # an open /proc/loadavg, or -1 where there is none
 
 
-def _spare_core() -> bool:
-    """Whether the machine has an idle core now: fewer runnable threads (this
-    one included) than cores, per /proc/loadavg (a 2 us read). Two workers
-    of a cluster on a 2-core host keep both cores busy; a kernel sent to the
-    pool then only queues for a core and costs the hop (measured: 11% fewer
-    examples/s with it). Where /proc is missing, assume a free core."""
+def _runnable() -> int | None:
+    """Runnable threads on the machine now, this one included, per
+    /proc/loadavg (a 2 us read); None where it cannot be read."""
     if not _LOADAVG:
         try:
             _LOADAVG.append(os.open("/proc/loadavg", os.O_RDONLY))
@@ -839,12 +836,21 @@ def _spare_core() -> bool:
             _LOADAVG.append(-1)
     fd = _LOADAVG[0]
     if fd < 0:
-        return True
+        return None
     try:
-        running = int(os.pread(fd, 128, 0).split()[3].split(b"/")[0])
+        return int(os.pread(fd, 128, 0).split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
-        return True
-    return running < _CORES
+        return None
+
+
+def _spare_core() -> bool:
+    """Whether the machine has an idle core now: fewer runnable threads (this
+    one included) than cores. Two workers of a cluster on a 2-core host keep
+    both cores busy; a kernel sent to the pool then only queues for a core
+    and costs the hop (measured: 11% fewer examples/s with it). Where /proc
+    is missing, assume a free core."""
+    running = _runnable()
+    return running is None or running < _CORES
 
 
 # ops whose CPU kernel can write its result where ``attrs["_alloc"]`` says
@@ -892,26 +898,17 @@ def _busy(on_pool: list[Any]) -> int:
     return len(on_pool)
 
 
-# A wait for another task's message that took less than this the step before
-# (a worker's variables from a ps, the ps's answer to its call) spins instead
-# of sleeping, while a core would idle anyway (see spin_until).
+# A wait for another task's message that should end within this, by last
+# step's timing (a worker's variables from a ps, the ps's answer to its call),
+# spins instead of sleeping while a core would idle anyway (see spin_until).
 SPIN_S = 0.003
 
 
 def _core_idle_while_waiting() -> bool:
     """Whether a core would idle while this thread waits: no more runnable
-    threads than cores, this one included (per /proc/loadavg, like
-    _spare_core; False where it cannot be read)."""
-    if not _LOADAVG:
-        _spare_core()   # opens /proc/loadavg
-    fd = _LOADAVG[0]
-    if fd < 0:
-        return False
-    try:
-        running = int(os.pread(fd, 128, 0).split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return False
-    return running <= _CORES
+    threads than cores, this one included (False where that is unknown)."""
+    running = _runnable()
+    return running is not None and running <= _CORES
 
 
 async def spin_until(done: Callable[[], bool], expected_s: float | None) -> None:

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrib import errors
-from distrib.executor import spin_until
 from distrib.actors import ActorRef, ActorSystem, caller_key, session_gc_s
 from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, OpError,
                             UnavailableError)
+from distrib.executor import spin_until
 from distrib.fetches import check_feed
 from distrib.plan import Partition, partition, place, prune, tensor_op
 from distrib.worker import RESTARTED, UNREGISTERED
