@@ -449,13 +449,72 @@ async def test_a_long_first_or_crowded_wait_never_spins(monkeypatch, expected_s,
 
 
 async def test_a_spin_gives_up_when_another_thread_wants_the_core(monkeypatch):
-    answers = iter([True, True, False])   # a third thread becomes runnable
+    # only the probe can end this spin (no message comes, no time limit to
+    # speak of): it stops at the first check after a third thread is runnable
+    monkeypatch.setattr(executor, "SPIN_S", 600.0)
+    answers = iter([True, True, False])
     monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: next(answers, False))
-    await executor.spin_until(lambda: False, expected_s=0.0005)   # returns, not forever
+    polls = []
+
+    def done():
+        polls.append(1)
+        if len(polls) > 1000:
+            raise AssertionError("the spin did not look at the machine again")
+        return False
+    await executor.spin_until(done, expected_s=0.0005)
+    assert len(polls) < 20
 
 
-def test_the_idle_core_probe_reads_the_machine():
-    assert executor._core_idle_while_waiting() in (True, False)
+@pytest.mark.parametrize("line,idle_core,spare_core", [
+    (b"0.50 0.40 0.30 1/210 4321\n", True, True),     # only this thread runs
+    (b"1.90 1.20 0.70 2/210 4321\n", True, False),    # this one and one other
+    (b"2.50 2.00 1.00 3/210 4321\n", False, False),   # more than the cores
+    (b"garbage\n", False, True),                       # unreadable: no spin, pool allowed
+])
+def test_the_core_probes_read_loadavg(monkeypatch, tmp_path, line, idle_core, spare_core):
+    path = tmp_path / "loadavg"
+    path.write_bytes(line)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        monkeypatch.setattr(executor, "_LOADAVG", [fd])
+        monkeypatch.setattr(executor, "_CORES", 2)
+        assert executor._core_idle_while_waiting() is idle_core
+        assert executor._spare_core() is spare_core
+    finally:
+        os.close(fd)
+
+
+def test_without_loadavg_the_pool_is_allowed_and_no_wait_spins(monkeypatch):
+    monkeypatch.setattr(executor, "_LOADAVG", [-1])
+    assert executor._spare_core() is True
+    assert executor._core_idle_while_waiting() is False
+
+
+async def test_the_master_times_its_wait_from_when_its_own_part_ended(monkeypatch):
+    # two other tasks answer 20 and 22 ms in, this task's part at once: the
+    # wait to remember is the whole 20 ms, not the 2 ms between the answers
+    # (a long wait must never spin on the next step)
+    from distrib.master import MasterService, _StepPlan
+    loop = asyncio.get_running_loop()
+    seen = []
+
+    async def record(done, expected_s):
+        seen.append(expected_s)
+    monkeypatch.setattr("distrib.master.spin_until", record)
+    master = MasterService.__new__(MasterService)
+    master.task = "/job:worker/task:0"
+    plan = _StepPlan("k", {}, [])
+    for _ in range(2):
+        local = loop.create_future()
+        local.set_result(["here"])
+        calls = {master.task: local}
+        for name, delay in (("/job:ps/task:0", 0.020), ("/job:ps/task:1", 0.022)):
+            fut = calls[name] = loop.create_future()
+            loop.call_later(delay, fut.set_result, [name])
+        out = await master._gather_step(1, calls, plan)
+        assert out["/job:ps/task:1"] == ["/job:ps/task:1"]
+    assert plan.tail_s >= 0.019
+    assert seen[0] is None and seen[1] >= 0.019
 
 
 async def test_a_worker_learns_how_long_it_waits_for_the_ps():
