@@ -47,13 +47,18 @@ DEFAULT_TIMEOUT_S = 60.0
 class ActorRef:
     """A handle on an actor, local or remote."""
 
-    __slots__ = ("system", "address", "name", "_local")
+    __slots__ = ("system", "address", "name", "_local", "peer")
 
-    def __init__(self, system: ActorSystem, address: str, name: str) -> None:
+    def __init__(self, system: ActorSystem, address: str, name: str,
+                 peer: tuple[str, int] | None = None) -> None:
         self.system = system
         self.address = address
         self.name = name
         self._local = address == system.address
+        # (name, incarnation) of the system at ``address``, when the caller
+        # knows it: a tell may then go over the connection that system opened
+        # to this one (see ActorSystem._connection)
+        self.peer = peer
 
     def __repr__(self) -> str:
         return f"ActorRef({self.name!r} at {self.address})"
@@ -84,7 +89,7 @@ class ActorRef:
         if near is not None:
             near._tell_local(self.name, method, args)
             return
-        conn = await self.system._connection(self.address)
+        conn = await self.system._connection(self.address, self.peer)
         try:
             await conn.send([TELL, self.name, method, list(args)])
         except transports.FrameError as e:
@@ -148,6 +153,7 @@ class ActorSystem:
         self._out: dict[str, _Peer] = {}
         self._connecting: dict[str, asyncio.Future] = {}
         self._inbound: set[_Peer] = set()
+        self._inbound_by_name: dict[str, _Peer] = {}   # the latest one from each system
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
@@ -191,6 +197,7 @@ class ActorSystem:
             await peer.conn.close()
         self._out.clear()
         self._inbound.clear()
+        self._inbound_by_name.clear()
         for t in list(self._tasks):
             t.cancel()
 
@@ -201,8 +208,10 @@ class ActorSystem:
         self._actors[name] = actor
         return ActorRef(self, self.address, name)
 
-    def ref(self, address: str, name: str) -> ActorRef:
-        return ActorRef(self, address, name)
+    def ref(self, address: str, name: str, peer: tuple[str, int] | None = None) -> ActorRef:
+        """A handle on actor ``name`` at ``address``; ``peer``: the (name,
+        incarnation) of the system there, when known (see :meth:`_connection`)."""
+        return ActorRef(self, address, name, peer)
 
     def _method(self, actor_name: str, method: str) -> Callable:
         actor = self._actors.get(actor_name)
@@ -253,14 +262,38 @@ class ActorSystem:
                 logger.error("%s failed: %r", what, exc)
 
     # -- remote path -------------------------------------------------------------
-    def shares_memory_with(self, address: str) -> bool:
+    def shares_memory_with(self, address: str, peer: tuple[str, int] | None = None) -> bool:
         """Whether the open connection to ``address`` passes arrays through shared memory."""
-        peer = self._out.get(address)
-        return peer is not None and peer.conn.kind == "shm"
+        found = self._open_peer(address, peer)
+        return found is not None and found.conn.kind == "shm"
 
-    async def _connection(self, address: str) -> transports.Connection:
-        peer = await self._peer(address)
-        return peer.conn
+    def _open_peer(self, address: str, peer: tuple[str, int] | None = None) -> _Peer | None:
+        """The open connection to ``address``: ours, or else the one that the
+        system there, known as ``peer`` (name, incarnation), opened to us."""
+        out = self._out.get(address)
+        if out is not None and not out.conn.closed:
+            return out
+        if peer is not None:
+            back = self._inbound_by_name.get(peer[0])
+            # the incarnation ties the connection to the process at ``address``:
+            # whoever gave it (a master) asked that address for it
+            if back is not None and not back.conn.closed \
+                    and back.conn.peer.incarnation == peer[1]:
+                return back
+        return None
+
+    async def _connection(self, address: str,
+                          peer: tuple[str, int] | None = None) -> transports.Connection:
+        """A connection to ``address`` for one-way messages. A system that
+        called us already has one open: we answer over it rather than open a
+        second one, so that both ways share one connection (a parameter
+        server sends a worker its variables over the connection the worker's
+        step came by, and the worker's releases of their shared memory ride
+        along with its next message instead of going alone)."""
+        found = self._open_peer(address, peer)
+        if found is not None:
+            return found.conn
+        return (await self._peer(address)).conn
 
     async def _peer(self, address: str) -> _Peer:
         peer = self._out.get(address)
@@ -340,6 +373,7 @@ class ActorSystem:
     async def _accept(self, conn: transports.Connection) -> None:
         peer = _Peer(conn)
         self._inbound.add(peer)
+        self._inbound_by_name[peer.name] = peer
         conn.start(lambda msg: self._on_message(peer, msg),
                    lambda exc: self._on_close(peer, exc, None))
 
@@ -415,6 +449,8 @@ class ActorSystem:
         if address is not None and self._out.get(address) is peer:
             del self._out[address]
         self._inbound.discard(peer)
+        if self._inbound_by_name.get(peer.name) is peer:
+            del self._inbound_by_name[peer.name]
         self._fail_pending(peer, UnavailableError(
             f"connection to {peer.name} at {address or 'peer'} was lost"
             + (f" ({exc})" if exc else "") + "; the task may have stopped or crashed"))

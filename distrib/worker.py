@@ -157,17 +157,20 @@ class Rendezvous:
 # the receiver can work on them meanwhile (a weight gradient's update); a few
 # small tensors ride along with the next batch instead.
 _FLUSH_BYTES = 1 << 20
+# handles on other tasks' workers kept, by (address, task, incarnation)
+_MAX_REFS = 1024
 _FLUSH_EARLY_BYTES = 1 << 16
 
 
 class _StepChannel:
-    __slots__ = ("worker", "step", "peers", "timeout", "_out", "_out_bytes")
+    __slots__ = ("worker", "step", "peers", "incarnations", "timeout", "_out", "_out_bytes")
 
     def __init__(self, worker: WorkerService, step: int, peers: dict[str, str],
-                 timeout: float | None) -> None:
+                 timeout: float | None, incarnations: dict[str, int] | None = None) -> None:
         self.worker = worker
         self.step = step
         self.peers = peers
+        self.incarnations = incarnations or {}
         self.timeout = timeout
         self._out: dict[str, list[list[Any]]] = {}   # dst task -> [[key, value], ...]
         self._out_bytes: dict[str, int] = {}
@@ -177,7 +180,7 @@ class _StepChannel:
         if dst_task == w.task:
             w.rendezvous.put(self.step, key, w.detached(value), w.task, w.system.incarnation)
             return None
-        ref = w.peer(dst_task, self.peers)
+        ref = w.peer(dst_task, self.peers, self.incarnations.get(dst_task))
         if _in_process(ref.address) is not None:
             value = w.detached(value)   # no wire in between to copy it
         nbytes = getattr(value, "nbytes", 0)
@@ -185,7 +188,7 @@ class _StepChannel:
         w.counters["bytes_sent"] += nbytes
         self._out.setdefault(dst_task, []).append([key, value])
         if nbytes > _FLUSH_EARLY_BYTES and ARENA.lookup(value) is not None \
-                and w.system.shares_memory_with(ref.address):
+                and w.system.shares_memory_with(ref.address, ref.peer):
             # lent as it is to a peer on this host: no copy to spread out, but
             # still worth sending before a heavy kernel
             nbytes = _FLUSH_EARLY_BYTES
@@ -212,7 +215,7 @@ class _StepChannel:
         del self._out_bytes[dst_task]
         w = self.worker
         w.counters["messages_sent"] += 1
-        ref = w.peer(dst_task, self.peers)
+        ref = w.peer(dst_task, self.peers, self.incarnations.get(dst_task))
         if len(items) == 1:
             (key, value), = items
             await ref.tell("recv_tensor", self.step, key, value, w.task, w.system.incarnation)
@@ -257,7 +260,7 @@ class WorkerService:
         self._owners: dict[str, tuple[str, int]] = {}
         self._gone: dict[tuple[str, int], asyncio.TimerHandle] = {}
         system.on_peer_lost.append(self._peer_lost)
-        self._refs: dict[str, ActorRef] = {}
+        self._refs: dict[tuple[str, str, int | None], ActorRef] = {}
         self._run_stats = RunStats()
         self.counters = _zero_counters()
         self._cpu_at_reset = time.process_time()
@@ -282,13 +285,19 @@ class WorkerService:
     def gpu_count(self) -> int:
         return sum(1 for d in self.devices if d["name"].startswith("GPU:"))
 
-    def peer(self, task: str, peers: dict[str, str]) -> ActorRef:
+    def peer(self, task: str, peers: dict[str, str], incarnation: int | None = None) -> ActorRef:
+        """The worker of ``task``; with the ``incarnation`` a master found
+        there, a tensor may go over the connection that task opened to us."""
         addr = peers.get(task)
         if addr is None:
             raise NotFoundError(f"no address for {task}", task=self.task)
-        ref = self._refs.get(addr)
+        key = (addr, task, incarnation)
+        ref = self._refs.get(key)
         if ref is None:
-            ref = self._refs[addr] = self.system.ref(addr, "worker")
+            if len(self._refs) >= _MAX_REFS:
+                self._refs.clear()
+            ref = self._refs[key] = self.system.ref(
+                addr, "worker", None if incarnation is None else (task, incarnation))
         return ref
 
     # -- messages --------------------------------------------------------------
@@ -369,7 +378,8 @@ class WorkerService:
         self.rendezvous.begin(step, incarnations)
         t0 = time.perf_counter()
         try:
-            return await part.run(feeds, self.variables, _StepChannel(self, step, peers, timeout),
+            return await part.run(feeds, self.variables,
+                                  _StepChannel(self, step, peers, timeout, incarnations),
                                   self._run_stats)
         except OpError as e:
             self.rendezvous.abort(step, e)

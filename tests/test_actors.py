@@ -126,6 +126,57 @@ async def test_peer_calls_back_into_a_listening_client(peer, mode):
         await sys_.shutdown()
 
 
+async def _noted(counter: Counter, n: int) -> None:
+    for _ in range(200):
+        if len(counter.seen) >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"only {counter.seen} arrived")
+
+
+async def test_a_tell_to_a_system_that_called_us_goes_over_its_connection(peer, mode):
+    # The peer answers over the connection this system opened to it (as a ps
+    # sends a worker its variables over the connection the step came by):
+    # no second connection, and both ways share it.
+    sys_ = await client(mode, listen=True)
+    try:
+        c = Counter()
+        sys_.spawn("counter", c)
+        ref = sys_.ref(peer.line, "echo")
+        conns = await ref.call("tell_back", sys_.address, sys_.name, sys_.incarnation,
+                               np.arange(5.0))
+        assert conns == {"outbound": [], "inbound": 1}
+        await _noted(c, 1)
+        np.testing.assert_array_equal(c.seen[0], np.arange(5.0))
+        assert sys_._inbound == set()   # nothing connected to us either
+        # an incarnation other than ours: not provably us, so the peer connects
+        conns = await ref.call("tell_back", sys_.address, sys_.name, sys_.incarnation + 1, 2)
+        assert conns == {"outbound": [sys_.address], "inbound": 1}
+        await _noted(c, 2)
+        assert c.seen[1] == 2 and len(sys_._inbound) == 1
+    finally:
+        await sys_.shutdown()
+
+
+async def test_a_tell_back_reconnects_once_the_callers_connection_is_gone(peer, mode):
+    sys_ = await client(mode, listen=True)
+    try:
+        c = Counter()
+        sys_.spawn("counter", c)
+        ref = sys_.ref(peer.line, "echo")
+        await ref.call("tell_back", sys_.address, sys_.name, sys_.incarnation, 1)
+        await sys_._out[peer.line].conn.close()
+        await asyncio.sleep(0.05)
+        # the call reconnects; the tell cannot use a connection that is gone...
+        conns = await ref.call("tell_back", sys_.address, sys_.name, sys_.incarnation, 2)
+        # ...so it takes the new one this call came by
+        assert conns == {"outbound": [], "inbound": 1}
+        await _noted(c, 2)
+        assert c.seen == [1, 2]
+    finally:
+        await sys_.shutdown()
+
+
 async def test_killed_peer_fails_pending_call_not_hangs(peer, mode):
     sys_ = await client(mode)
     try:

@@ -213,7 +213,7 @@ async def test_shm_segments_are_reused_in_steady_state(shm_pair):
     client, server = shm_pair
     for i in range(30):
         await pass_one(client, server, i)
-        await asyncio.sleep(0.02)  # past the release notice's delay
+        await asyncio.sleep(connection_module._RELEASE_DELAY_S + 0.01)  # past the notice's delay
     assert len(client._pool._lent) + sum(map(len, client._pool._free.values())) <= 3
 
 
@@ -230,6 +230,27 @@ async def test_shm_release_rides_with_the_next_message(shm_pair, monkeypatch):
         assert await asyncio.wait_for(client.recv(), 5.0) == {"ack": i}
         assert not client._pool._lent          # it came with the ack
     assert sum(map(len, client._pool._free.values())) == 1
+
+
+async def test_shm_release_of_many_bytes_goes_at_once(shm_pair, monkeypatch):
+    # Past _RELEASE_NOW_BYTES the notices do not wait for a ride: a sender of
+    # big arrays gets its segments back at once.
+    monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
+    client, server = shm_pair
+    await client.send(np.full(BIG, 7, np.float64))
+    small = await asyncio.wait_for(server.recv(), 5.0)
+    monkeypatch.setattr(connection_module, "_RELEASE_NOW_BYTES", 2 * small.nbytes)
+    await client.send(np.full(BIG, 8, np.float64))
+    big = await asyncio.wait_for(server.recv(), 5.0)
+    del small
+    await asyncio.sleep(0.05)
+    assert len(client._pool._lent) == 2   # one array's bytes: still held back
+    del big
+    for _ in range(200):
+        if not client._pool._lent:
+            break
+        await asyncio.sleep(0.005)
+    assert not client._pool._lent
 
 
 async def test_shm_release_goes_alone_after_a_delay(shm_pair):

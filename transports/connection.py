@@ -26,8 +26,14 @@ logger = logging.getLogger("transports")
 
 _RELEASE_WAIT_S = 0.2
 # A release notice waits this long for a message to ride along with (each
-# frame of its own costs both processes a system call and a wake-up).
-_RELEASE_DELAY_S = 0.002
+# frame of its own costs both processes a system call and a wake-up, ~50 us
+# of CPU on a VM): long enough for a worker's releases of the variables it
+# read to ride with its gradients, which leave 5-15 ms into a training step,
+# over the connection both ways share (distrib.actors).
+_RELEASE_DELAY_S = 0.02
+# ... unless this many bytes wait to be released: they go at once, so that a
+# sender of big arrays gets its segments back without waiting out the delay
+_RELEASE_NOW_BYTES = 16 << 20
 
 
 class Connection:
@@ -65,6 +71,7 @@ class Connection:
         self._maps = SegmentMaps(fd_sock, self._release_soon)
         self._release_scheduled = False
         self._release_timer: asyncio.TimerHandle | None = None
+        self._release_bytes = 0   # of the segments in self._releases (a hint)
         # Shared-memory flow control: past this many bytes lent to a peer that
         # has not released them, send() waits (briefly) for a release notice.
         self._shm_high_water = config.shm_pool_bytes // 4
@@ -158,24 +165,33 @@ class Connection:
             except asyncio.TimeoutError:
                 return
 
-    def _release_soon(self, seg_id: int) -> None:
+    def _release_soon(self, seg_id: int, nbytes: int = 0) -> None:
         # Runs wherever the last view of a received array died (any thread):
         # queue the id; the notices go in one frame, with the next message
-        # this side sends or after _RELEASE_DELAY_S, whichever comes first.
+        # this side sends or after _RELEASE_DELAY_S, whichever comes first
+        # (at once when _RELEASE_NOW_BYTES are waiting).
         self._releases.append(seg_id)
-        if not self._release_scheduled and not self._wire.closed:
+        self._release_bytes += nbytes
+        now = self._release_bytes >= _RELEASE_NOW_BYTES
+        if (now or not self._release_scheduled) and not self._wire.closed:
             self._release_scheduled = True
             try:
                 if threading.get_ident() == self._loop_thread:
-                    self._arm_release_timer()
+                    self._arm_release_timer(now)
                 else:
-                    self._loop.call_soon_threadsafe(self._arm_release_timer)
+                    self._loop.call_soon_threadsafe(self._arm_release_timer, now)
             except RuntimeError:
                 pass  # loop closed: the connection is gone with it
 
-    def _arm_release_timer(self) -> None:
-        if self._release_timer is None and not self._wire.closed:
-            self._release_timer = self._loop.call_later(_RELEASE_DELAY_S, self._flush_releases)
+    def _arm_release_timer(self, now: bool = False) -> None:
+        if self._wire.closed:
+            return
+        if now and self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        if self._release_timer is None:
+            self._release_timer = self._loop.call_later(0 if now else _RELEASE_DELAY_S,
+                                                        self._flush_releases)
 
     def _take_ids(self) -> list[int]:
         # No timer, then allow a new schedule, then drain: an id queued
@@ -185,6 +201,7 @@ class Connection:
             self._release_timer.cancel()
             self._release_timer = None
         self._release_scheduled = False
+        self._release_bytes = 0
         ids = []
         while self._releases:
             ids.append(self._releases.popleft())

@@ -420,7 +420,7 @@ class SegmentPool:
 class SegmentMaps:
     """The receiving side: read-only mappings of the peer's segments, by id."""
 
-    def __init__(self, fd_sock: socket.socket, on_release: Callable[[int], None]) -> None:
+    def __init__(self, fd_sock: socket.socket, on_release: Callable[[int, int], None]) -> None:
         self._sock = fd_sock
         self._on_release = on_release
         self._maps: dict[int, mmap.mmap] = {}
@@ -435,7 +435,7 @@ class SegmentMaps:
         # Views of views keep ``owner`` (an ndarray over the mapping) as their
         # base, so its finalizer runs only when the last view of this transfer dies.
         owner = np.frombuffer(mm, np.uint8, nbytes)
-        weakref.finalize(owner, self._on_release, seg_id).atexit = False
+        weakref.finalize(owner, self._on_release, seg_id, nbytes).atexit = False
         return owner.view(dt).reshape(shape, order="F" if fortran else "C")
 
     def forget(self, seg_id: int) -> None:

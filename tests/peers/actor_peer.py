@@ -40,6 +40,12 @@ class Echo:
         # calls an actor of the caller's system: the path workers use to push tensors
         return await SYSTEM.ref(address, "echo").call("echo", value, timeout=10)
 
+    async def tell_back(self, address, name, incarnation, value):
+        # tells an actor of the caller's system, naming that system as a worker
+        # names the task it pushes a tensor to; says which connections it has now
+        await SYSTEM.ref(address, "counter", (name, incarnation)).tell("note", value)
+        return {"outbound": sorted(SYSTEM._out), "inbound": len(SYSTEM._inbound)}
+
 
 SYSTEM: ActorSystem
 
