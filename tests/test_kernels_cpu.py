@@ -387,6 +387,39 @@ def test_apply_gradient_descent_in_place():
     np.testing.assert_allclose(var, expect, rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("blas", [True, False])
+def test_apply_gradient_descent_big_in_place_matches_numpy(dtype, blas, monkeypatch):
+    # Big variables take one pass through the BLAS's axpy when it is found
+    # and passes its check; either way the result is numpy's within an ulp
+    # of the operands (axpy may fuse the multiply-add: one rounding, not two)
+    # and it stays in place.
+    from kernels import cpu_update
+    if not blas:
+        monkeypatch.setattr(cpu_update, "_axpy_by_dtype", None)
+    var = rand(300, 70, dtype=dtype)
+    grad = rand(300, 70, dtype=dtype)
+    lr = dtype(0.01)
+    want = var - lr * grad
+    before = var.copy()
+    out = one("ApplyGradientDescent", var, np.array(0.01, dtype), grad)
+    assert out is var and out.dtype == dtype
+    assert np.array_equal(grad, grad.copy())
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(out, want, rtol=2 * eps, atol=2 * eps * np.abs(before).max())
+    assert not np.array_equal(out, before)
+
+
+def test_blas_axpy_is_used_only_after_its_check(monkeypatch):
+    from kernels import cpu_update
+    monkeypatch.setattr(cpu_update, "_axpy_by_dtype", cpu_update._UNSET)
+    monkeypatch.setattr(cpu_update, "_axpy_works", lambda fn, dt: False)
+    assert cpu_update._blas_axpy() is None        # a candidate that fails is never used
+    var = rand(64, 64)
+    want = var - F32(0.5) * np.ones_like(var)
+    np.testing.assert_array_equal(one("ApplyGradientDescent", var, 0.5, np.ones_like(var)), want)
+
+
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_apply_momentum(nesterov):
     var, accum = np.array([1.0, 2.0, 3.0], F32), np.zeros(3, F32)
