@@ -72,6 +72,11 @@ def _blas_axpy() -> dict[np.dtype, Callable] | None:
     return None
 
 
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.ctypes.data == b.ctypes.data and a.shape == b.shape
+            and a.strides == b.strides)
+
+
 def _axpy_works(fn: Callable, dt: np.dtype) -> bool:
     n = 37   # not a multiple of any vector width: the tail loop runs too
     x = np.linspace(-3, 5, n).astype(dt)
@@ -132,14 +137,17 @@ def gradient_descent_into(out: np.ndarray, var: Any, lr: Any, grad: Any) -> np.n
                           f"{var.dtype} vs {list(out.shape)} {out.dtype}")
     lr = _scalar(op, "lr", lr, out.dtype)
     grad = _grad(op, grad, out)
-    if out is var and out.size >= _AXPY_MIN and out.flags.c_contiguous \
-            and grad.flags.c_contiguous and not np.may_share_memory(out, grad):
-        axpy = _blas_axpy()
-        if axpy is not None:
-            # in place, one pass: var += (-lr) * grad
-            axpy[out.dtype](out.size, -lr, grad.ctypes.data, 1, out.ctypes.data, 1)
-            return out
-    if out is var or np.may_share_memory(out, var) or np.may_share_memory(out, grad):
+    axpy = _blas_axpy() if out.size >= _AXPY_MIN and out.flags.c_contiguous else None
+    if axpy is not None:
+        # var += (-lr) * grad in one pass. Written elsewhere (the store's copy
+        # on write) it is a copy then the same axpy: the bits never depend on
+        # whether someone held the variable.
+        if not grad.flags.c_contiguous or np.may_share_memory(out, grad):
+            grad = np.array(grad, order="C")
+        if not (out is var or _same_memory(out, var)):
+            np.copyto(out, var)
+        axpy[out.dtype](out.size, -lr, grad.ctypes.data, 1, out.ctypes.data, 1)
+    elif out is var or np.may_share_memory(out, var) or np.may_share_memory(out, grad):
         np.subtract(var, lr * grad, out=out)
     else:
         # a fresh array: (-lr * grad) + var, the same bits as var - lr * grad,
