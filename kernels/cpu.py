@@ -19,6 +19,7 @@ Principles kept throughout:
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -161,11 +162,15 @@ def _fits_kind(src: np.dtype, dst: np.dtype) -> bool:
 
 
 def _check_broadcast(op: str, x: np.ndarray, y: np.ndarray) -> None:
-    try:
-        np.broadcast_shapes(x.shape, y.shape)
-    except ValueError:
-        raise KernelError(f"{op}: shapes {list(x.shape)} and {list(y.shape)} do not "
-                          "broadcast (trailing dimensions must match or be 1)") from None
+    # numpy's rule, checked here in a few steps (np.broadcast_shapes costs
+    # more than a small kernel's arithmetic)
+    xs, ys = x.shape, y.shape
+    if xs == ys:
+        return
+    for a, b in zip(reversed(xs), reversed(ys)):
+        if a != b and a != 1 and b != 1:
+            raise KernelError(f"{op}: shapes {list(xs)} and {list(ys)} do not "
+                              "broadcast (trailing dimensions must match or be 1)")
 
 
 def _binary(op: str, fn: Callable[[np.ndarray, np.ndarray], Any]) -> None:
@@ -278,11 +283,27 @@ def tanh_grad(inputs: list, attrs: dict) -> list:
 
 # --- reductions ----------------------------------------------------------------
 
-def _reduce(op: str, fn: Callable[..., Any], keep_dtype: bool) -> None:
+def _reduce(op: str, fn: Callable[..., Any], keep_dtype: bool,
+            ufunc: np.ufunc | None = None) -> None:
+    mean = op == "Mean"
+
     def kernel(inputs: list, attrs: dict) -> list:
-        x = np.asarray(inputs[0])
-        axes = reduction_axes(attrs.get("axis"), x.ndim, op)
-        kwargs: dict[str, Any] = {"axis": axes, "keepdims": bool(attrs.get("keepdims", False))}
+        x = inputs[0]
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
+        axis = attrs.get("axis")
+        axes = None if axis is None else reduction_axes(axis, x.ndim, op)
+        keepdims = bool(attrs.get("keepdims", False))
+        if ufunc is not None and x.size and x.dtype.type in _FAST_REDUCE:
+            # float32/64 with something to reduce: the ufunc's reduce, as numpy's
+            # own function computes it (pairwise sums in the input's dtype, then
+            # one division for a mean), without its Python wrapper and errstate
+            # (nothing here can divide by zero)
+            out = ufunc.reduce(x, axis=axes, dtype=x.dtype, keepdims=keepdims)
+            if mean:
+                out = np.true_divide(out, x.size // max(np.size(out), 1))
+            return [np.asarray(out)]
+        kwargs: dict[str, Any] = {"axis": axes, "keepdims": keepdims}
         if keep_dtype and x.dtype.kind in "iuf":
             kwargs["dtype"] = x.dtype  # numpy would widen int32 sums to int64
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -291,11 +312,14 @@ def _reduce(op: str, fn: Callable[..., Any], keep_dtype: bool) -> None:
     register(op, CPU)(kernel)
 
 
-_reduce("Sum", np.sum, keep_dtype=True)
-_reduce("Prod", np.prod, keep_dtype=True)
-_reduce("Mean", np.mean, keep_dtype=True)  # int mean truncates, as in TF
-_reduce("Min", np.min, keep_dtype=False)
-_reduce("Max", np.max, keep_dtype=False)
+_FAST_REDUCE = frozenset({np.float32, np.float64})
+
+
+_reduce("Sum", np.sum, keep_dtype=True, ufunc=np.add)
+_reduce("Prod", np.prod, keep_dtype=True, ufunc=np.multiply)
+_reduce("Mean", np.mean, keep_dtype=True, ufunc=np.add)  # int mean truncates, as in TF
+_reduce("Min", np.min, keep_dtype=False, ufunc=np.minimum)
+_reduce("Max", np.max, keep_dtype=False, ufunc=np.maximum)
 
 
 @register("ArgMax", CPU)
@@ -360,7 +384,8 @@ def sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
             raise KernelError(f"SumToShapeOf: gradient shape {list(grad.shape)} is not a "
                               f"broadcast of {list(shape)}")
     dtype = grad.dtype if grad.dtype.kind in "iuf" else None
-    return np.sum(grad, axis=tuple(axes), dtype=dtype).reshape(shape)
+    out = np.add.reduce(grad, axis=tuple(axes), dtype=dtype)
+    return out if out.shape == shape else out.reshape(shape)
 
 
 @register("SumToShapeOf", CPU)
@@ -370,7 +395,9 @@ def sum_to_shape_of(inputs: list, attrs: dict) -> list:
         # nothing to sum: forward the gradient (kernels never mutate inputs),
         # which saves a copy of every dense layer's gradient in a backward pass
         return [grad]
-    return [np.array(sum_to_shape(grad, np.shape(inputs[1])))]
+    out = sum_to_shape(grad, np.shape(inputs[1]))
+    # a result of its own (a reduction's is; a reshaped one is a view of it)
+    return [out if out.base is None else np.array(out)]
 
 
 @register("BroadcastToShapeOf", CPU)
@@ -381,13 +408,14 @@ def broadcast_to_shape_of(inputs: list, attrs: dict) -> list:
     axes = tuple(range(ndim)) if axes is None else axes
     if not attrs.get("keepdims", False):
         kept = [1 if i in axes else d for i, d in enumerate(ref_shape)]
-        if grad.size != int(np.prod(kept, dtype=np.int64)):
+        if grad.size != math.prod(kept):
             raise KernelError(f"BroadcastToShapeOf: gradient {list(grad.shape)} does not "
                               f"match {list(ref_shape)} reduced over {list(axes)}")
         grad = grad.reshape(kept)
+    # A real array, not a zero-stride view: consumers (and the wire) get plain memory.
+    out = np.empty(ref_shape, grad.dtype)
     try:
-        # A real array, not a zero-stride view: consumers (and the wire) get plain memory.
-        out = np.array(np.broadcast_to(grad, ref_shape))
+        np.copyto(out, grad)
     except ValueError:
         raise KernelError(f"BroadcastToShapeOf: cannot broadcast {list(grad.shape)} to "
                           f"{list(ref_shape)}") from None

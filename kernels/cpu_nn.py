@@ -72,7 +72,9 @@ def _shifted(logits: np.ndarray) -> np.ndarray:
         raise KernelError(f"softmax needs float logits, got {logits.dtype}: Cast them first")
     if logits.shape[-1] == 0:
         return logits.copy()
-    return logits - np.max(logits, axis=-1, keepdims=True)
+    # (the ufunc's own reduce: np.max's Python wrapper costs as much as the
+    # reduction itself on a small batch of logits)
+    return logits - np.maximum.reduce(logits, axis=-1, keepdims=True)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -104,10 +106,16 @@ def softmax_xent(inputs: list, attrs: dict) -> list:
         raise KernelError("SoftmaxCrossEntropyWithLogits: logits and labels must have the "
                           f"same shape, got {list(logits.shape)} and {list(labels.shape)}")
     labels = labels.astype(logits.dtype, copy=False)
-    logp = log_softmax(logits)
-    loss = -np.sum(labels * logp, axis=-1)
-    backprop = np.exp(logp) - labels
-    return [loss, backprop]
+    # TF's kernel: loss = sum(labels * (log(sum(exp(z))) - z)) and backprop =
+    # exp(z) / sum(exp(z)) - labels, with z the logits less their row max.
+    # One exp serves both, and every temporary is overwritten in place.
+    z = _shifted(logits)
+    e = np.exp(z)
+    total = np.add.reduce(e, axis=-1, keepdims=True)
+    np.subtract(np.log(total), z, out=z)                    # -log_softmax
+    loss = np.add.reduce(np.multiply(labels, z, out=z), axis=-1)
+    np.divide(e, total, out=e)
+    return [loss, np.subtract(e, labels, out=e)]
 
 
 @register("SparseSoftmaxCrossEntropyWithLogits", CPU)
