@@ -30,6 +30,7 @@ from distrib import errors
 from distrib.actors import ActorRef, ActorSystem, _in_process, caller_key, session_gc_s
 from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
                             NotFoundError, OpError)
+from distrib import executor
 from distrib.executor import CompiledPartition, RunStats, VariableStore, _host
 from transports.shm import ARENA
 
@@ -264,6 +265,12 @@ class WorkerService:
         self._run_stats = RunStats()
         self.counters = _zero_counters()
         self._cpu_at_reset = time.process_time()
+        # a remote master's steps: when its last one ended here, and how long
+        # it then took to send the next (see _linger)
+        self._started = 0
+        self._ended_at: dict[tuple[str, int], float] = {}
+        self._next_gap: dict[tuple[str, int], float] = {}
+        self._lingering: set[asyncio.Task] = set()
 
     def detached(self, value: Any) -> Any:
         """``value`` as another partition in this process may get it: copied
@@ -375,6 +382,12 @@ class WorkerService:
         part = self._partitions.get(key)
         if part is None:
             raise NotFoundError(f"{UNREGISTERED}: {key}", task=self.task)
+        caller = caller_key()
+        self._started += 1
+        if caller is not None:
+            ended = self._ended_at.get(caller)
+            if ended is not None:
+                self._next_gap[caller] = time.perf_counter() - ended
         self.rendezvous.begin(step, incarnations)
         t0 = time.perf_counter()
         try:
@@ -388,6 +401,28 @@ class WorkerService:
             self.rendezvous.end(step)
             self.counters["partitions_run"] += 1
             self.counters["partition_s"] += time.perf_counter() - t0
+            if caller is not None:
+                self._linger(caller)
+
+    def _linger(self, caller: tuple[str, int]) -> None:
+        """After a remote master's step, keep the loop polling for its next
+        one when that came within executor.SPIN_S last time (a training loop
+        calls again at once) and a core would idle anyway.
+
+        The master's request then finds this task awake: on a VM, waking a
+        halted virtual CPU for it cost 0.3-0.7 ms (measured on a ps between
+        one worker's steps), on the critical path of every step."""
+        if len(self._ended_at) >= 1024:
+            self._ended_at.clear()
+            self._next_gap.clear()
+        self._ended_at[caller] = time.perf_counter()
+        gap = self._next_gap.get(caller)
+        if gap is None or gap >= executor.SPIN_S:
+            return
+        started = self._started
+        task = asyncio.ensure_future(executor.spin_until(lambda: self._started != started, gap))
+        self._lingering.add(task)
+        task.add_done_callback(self._lingering.discard)
 
     def recv_tensor(self, step: int, key: str, value: Any, src_task: str, incarnation: int) -> None:
         self.counters["tensors_received"] += 1

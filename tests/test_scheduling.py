@@ -594,3 +594,46 @@ async def test_a_long_receive_never_spins_on_another_receives_history(monkeypatc
     # expects it a long way off
     alone = [e for names_, e in etas if names_ == ["y"] and e is not None]
     assert alone and all(e >= executor.SPIN_S for e in alone), etas
+
+
+async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(monkeypatch):
+    # A ps answers a worker's step, and that worker's next step came ~1 ms
+    # after the last: the ps keeps its loop polling for it (a halted vCPU
+    # costs 0.3-0.7 ms to wake) until it starts. A caller whose next step
+    # came late, or whose steps it has not seen twice, leaves it asleep.
+    from distrib.actors import CALLER
+    from transports import PeerInfo
+    seen = []
+
+    async def record(done, expected_s):
+        seen.append((done(), expected_s, done))
+    monkeypatch.setattr(executor, "spin_until", record)
+    nodes = [{"name": "c", "op": "Const", "inputs": [],
+              "attrs": {"value": np.float32(3), "dtype": "float32"}},
+             {"name": "y", "op": "Identity", "inputs": ["c:0"], "attrs": {}}]
+    async with dt.serve({"local": ["localhost:0"]}) as server:
+        w = server.worker
+        w.register_partition("p", nodes, ["y:0"])
+        assert await w.run_partition("p", 1, {}, {}, {}) == [3.0]   # a local master
+        await asyncio.sleep(0.01)
+        assert seen == []
+        token = CALLER.set(PeerInfo("/job:worker/task:0", 7, "host"))
+        try:
+            await w.run_partition("p", 2, {}, {}, {})    # first seen: no history
+            await asyncio.sleep(0)
+            assert seen == []
+            await asyncio.sleep(0.001)
+            await w.run_partition("p", 3, {}, {}, {})    # came ~1 ms after the last
+            await asyncio.sleep(0)
+            assert len(seen) == 1
+            done, expected, poll_done = seen[0]
+            assert not done and 0 < expected < executor.SPIN_S
+            await w.run_partition("p", 4, {}, {}, {})    # the next step ends the poll
+            assert poll_done()
+            await asyncio.sleep(0.05)
+            seen.clear()
+            await w.run_partition("p", 5, {}, {}, {})    # came 50 ms later: sleep
+            await asyncio.sleep(0)
+            assert seen == []
+        finally:
+            CALLER.reset(token)
