@@ -126,6 +126,14 @@ async def test_peer_calls_back_into_a_listening_client(peer, mode):
         await sys_.shutdown()
 
 
+async def _told_back(peer, mode: str):
+    """A listening client with a Counter actor, and a handle on the peer's echo."""
+    sys_ = await client(mode, listen=True)
+    c = Counter()
+    sys_.spawn("counter", c)
+    return sys_, c, sys_.ref(peer.line, "echo")
+
+
 async def _noted(counter: Counter, n: int) -> None:
     for _ in range(200):
         if len(counter.seen) >= n:
@@ -138,11 +146,8 @@ async def test_a_tell_to_a_system_that_called_us_goes_over_its_connection(peer, 
     # The peer answers over the connection this system opened to it (as a ps
     # sends a worker its variables over the connection the step came by):
     # no second connection, and both ways share it.
-    sys_ = await client(mode, listen=True)
+    sys_, c, ref = await _told_back(peer, mode)
     try:
-        c = Counter()
-        sys_.spawn("counter", c)
-        ref = sys_.ref(peer.line, "echo")
         conns = await ref.call("tell_back", sys_.address, sys_.name, sys_.incarnation,
                                np.arange(5.0))
         assert conns == {"outbound": [], "inbound": 1}
@@ -159,11 +164,8 @@ async def test_a_tell_to_a_system_that_called_us_goes_over_its_connection(peer, 
 
 
 async def test_a_tell_back_reconnects_once_the_callers_connection_is_gone(peer, mode):
-    sys_ = await client(mode, listen=True)
+    sys_, c, ref = await _told_back(peer, mode)
     try:
-        c = Counter()
-        sys_.spawn("counter", c)
-        ref = sys_.ref(peer.line, "echo")
         await ref.call("tell_back", sys_.address, sys_.name, sys_.incarnation, 1)
         await sys_._out[peer.line].conn.close()
         await asyncio.sleep(0.05)

@@ -232,6 +232,15 @@ async def test_shm_release_rides_with_the_next_message(shm_pair, monkeypatch):
     assert sum(map(len, client._pool._free.values())) == 1
 
 
+async def _all_back(client, timeout: float = 1.0) -> None:
+    """Wait until the peer has released every segment lent to it."""
+    for _ in range(int(timeout / 0.005)):
+        if not client._pool._lent:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"segments {sorted(client._pool._lent)} are still lent")
+
+
 async def test_shm_release_of_many_bytes_goes_at_once(shm_pair, monkeypatch):
     # Past _RELEASE_NOW_BYTES the notices do not wait for a ride: a sender of
     # big arrays gets its segments back at once.
@@ -246,11 +255,7 @@ async def test_shm_release_of_many_bytes_goes_at_once(shm_pair, monkeypatch):
     await asyncio.sleep(0.05)
     assert len(client._pool._lent) == 2   # one array's bytes: still held back
     del big
-    for _ in range(200):
-        if not client._pool._lent:
-            break
-        await asyncio.sleep(0.005)
-    assert not client._pool._lent
+    await _all_back(client)
 
 
 async def test_shm_release_goes_alone_after_a_delay(shm_pair):
@@ -258,11 +263,7 @@ async def test_shm_release_goes_alone_after_a_delay(shm_pair):
     await client.send(np.full(BIG, 7, np.float64))
     arr = await asyncio.wait_for(server.recv(), 5.0)
     del arr
-    for _ in range(200):
-        if not client._pool._lent:
-            break
-        await asyncio.sleep(0.005)
-    assert not client._pool._lent
+    await _all_back(client)
 
 
 async def test_shm_pool_bound_falls_back_to_inline(shm_pair):
