@@ -301,7 +301,13 @@ def _reduce(op: str, fn: Callable[..., Any], keep_dtype: bool,
             # (nothing here can divide by zero)
             out = ufunc.reduce(x, axis=axes, dtype=x.dtype, keepdims=keepdims)
             if mean:
-                out = np.true_divide(out, x.size // max(np.size(out), 1))
+                # as np.mean divides: by an intp count, computed in float64
+                # and cast back (a Python int would divide in float32)
+                count = np.intp(x.size // max(np.size(out), 1))
+                if type(out) is np.ndarray:
+                    np.true_divide(out, count, out=out, casting="unsafe")
+                else:
+                    out = out.dtype.type(out / count)
             return [np.asarray(out)]
         kwargs: dict[str, Any] = {"axis": axes, "keepdims": keepdims}
         if keep_dtype and x.dtype.kind in "iuf":
@@ -384,7 +390,7 @@ def sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
             raise KernelError(f"SumToShapeOf: gradient shape {list(grad.shape)} is not a "
                               f"broadcast of {list(shape)}")
     dtype = grad.dtype if grad.dtype.kind in "iuf" else None
-    out = np.add.reduce(grad, axis=tuple(axes), dtype=dtype)
+    out = np.asarray(np.add.reduce(grad, axis=tuple(axes), dtype=dtype))   # (0-d: an array)
     return out if out.shape == shape else out.reshape(shape)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -22,10 +23,13 @@ __all__ = ["gradient_descent_into"]
 
 logger = logging.getLogger(__name__)
 
-# Below this many elements numpy's two passes cost less than the foreign call.
+# Below this many elements numpy's two passes cost less than the foreign call;
+# from this many on, a BLAS with 32-bit sizes would not count them right.
 _AXPY_MIN = 1024
+_AXPY_MAX = 2**31 - 1
 _UNSET: Any = object()
 _axpy_by_dtype: Any = _UNSET   # {dtype: ?axpy} once looked for, or None
+_axpy_lock = threading.Lock()  # one lookup, published when it is final
 
 
 def _blas_axpy() -> dict[np.dtype, Callable] | None:
@@ -39,9 +43,18 @@ def _blas_axpy() -> dict[np.dtype, Callable] | None:
     The library is the one already mapped into this process (numpy loaded it);
     each candidate is checked against numpy on a small array before use."""
     global _axpy_by_dtype
-    if _axpy_by_dtype is not _UNSET:
-        return _axpy_by_dtype
-    _axpy_by_dtype = None
+    found = _axpy_by_dtype
+    if found is _UNSET:
+        with _axpy_lock:
+            if _axpy_by_dtype is _UNSET:
+                # (another thread must not take numpy's path meanwhile: its
+                # bits differ, and they must not depend on the timing)
+                _axpy_by_dtype = _find_axpy()
+            found = _axpy_by_dtype
+    return found
+
+
+def _find_axpy() -> dict[np.dtype, Callable] | None:
     try:
         with open("/proc/self/maps") as f:
             paths = sorted({line.split()[-1] for line in f
@@ -66,7 +79,6 @@ def _blas_axpy() -> dict[np.dtype, Callable] | None:
                 fn.argtypes = [int_t, real, ctypes.c_void_p, int_t, ctypes.c_void_p, int_t]
                 found[np.dtype(dt)] = fn
             if len(found) == 2 and all(_axpy_works(fn, dt) for dt, fn in found.items()):
-                _axpy_by_dtype = found
                 logger.debug("SGD updates use %s%saxpy%s of %s", prefix, "?", suffix, path)
                 return found
     return None
@@ -137,7 +149,11 @@ def gradient_descent_into(out: np.ndarray, var: Any, lr: Any, grad: Any) -> np.n
                           f"{var.dtype} vs {list(out.shape)} {out.dtype}")
     lr = _scalar(op, "lr", lr, out.dtype)
     grad = _grad(op, grad, out)
-    axpy = _blas_axpy() if out.size >= _AXPY_MIN and out.flags.c_contiguous else None
+    axpy = None
+    # (lr 0: a BLAS may skip the update, and with it a NaN in the gradient)
+    if _AXPY_MIN <= out.size <= _AXPY_MAX and out.flags.c_contiguous and lr != 0:
+        table = _blas_axpy()
+        axpy = None if table is None else table.get(out.dtype)   # float32/64, native order
     if axpy is not None:
         # var += (-lr) * grad in one pass. Written elsewhere (the store's copy
         # on write) it is a copy then the same axpy: the bits never depend on
@@ -146,7 +162,7 @@ def gradient_descent_into(out: np.ndarray, var: Any, lr: Any, grad: Any) -> np.n
             grad = np.array(grad, order="C")
         if not (out is var or _same_memory(out, var)):
             np.copyto(out, var)
-        axpy[out.dtype](out.size, -lr, grad.ctypes.data, 1, out.ctypes.data, 1)
+        axpy(out.size, -lr, grad.ctypes.data, 1, out.ctypes.data, 1)
     elif out is var or np.may_share_memory(out, var) or np.may_share_memory(out, grad):
         np.subtract(var, lr * grad, out=out)
     else:

@@ -231,6 +231,18 @@ def test_reductions_match_numpy(op, ref, axis, keepdims):
     expect = ref(x, axis=np_axis, keepdims=keepdims)
     assert out.dtype == F32 and out.shape == np.shape(expect)
     np.testing.assert_allclose(out, expect, rtol=1e-5)
+    # float reductions take the ufunc's reduce: numpy's own bits
+    assert np.array_equal(out, np.asarray(ref(x, axis=np_axis, keepdims=keepdims,
+                                              **({"dtype": F32} if op in ("Sum", "Mean", "Prod")
+                                                 else {}))))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mean_of_more_elements_than_the_float_counts_exactly_has_numpys_bits(dtype):
+    # np.mean divides by an intp count in float64: 2**24 + 1 is not a float32
+    x = np.full((1 << 24) + 1, 7.0011177, dtype)
+    x[::3] = 2.5
+    assert np.array_equal(one("Mean", x), np.asarray(np.mean(x, dtype=dtype)))
 
 
 def test_integer_reductions_keep_dtype_and_mean_truncates():
@@ -276,7 +288,7 @@ def test_reshape_transpose_shape_expand_tile():
 def test_sum_to_shape_of_undoes_broadcasting(gshape, rshape):
     g, ref = rand(*gshape), np.zeros(rshape, F32)
     out = one("SumToShapeOf", g, ref)
-    assert out.shape == rshape and out.dtype == F32
+    assert type(out) is np.ndarray and out.shape == rshape and out.dtype == F32
     # reference: the gradient of sum(broadcast(r) * g) with respect to r is sum_to_shape(g)
     expect = np.zeros(rshape, np.float64)
     for idx in np.ndindex(*gshape):
@@ -397,14 +409,17 @@ def test_apply_gradient_descent_big_in_place_matches_numpy(dtype, blas, monkeypa
     from kernels import cpu_update
     if not blas:
         monkeypatch.setattr(cpu_update, "_axpy_by_dtype", None)
+    elif cpu_update._blas_axpy() is None:
+        pytest.skip("numpy's BLAS has no usable axpy here")
     var = rand(300, 70, dtype=dtype)
     grad = rand(300, 70, dtype=dtype)
+    grad_before = grad.copy()
     lr = dtype(0.01)
     want = var - lr * grad
     before = var.copy()
     out = one("ApplyGradientDescent", var, np.array(0.01, dtype), grad)
     assert out is var and out.dtype == dtype
-    assert np.array_equal(grad, grad.copy())
+    assert np.array_equal(grad, grad_before)
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(out, want, rtol=2 * eps, atol=2 * eps * np.abs(before).max())
     assert not np.array_equal(out, before)
@@ -415,9 +430,55 @@ def test_blas_axpy_is_used_only_after_its_check(monkeypatch):
     monkeypatch.setattr(cpu_update, "_axpy_by_dtype", cpu_update._UNSET)
     monkeypatch.setattr(cpu_update, "_axpy_works", lambda fn, dt: False)
     assert cpu_update._blas_axpy() is None        # a candidate that fails is never used
+    var, grad, lr = rand(64, 64), rand(64, 64), F32(0.0371)
+    want = var - lr * grad                        # numpy's two roundings, to the bit
+    np.testing.assert_array_equal(one("ApplyGradientDescent", var, lr, grad), want)
+
+
+def test_blas_axpy_is_looked_up_once_for_all_threads(monkeypatch):
+    # every thread waits for the one lookup: none takes numpy's path meanwhile
+    # (its bits differ), and all get the same answer
+    import threading
+    import time
+    from kernels import cpu_update
+    found = cpu_update._blas_axpy()
+    monkeypatch.setattr(cpu_update, "_axpy_by_dtype", cpu_update._UNSET)
+    calls = []
+
+    def slow_find():
+        calls.append(1)
+        time.sleep(0.05)
+        return found
+    monkeypatch.setattr(cpu_update, "_find_axpy", slow_find)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cpu_update._blas_axpy()))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(calls) == 1 and len(got) == 8 and all(g is found for g in got)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.dtype(">f4")])
+def test_apply_gradient_descent_big_in_other_float_dtypes(dtype):
+    # no axpy for them: numpy's rule, in place
+    var = rand(64, 64).astype(dtype)
+    grad = rand(64, 64).astype(dtype)
+    want = var - np.asarray(0.25, dtype) * grad
+    out = one("ApplyGradientDescent", var, 0.25, grad)
+    assert out is var and out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_apply_gradient_descent_with_lr_zero_keeps_a_nan_gradient():
+    # var - 0 * nan is nan, as in numpy and TF, for a big variable too (a BLAS
+    # axpy may skip an update whose factor is 0)
     var = rand(64, 64)
-    want = var - F32(0.5) * np.ones_like(var)
-    np.testing.assert_array_equal(one("ApplyGradientDescent", var, 0.5, np.ones_like(var)), want)
+    grad = rand(64, 64)
+    grad[3, 5] = np.nan
+    out = one("ApplyGradientDescent", var, 0.0, grad)
+    assert np.isnan(out[3, 5]) and np.isfinite(np.delete(out.ravel(), 3 * 64 + 5)).all()
 
 
 @pytest.mark.parametrize("nesterov", [False, True])
