@@ -221,6 +221,7 @@ async def test_shm_release_rides_with_the_next_message(shm_pair, monkeypatch):
     # A release notice waits for the receiver's next message instead of
     # taking a frame (a system call and a wake-up) of its own.
     monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
+    monkeypatch.setattr(connection_module, "_RELEASE_ALONE_S", 30.0)
     client, server = shm_pair
     for i in range(5):
         await pass_one(client, server, i)
@@ -245,6 +246,7 @@ async def test_shm_release_of_many_bytes_goes_at_once(shm_pair, monkeypatch):
     # Past _RELEASE_NOW_BYTES the notices do not wait for a ride: a sender of
     # big arrays gets its segments back at once.
     monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
+    monkeypatch.setattr(connection_module, "_RELEASE_ALONE_S", 30.0)
     client, server = shm_pair
     await client.send(np.full(BIG, 7, np.float64))
     small = await asyncio.wait_for(server.recv(), 5.0)
@@ -256,6 +258,24 @@ async def test_shm_release_of_many_bytes_goes_at_once(shm_pair, monkeypatch):
     assert len(client._pool._lent) == 2   # one array's bytes: still held back
     del big
     await _all_back(client)
+
+
+async def test_shm_release_waits_longer_for_a_ride_where_this_side_sends(shm_pair, monkeypatch):
+    # A side that has sent nothing on the connection has nothing for a notice
+    # to ride with: it goes after the short delay. Once it sends there, a
+    # notice waits the long one for the next message.
+    monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
+    client, server = shm_pair
+    await pass_one(client, server, 1)
+    await _all_back(client)                      # alone, after _RELEASE_ALONE_S
+    await server.send({"hello": 1})
+    assert await asyncio.wait_for(client.recv(), 5.0) == {"hello": 1}
+    await pass_one(client, server, 2)
+    await asyncio.sleep(0.1)
+    assert len(client._pool._lent) == 1          # waits for a ride now
+    await server.send({"ack": 2})
+    assert await asyncio.wait_for(client.recv(), 5.0) == {"ack": 2}
+    assert not client._pool._lent
 
 
 async def test_shm_release_goes_alone_after_a_delay(shm_pair):
@@ -390,6 +410,7 @@ async def test_a_message_that_fails_to_encode_lends_nothing(shm_pair):
 
 async def test_release_notices_survive_a_failed_send(shm_pair, monkeypatch):
     monkeypatch.setattr(connection_module, "_RELEASE_DELAY_S", 30.0)
+    monkeypatch.setattr(connection_module, "_RELEASE_ALONE_S", 30.0)
     client, server = shm_pair
     await pass_one(client, server, 3)
     await asyncio.sleep(0.01)

@@ -27,12 +27,16 @@ logger = logging.getLogger("transports")
 _RELEASE_WAIT_S = 0.2
 # A release notice waits this long for a message to ride along with (each
 # frame of its own costs both processes a system call and a wake-up, ~50 us
-# of CPU on a VM): long enough for a worker's releases of the variables it
-# read to ride with its gradients, which leave 5-15 ms into a training step,
-# over the connection both ways share (distrib.actors).
+# of CPU on a VM)...
+_RELEASE_ALONE_S = 0.002
+# ... and this long on a connection that this side sends messages on too:
+# long enough for a worker's releases of the variables it read to ride with
+# its gradients, which leave 5-15 ms into a training step, over the
+# connection both ways share (distrib.actors)
 _RELEASE_DELAY_S = 0.02
-# ... unless this many bytes wait to be released: they go at once, so that a
-# sender of big arrays gets its segments back without waiting out the delay
+# ... unless this many bytes wait to be released (or an eighth of the pool
+# bound, where that is less): they go at once, so that a sender of big
+# arrays gets its segments back without waiting out the delay
 _RELEASE_NOW_BYTES = 16 << 20
 
 
@@ -72,6 +76,8 @@ class Connection:
         self._release_scheduled = False
         self._release_timer: asyncio.TimerHandle | None = None
         self._release_bytes = 0   # of the segments in self._releases (a hint)
+        self._release_now = min(_RELEASE_NOW_BYTES, max(config.shm_pool_bytes // 8, 1))
+        self._rides = False       # this side has sent a message here: notices may ride
         # Shared-memory flow control: past this many bytes lent to a peer that
         # has not released them, send() waits (briefly) for a release notice.
         self._shm_high_water = config.shm_pool_bytes // 4
@@ -172,7 +178,7 @@ class Connection:
         # (at once when _RELEASE_NOW_BYTES are waiting).
         self._releases.append(seg_id)
         self._release_bytes += nbytes
-        now = self._release_bytes >= _RELEASE_NOW_BYTES
+        now = self._release_bytes >= min(_RELEASE_NOW_BYTES, self._release_now)
         if (now or not self._release_scheduled) and not self._wire.closed:
             self._release_scheduled = True
             try:
@@ -190,8 +196,8 @@ class Connection:
             self._release_timer.cancel()
             self._release_timer = None
         if self._release_timer is None:
-            self._release_timer = self._loop.call_later(0 if now else _RELEASE_DELAY_S,
-                                                        self._flush_releases)
+            delay = 0 if now else _RELEASE_DELAY_S if self._rides else _RELEASE_ALONE_S
+            self._release_timer = self._loop.call_later(delay, self._flush_releases)
 
     def _take_ids(self) -> list[int]:
         # No timer, then allow a new schedule, then drain: an id queued
@@ -216,6 +222,7 @@ class Connection:
         if pool is None:
             self._wire.write_message(obj)
             return
+        self._rides = True
         ids = self._take_ids() if self._releases else []
         pool.mark()
         try:
