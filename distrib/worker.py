@@ -405,7 +405,8 @@ class WorkerService:
                 self._linger(caller)
 
     def _linger(self, caller: tuple[str, int]) -> None:
-        """After a remote master's step, keep the loop polling for its next
+        """After a remote caller's step (another task's master; or a client's,
+        through this task's own master), keep the loop polling for its next
         one when that came within executor.SPIN_S last time (a training loop
         calls again at once) and a core would idle anyway.
 

@@ -608,6 +608,7 @@ async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(
     async def record(done, expected_s):
         seen.append((done(), expected_s, done))
     monkeypatch.setattr(executor, "spin_until", record)
+    monkeypatch.setattr(executor, "SPIN_S", 0.3)   # a busy machine may sleep 1 ms for 20
     nodes = [{"name": "c", "op": "Const", "inputs": [],
               "attrs": {"value": np.float32(3), "dtype": "float32"}},
              {"name": "y", "op": "Identity", "inputs": ["c:0"], "attrs": {}}]
@@ -630,9 +631,9 @@ async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(
             assert not done and 0 < expected < executor.SPIN_S
             await w.run_partition("p", 4, {}, {}, {})    # the next step ends the poll
             assert poll_done()
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.4)
             seen.clear()
-            await w.run_partition("p", 5, {}, {}, {})    # came 50 ms later: sleep
+            await w.run_partition("p", 5, {}, {}, {})    # came 400 ms later: sleep
             await asyncio.sleep(0)
             assert seen == []
         finally:
