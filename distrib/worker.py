@@ -26,11 +26,10 @@ from typing import Any, Awaitable
 
 import numpy as np
 
-from distrib import errors
+from distrib import errors, executor
 from distrib.actors import ActorRef, ActorSystem, _in_process, caller_key, session_gc_s
 from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
                             NotFoundError, OpError)
-from distrib import executor
 from distrib.executor import CompiledPartition, RunStats, VariableStore, _host
 from transports.shm import ARENA
 
@@ -158,9 +157,9 @@ class Rendezvous:
 # the receiver can work on them meanwhile (a weight gradient's update); a few
 # small tensors ride along with the next batch instead.
 _FLUSH_BYTES = 1 << 20
+_FLUSH_EARLY_BYTES = 1 << 16
 # handles on other tasks' workers kept, by (address, task, incarnation)
 _MAX_REFS = 1024
-_FLUSH_EARLY_BYTES = 1 << 16
 
 
 class _StepChannel:

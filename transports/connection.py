@@ -76,7 +76,6 @@ class Connection:
         self._release_scheduled = False
         self._release_timer: asyncio.TimerHandle | None = None
         self._release_bytes = 0   # of the segments in self._releases (a hint)
-        self._release_now = min(_RELEASE_NOW_BYTES, max(config.shm_pool_bytes // 8, 1))
         self._rides = False       # this side has sent a message here: notices may ride
         # Shared-memory flow control: past this many bytes lent to a peer that
         # has not released them, send() waits (briefly) for a release notice.
@@ -178,7 +177,7 @@ class Connection:
         # (at once when _RELEASE_NOW_BYTES are waiting).
         self._releases.append(seg_id)
         self._release_bytes += nbytes
-        now = self._release_bytes >= min(_RELEASE_NOW_BYTES, self._release_now)
+        now = self._release_bytes >= min(_RELEASE_NOW_BYTES, max(self._shm_high_water // 2, 1))
         if (now or not self._release_scheduled) and not self._wire.closed:
             self._release_scheduled = True
             try:
