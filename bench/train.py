@@ -398,6 +398,9 @@ class PsCluster:
                          statistics.mean(r["seconds"] for r in results) / len(results),
                          master, [r["worker"] for r in results] + [results[0]["ps"]])
         out["examples_per_s"] = sum(r["steps"] * BATCH / r["seconds"] for r in results)
+        # the ps's share of cpu ms (JSON only): what serving one worker step costs it
+        out["ps_cpu_ms_per_step"] = (results[0]["ps"]["process_cpu_s"]
+                                     / sum(r["steps"] for r in results) * 1e3)
         out["ms_per_step"] = statistics.mean(r["seconds"] / r["steps"] for r in results) * 1e3
         out["outside_ms_per_step"] = out["ms_per_step"] - out["kernel_ms_per_step"]
         return out
@@ -546,7 +549,9 @@ def main() -> None:
           "ps1-w2 is one worker's step, so both workers' CPU over both workers' steps); "
           "msgs: messages between tasks (tensors for one task travel together when they are "
           "ready together) + 2 per remote partition call; "
-          "tensor MB: bytes of those tensors; per step of one worker (ps1-w2: each worker's)")
+          "tensor MB: bytes of those tensors; per step of one worker (ps1-w2: each worker's); "
+          "--json rows of the ps configurations also give ps_cpu_ms_per_step, the ps's share "
+          "of cpu ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows}, f, indent=1)
