@@ -918,9 +918,10 @@ async def spin_until(done: Callable[[], bool], expected_s: float | None) -> None
     when unknown) and a core would idle anyway.
 
     On a VM, a message that must wake a halted virtual CPU costs both sides
-    0.1-0.3 ms (a loopback round trip takes ~200 us between idle cores and
+    0.1-0.7 ms (a loopback round trip takes ~200 us between idle cores and
     ~30 us between busy ones): a worker waiting for its variables, or for a
-    ps's answer, pays that twice a step. A spinning loop's core never halts.
+    ps's answer, and a ps waiting for a worker's next step (see
+    WorkerService._linger) pay that every step. A spinning loop's core never halts.
     The spin ends as soon as more threads want to run than there are cores,
     so it never takes a core from work; a long wait (a ps waiting for a
     gradient) never spins."""

@@ -638,3 +638,30 @@ async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(
             assert seen == []
         finally:
             CALLER.reset(token)
+
+
+async def test_a_ps_in_another_process_answers_over_the_workers_connection():
+    # the worker's step opens the only connection between the two tasks: the
+    # ps sends the variables back over it (no connection from the ps to the
+    # worker), so the worker's release notices can ride with its gradients
+    spec = cluster_spec(ps=1, worker=1)
+    with cli_flags_task(spec, "ps", 0) as ps_proc:
+        async with dt.serve(spec, job_name="worker", task_index=0) as wk:
+            g = dt.Graph()
+            with g.as_default():
+                with dt.device("/job:ps/task:0"):
+                    w = dt.Variable(np.ones((128, 256), np.float32), name="w")   # 128 KiB: shm
+                with dt.device("/job:worker/task:0"):
+                    loss = dt.reduce_sum(w * w)
+                train = dt.train.GradientDescentOptimizer(0.25).minimize(loss)
+                init = dt.global_variables_initializer()
+            async with dt.Session(wk.target, graph=g) as sess:
+                await sess.run(init)
+                for _ in range(3):
+                    await sess.run(train)
+                # w -> w - 0.25 * 2w = w / 2, three times
+                np.testing.assert_array_equal(await sess.run(w), np.full((128, 256), 0.125))
+                assert wk.worker.stats()["tensors_received"] >= 3   # w, each step
+                assert wk.system._inbound == set()
+                assert list(wk.system._out) == [spec["ps"][0]]
+        assert ps_proc.p.poll() is None
