@@ -394,6 +394,30 @@ register_gradient("Max")(_min_max_grad)
 register_gradient("Min")(_min_max_grad)
 
 
+@register_gradient("Prod")
+def _prod_grad(op: Operation, g: Tensor) -> list:
+    """d prod / d x_i is the product of the other elements of x_i's group.
+
+    Not ``y / x_i``, which is 0/0 where x_i is 0: with no zero in a group it
+    is ``p / x_i`` (``p``: the product of the group's nonzero elements), with
+    exactly one zero it is ``p`` at the zero and 0 elsewhere, and with two or
+    more zeros it is 0 everywhere (as TensorFlow's exclusive cumprods give)."""
+    x = op.inputs[0]
+    axis, keep = _axis_keep(op)
+    zero = _float_mask(ops.equal(x, 0), x)
+    nonzero = ops.add(x, zero)   # each 0 replaced by 1
+
+    def per_group(t: Tensor) -> Tensor:   # a group's reduction, spread back over it
+        return _broadcast_to(t, x, axis, True)
+
+    zeros = per_group(ops.reduce_sum(zero, axis=axis, keepdims=True))
+    p = per_group(ops.reduce_prod(nonzero, axis=axis, keepdims=True))
+    others = ops.multiply(p, ops.add(
+        ops.divide(_float_mask(ops.equal(zeros, 0), x), nonzero),
+        ops.multiply(_float_mask(ops.equal(zeros, 1), x), zero)))
+    return [ops.multiply(_broadcast_to(g, x, axis, keep), others)]
+
+
 # -- shape ops -------------------------------------------------------------------------
 @register_gradient("Reshape")
 def _reshape_grad(op: Operation, g: Tensor) -> list:
@@ -428,6 +452,13 @@ def _broadcast_to_shape_of_grad(op: Operation, g: Tensor) -> list:
     return [_sum_to(reduce(g, axis=axis, keepdims=keep), op.inputs[0]), None]
 
 
+@register_gradient("Sign")
+def _sign_grad(op: Operation, g: Tensor) -> list:
+    # flat almost everywhere: zeros, as TensorFlow gives (not None, which
+    # would stop the gradient and drop x from a sum of paths)
+    return [ops.zeros_like(op.inputs[0])]
+
+
 @register_gradient("ReluGrad")
 def _relu_grad_grad(op: Operation, g: Tensor) -> list:
     # dy * (y > 0): linear in dy, piecewise constant in y
@@ -458,7 +489,7 @@ def _bias_add_grad_grad(op: Operation, g: Tensor) -> list:
 
 
 for _op_type in ("Equal", "NotEqual", "Less", "Greater", "LogicalAnd", "LogicalNot", "ArgMax",
-                 "Shape", "ZerosLike", "OnesLike", "Sign", "Const", "Placeholder", "Zeros",
+                 "Shape", "ZerosLike", "OnesLike", "Const", "Placeholder", "Zeros",
                  "Ones", "RandomStandardNormal", "RandomUniform", "NoOp", "VariableV2",
                  "IsVariableInitialized", "Assign", "AssignAdd", "AssignSub"):
     no_gradient(_op_type)

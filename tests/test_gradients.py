@@ -137,6 +137,9 @@ REDUCTIONS = {
     "max_axis1": (ops.reduce_max, 1, False),
     "max_all_keep": (ops.reduce_max, None, True),
     "min_axis_list": (ops.reduce_min, [0, 1], False),
+    "prod_all": (ops.reduce_prod, None, False),
+    "prod_axis1_keep": (ops.reduce_prod, 1, True),
+    "prod_two_axes": (ops.reduce_prod, [0, 2], False),
 }
 
 
@@ -152,6 +155,31 @@ def test_max_gradient_splits_ties_evenly():
         x = ops.constant([[1.0, 3.0, 3.0], [2.0, 0.0, 1.0]], dtype=dtypes.float64)
         (gx,) = evaluate(gradients(ops.reduce_max(x, axis=1), [x]), graph=g)
     np.testing.assert_allclose(gx, [[0, 0.5, 0.5], [1, 0, 0]])
+
+
+@pytest.mark.parametrize("row", [[0.0, 2.0, 3.0, 4.0], [2.0, 0.0, 3.0, 0.0], [0.0, 0.0, 0.0, 5.0]])
+def test_prod_gradient_where_the_group_holds_zeros(row):
+    # the product of the other elements, which y / x (0/0 at a zero) cannot give
+    x_value = np.array([row, [1.5, -2.0, 0.5, 3.0]])
+    expected = np.array([[np.prod(np.delete(r, i)) for i in range(len(r))] for r in x_value])
+    g = Graph()
+    with g.as_default():
+        x = ops.placeholder(dtypes.float64, [2, 4])
+        (gx,) = gradients(ops.reduce_prod(x, axis=1), [x])
+        np.testing.assert_array_equal(evaluate(gx, {x: x_value}, graph=g), expected)
+    # and where the group is every element, through finite differences too
+    check_gradient(ops.reduce_prod, [np.array([[0.0, 2.0], [-1.5, 3.0]])])
+
+
+def test_sign_gradient_is_zeros_not_a_stop():
+    g = Graph()
+    with g.as_default():
+        x = ops.placeholder(dtypes.float64, [3])
+        (only,) = gradients(ops.reduce_sum(ops.sign(x)), [x])
+        (both,) = gradients(ops.reduce_sum(ops.sign(x) + x * 2.0), [x])
+        feed = {x: [-2.0, 0.0, 3.0]}
+        np.testing.assert_array_equal(evaluate(only, feed, graph=g), [0.0, 0.0, 0.0])
+        np.testing.assert_array_equal(evaluate(both, feed, graph=g), [2.0, 2.0, 2.0])
 
 
 def test_mean_gradient_with_unknown_batch_dimension():
@@ -315,23 +343,30 @@ def test_op_without_gradient_on_path_raises_naming_it():
     with g.as_default():
         x = ops.placeholder(dtypes.float32, [3])
         y = ops.reduce_prod(x, name="product")
-        with pytest.raises(NotFoundError, match="product.*Prod.*register_gradient"):
-            gradients(y, [x])
+        prod_grad = _GRADIENTS.pop("Prod")   # as if Prod had no gradient
+        try:
+            with pytest.raises(NotFoundError, match="product.*Prod.*register_gradient"):
+                gradients(y, [x])
+        finally:
+            _GRADIENTS["Prod"] = prod_grad
 
 
 def test_register_gradient_extends_the_table():
     g = Graph()
+    prod_grad = _GRADIENTS["Prod"]
     try:
         @register_gradient("Prod")
-        def _prod_grad(op, grad):  # valid only for nonzero x: enough for this test
+        def _naive_prod_grad(op, grad):  # y / x: the table's entry is what runs
             x, y = op.inputs[0], op.outputs[0]
             return [ops.divide(grad * y, x)]
         with g.as_default():
-            x = ops.constant([2.0, 3.0, 4.0], dtype=dtypes.float64)
+            x = ops.constant([2.0, 0.0, 4.0], dtype=dtypes.float64)
             (gx,) = gradients(ops.reduce_prod(x), [x])
-            np.testing.assert_allclose(evaluate(gx, graph=g), [12.0, 8.0, 6.0])
+            with np.errstate(invalid="ignore"):
+                got = evaluate(gx, graph=g)
+            np.testing.assert_array_equal(got, [0.0, np.nan, 0.0])  # (the real one: [0, 8, 0])
     finally:
-        _GRADIENTS.pop("Prod", None)
+        _GRADIENTS["Prod"] = prod_grad
 
 
 def test_every_emitted_differentiable_op_has_a_gradient():
@@ -339,7 +374,7 @@ def test_every_emitted_differentiable_op_has_a_gradient():
                       "Exp", "Square", "Sqrt", "Abs", "Relu", "Sigmoid", "Tanh", "Identity",
                       "Cast", "MatMul", "BiasAdd", "Softmax", "LogSoftmax",
                       "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
-                      "Sum", "Mean", "Max", "Min", "Reshape", "Transpose",
+                      "Sum", "Mean", "Max", "Min", "Prod", "Sign", "Reshape", "Transpose",
                       # the ops first-order gradients emit (second order)
                       "SumToShapeOf", "BroadcastToShapeOf", "ReluGrad", "SigmoidGrad",
                       "TanhGrad", "BiasAddGrad"}
