@@ -406,12 +406,9 @@ def _prod_grad(op: Operation, g: Tensor) -> list:
     axis, keep = _axis_keep(op)
     zero = _float_mask(ops.equal(x, 0), x)
     nonzero = ops.add(x, zero)   # each 0 replaced by 1
-
-    def per_group(t: Tensor) -> Tensor:   # a group's reduction, spread back over it
-        return _broadcast_to(t, x, axis, True)
-
-    zeros = per_group(ops.reduce_sum(zero, axis=axis, keepdims=True))
-    p = per_group(ops.reduce_prod(nonzero, axis=axis, keepdims=True))
+    # per group (kept dims, so they broadcast back over x's elements)
+    zeros = ops.reduce_sum(zero, axis=axis, keepdims=True)
+    p = ops.reduce_prod(nonzero, axis=axis, keepdims=True)
     others = ops.multiply(p, ops.add(
         ops.divide(_float_mask(ops.equal(zeros, 0), x), nonzero),
         ops.multiply(_float_mask(ops.equal(zeros, 1), x), zero)))
@@ -454,8 +451,8 @@ def _broadcast_to_shape_of_grad(op: Operation, g: Tensor) -> list:
 
 @register_gradient("Sign")
 def _sign_grad(op: Operation, g: Tensor) -> list:
-    # flat almost everywhere: zeros, as TensorFlow gives (not None, which
-    # would stop the gradient and drop x from a sum of paths)
+    # flat almost everywhere: zeros, as TensorFlow gives (None stopped the
+    # gradient: x reached only through a Sign got no gradient at all)
     return [ops.zeros_like(op.inputs[0])]
 
 
