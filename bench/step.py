@@ -46,8 +46,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import distrib as dt  # noqa: E402
-from distrib.actors import ActorSystem  # noqa: E402
 from distrib.demo import free_ports  # noqa: E402
+from distrib.runtime.actors import ActorSystem  # noqa: E402
 
 MiB = 1 << 20
 

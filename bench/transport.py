@@ -268,7 +268,7 @@ class _Pong:
 
 
 async def _peer_actor() -> None:
-    from distrib.actors import ActorSystem
+    from distrib.runtime.actors import ActorSystem
     system = await ActorSystem("/job:pong/task:0").start()
     system.spawn("pong", _Pong())
     print(f"ADDRESS {system.address}", flush=True)
@@ -287,7 +287,7 @@ async def bench_rtt(n: int, reps: int) -> list[dict]:
     """transport-rtt (mode auto, as the runtime uses it), actor-call (one call of
     distrib's actor runtime on top of it) and raw-echo, runs interleaved so that
     all three see the same machine load."""
-    from distrib.actors import ActorSystem
+    from distrib.runtime.actors import ActorSystem
     with _peer("transport", "auto") as address, _peer("raw-echo") as echo_address, \
             _peer("actor") as actor_address:
         conn = await connect(address, identity=_identity("bench"))

@@ -8,9 +8,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from distrib.actors import ActorSystem
 from distrib.errors import (DeadlineExceededError, InvalidArgumentError, NotFoundError,
                             UnavailableError, UnknownError)
+from distrib.runtime.actors import ActorSystem
 from tests.helpers import Proc
 from transports import TransportConfig
 

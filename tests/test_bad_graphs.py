@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.actors import ActorSystem
+from distrib.client.session import parse_target
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError
-from distrib.session import parse_target
+from distrib.runtime.actors import ActorSystem
 
 
 def node(name, op, inputs=(), **attrs):

@@ -19,7 +19,7 @@ import pytest
 import distrib as dt
 from distrib.demo import seed_graph
 from distrib.errors import AbortedError, InvalidArgumentError
-from distrib.worker import Rendezvous
+from distrib.runtime.worker import Rendezvous
 from tests.helpers import Proc
 from tests.peers.cli_cluster import cli_flags_task, cli_task, cluster_spec, write_cluster
 
@@ -251,7 +251,7 @@ async def test_rendezvous_accepts_the_expected_incarnation_in_either_order() -> 
 
 
 async def test_tensors_of_steps_that_never_start_or_already_ended_are_not_kept(monkeypatch) -> None:
-    from distrib import worker as worker_module
+    from distrib.runtime import worker as worker_module
     monkeypatch.setattr(worker_module, "_MAX_EARLY", 8)
     rv = Rendezvous("/job:worker/task:1")
     # early tensors are normal (the sender was quicker than the master's call)...

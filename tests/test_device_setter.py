@@ -14,9 +14,9 @@ import pytest
 
 from distrib.errors import InvalidArgumentError
 
-from distrib.cluster import ClusterSpec
-from distrib.training.device_setter import (STANDARD_PS_OPS, GreedyLoadBalancingStrategy,
-                                            byte_size_load_fn, replica_device_setter)
+from distrib.cluster.cluster_spec import ClusterSpec
+from distrib.train.device_setter import (STANDARD_PS_OPS, GreedyLoadBalancingStrategy,
+                                         byte_size_load_fn, replica_device_setter)
 
 CLUSTER = {"ps": ["ps0:2222", "ps1:2222"], "worker": ["w0:2222", "w1:2222", "w2:2222"]}
 
@@ -179,7 +179,7 @@ def test_byte_size_load_fn_rejects_unknown_dims_and_many_outputs() -> None:
 
 
 def test_byte_size_load_fn_with_distrib_tensor_shape() -> None:
-    tensor_shape = pytest.importorskip("distrib.tensor_shape")
+    from distrib.framework import tensor_shape
     shape = tensor_shape.TensorShape([3, 5])
     assert byte_size_load_fn(op("VariableV2", shape=shape, dtype=np.float32)) == 60
     unknown = tensor_shape.TensorShape(None)

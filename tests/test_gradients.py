@@ -3,21 +3,22 @@
 Each case builds ``out = f(inputs)`` from placeholders, differentiates
 ``loss = sum(out * W)`` (W random, so every output element matters with its
 own weight) and compares ``dt.gradients`` with ``(loss(x+e) - loss(x-e)) / 2e``,
-all evaluated by the real kernels through ``distrib.executor.evaluate``.
+all evaluated by the real kernels through ``distrib.runtime.local_eval.evaluate``.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from distrib import dtypes, nn, ops
 from distrib.errors import NotFoundError
-from distrib.gradients import _GRADIENTS, gradients, register_gradient
-from distrib.graph import Graph
-from distrib.variables import Variable, global_variables_initializer
+from distrib.framework import dtypes
+from distrib.framework.graph import Graph
+from distrib.ops import nn
+from distrib.ops import math_ops as ops
+from distrib.ops.gradients import _GRADIENTS, gradients, register_gradient
+from distrib.ops.variables import Variable, global_variables_initializer
 
-executor = pytest.importorskip("distrib.executor")
-evaluate = executor.evaluate
+from distrib.runtime.local_eval import evaluate
 
 RNG = np.random.default_rng(7)
 EPS = 1e-6

@@ -6,12 +6,13 @@ import threading
 import numpy as np
 import pytest
 
-from distrib import dtypes, ops
-from distrib.device import DeviceSpec, canonical_device
 from distrib.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
-from distrib.graph import (Graph, GraphKeys, get_default_graph, name_scope,
-                           reset_default_graph)
-from distrib.tensor_shape import TensorShape
+from distrib.framework import dtypes
+from distrib.framework.device import DeviceSpec, canonical_device
+from distrib.framework.graph import (Graph, GraphKeys, get_default_graph, name_scope,
+                                     reset_default_graph)
+from distrib.framework.tensor_shape import TensorShape
+from distrib.ops import math_ops as ops
 
 
 @pytest.fixture
@@ -117,7 +118,7 @@ def test_device_function_receives_the_operation_and_merges(g):
         # like replica_device_setter: the fields already set on the op win
         return DeviceSpec.from_string(base).make_merged_spec(op.device)
 
-    from distrib.variables import Variable
+    from distrib.ops.variables import Variable
     with g.device(chooser):
         with g.device("/task:2"):  # the inner scope is applied first
             w = Variable([1.0, 2.0], name="w")
@@ -223,7 +224,7 @@ def test_collections(g):
 
 
 def test_get_collection_filters_by_scope(g):
-    from distrib.variables import Variable
+    from distrib.ops.variables import Variable
     with name_scope("enc"):
         v1 = Variable(1.0, name="v")
     v2 = Variable(2.0, name="v")

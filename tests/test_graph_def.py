@@ -5,12 +5,14 @@ import msgpack
 import numpy as np
 import pytest
 
-from distrib import dtypes, nn, ops
 from distrib.errors import InvalidArgumentError, NotFoundError
-from distrib.gradients import gradients
-from distrib.graph import Graph
-from distrib.graph_def import import_graph_def
-from distrib.variables import Variable, global_variables_initializer
+from distrib.framework import dtypes
+from distrib.framework.graph import Graph
+from distrib.framework.graph_def import graph_from_def, import_graph_def
+from distrib.ops import nn
+from distrib.ops import math_ops as ops
+from distrib.ops.gradients import gradients
+from distrib.ops.variables import Variable, global_variables_initializer
 
 
 def _model() -> Graph:
@@ -74,7 +76,7 @@ def test_graph_def_is_msgpack_encodable_apart_from_const_arrays():
 def test_round_trip_is_exact():
     g = _model()
     gd = g.as_graph_def()
-    g2 = Graph.from_graph_def(gd)
+    g2 = graph_from_def(gd)
     assert _same(g2.as_graph_def(), gd)
     assert g2.version == g.version
     t = g2.get_tensor_by_name("layer1/loss:0")
@@ -92,7 +94,7 @@ def test_import_accepts_nodes_in_any_order_and_unknown_op_types():
         {"name": "n", "op": "NoOp", "inputs": [], "device": "", "attrs": {},
          "output_dtypes": [], "output_shapes": []},
     ]}
-    g = Graph.from_graph_def(gd)
+    g = graph_from_def(gd)
     send = g.get_operation_by_name("send")
     assert send.type == "_Send" and send.inputs[0].name == "c:0"
     assert [c.name for c in send.control_inputs] == ["n"]
@@ -101,15 +103,15 @@ def test_import_accepts_nodes_in_any_order_and_unknown_op_types():
 
 def test_bad_graph_defs_are_rejected_with_the_node_named():
     with pytest.raises(InvalidArgumentError, match="'b'.*'missing'"):
-        Graph.from_graph_def({"version": 0, "nodes": [
+        graph_from_def({"version": 0, "nodes": [
             {"name": "b", "op": "Identity", "inputs": ["missing:0"], "output_dtypes": ["float32"],
              "output_shapes": [None]}]})
     with pytest.raises(InvalidArgumentError, match="cycle"):
-        Graph.from_graph_def({"version": 0, "nodes": [
+        graph_from_def({"version": 0, "nodes": [
             {"name": "a", "op": "NoOp", "inputs": ["^b"]},
             {"name": "b", "op": "NoOp", "inputs": ["^a"]}]})
     with pytest.raises(InvalidArgumentError, match="GraphDef"):
-        Graph.from_graph_def([1, 2])
+        graph_from_def([1, 2])
 
 
 def test_import_graph_def_into_a_scope_with_input_map():

@@ -4,11 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distrib import dtypes, nn, ops
 from distrib.errors import InvalidArgumentError
-from distrib.graph import Graph
+from distrib.framework import dtypes
+from distrib.framework.graph import Graph
+from distrib.ops import nn
+from distrib.ops import math_ops as ops
 
-executor = pytest.importorskip("distrib.executor")
+from distrib.runtime.local_eval import evaluate
 
 
 @pytest.fixture
@@ -19,7 +21,7 @@ def g():
 
 
 def run(fetches, feed=None):
-    return executor.evaluate(fetches, feed)
+    return evaluate(fetches, feed)
 
 
 # -- conversion and constants --------------------------------------------------------

@@ -4,13 +4,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distrib import dtypes, ops
 from distrib.errors import FailedPreconditionError, InvalidArgumentError
-from distrib.executor import VariableStore, evaluate
-from distrib.graph import Graph, GraphKeys, name_scope
-from distrib.variables import (Variable, global_variables, global_variables_initializer,
-                               is_variable_initialized, trainable_variables,
-                               variables_initializer)
+from distrib.framework import dtypes
+from distrib.framework.graph import Graph, GraphKeys, name_scope
+from distrib.ops import math_ops as ops
+from distrib.ops.variables import (Variable, global_variables, global_variables_initializer,
+                                   is_variable_initialized, trainable_variables,
+                                   variables_initializer)
+from distrib.runtime.local_eval import evaluate
+from distrib.runtime.variable_store import VariableStore
 
 
 @pytest.fixture

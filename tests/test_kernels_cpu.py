@@ -42,7 +42,7 @@ def test_import_kernels_does_not_import_numba():
 
 
 def test_every_catalogue_op_has_a_cpu_kernel():
-    from distrib.executor import STATEFUL_OPS
+    from distrib.runtime.stateful import STATEFUL_OPS
     # the worker runs these itself (variables, resources, cross-task edges)
     stateful = (set(STATEFUL_OPS) | {"_Send", "_Recv"}) - {
         "ApplyGradientDescent", "ApplyMomentum", "ApplyAdagrad", "ApplyAdam"}

@@ -1,6 +1,6 @@
 """Optimizers and the global step: TF1 update rules against numpy, slot placement, minimize.
 
-Steps run in-process with ``executor.evaluate`` (a private VariableStore per
+Steps run in-process with ``local_eval.evaluate`` (a private VariableStore per
 test), which runs the same stateful ops and update kernels a worker does.
 """
 from __future__ import annotations
@@ -10,10 +10,11 @@ import pytest
 
 import distrib as dt
 from distrib.errors import InvalidArgumentError
-from distrib.executor import VariableStore, evaluate
-from distrib.training.global_step import create_global_step, get_global_step, get_or_create_global_step
-from distrib.training.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
-                                         MomentumOptimizer, Optimizer)
+from distrib.runtime.local_eval import evaluate
+from distrib.runtime.variable_store import VariableStore
+from distrib.train.global_step import create_global_step, get_global_step, get_or_create_global_step
+from distrib.train.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
+                                      MomentumOptimizer, Optimizer)
 
 W0 = np.array([[1.0, -2.0], [0.5, 3.0]])
 GRADS = [np.array([[0.1, -0.2], [0.3, 0.4]]), np.array([[-0.5, 0.25], [1.0, -1.0]]),

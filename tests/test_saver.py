@@ -10,9 +10,9 @@ import pytest
 
 import distrib as dt
 from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError, ResourceExhaustedError
-from distrib.training import checkpoint
-from distrib.training.global_step import get_or_create_global_step
-from distrib.training.saver import Saver, latest_checkpoint
+from distrib.train import checkpoint
+from distrib.train.global_step import get_or_create_global_step
+from distrib.train.saver import Saver, latest_checkpoint
 
 
 class Model:

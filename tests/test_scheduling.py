@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib import executor
 from distrib.errors import DeadlineExceededError
-from distrib.executor import CompiledPartition
+from distrib.runtime import kernel_pool
+from distrib.runtime.executor import CompiledPartition
+from distrib.runtime.variable_store import VariableStore
 from tests.peers.cli_cluster import cli_flags_task, cluster_spec
 
 GUARD_S = 30  # hang guard only
@@ -40,7 +41,7 @@ def _two_heavy_branches(seed: int, width_b: int = 512):
 
 async def test_independent_heavy_kernels_share_the_pool_and_agree_with_numpy(monkeypatch):
     # the machine's load decides whether a core is free; here, say one is
-    monkeypatch.setattr(executor, "_spare_core", lambda: True)
+    monkeypatch.setattr(kernel_pool, "spare_core", lambda: True)
     g, xp, out, x, want = _two_heavy_branches(0)
     async with dt.serve({"local": ["localhost:0"]}) as server:
         async with dt.Session(server.target, graph=g) as sess:
@@ -66,19 +67,19 @@ async def _pool_kernels_in_three_right_steps(seed: int) -> int:
 
 
 async def test_no_kernel_goes_to_the_pool_while_every_core_is_busy(monkeypatch):
-    monkeypatch.setattr(executor, "_spare_core", lambda: False)
+    monkeypatch.setattr(kernel_pool, "spare_core", lambda: False)
     assert await _pool_kernels_in_three_right_steps(3) == 0
 
 
 def test_the_spare_core_probe_reads_the_machine():
-    assert executor._spare_core() in (True, False)
+    assert kernel_pool.spare_core() in (True, False)
     if os.path.exists("/proc/loadavg"):
-        assert executor._LOADAVG and executor._LOADAVG[0] >= 0
+        assert kernel_pool._LOADAVG and kernel_pool._LOADAVG[0] >= 0
 
 
 async def test_one_thread_runs_every_kernel_inline(monkeypatch):
     monkeypatch.setenv("DISTRIB_INTER_OP_THREADS", "1")
-    monkeypatch.setattr(executor, "_spare_core", lambda: True)
+    monkeypatch.setattr(kernel_pool, "spare_core", lambda: True)
     assert await _pool_kernels_in_three_right_steps(1) == 0
 
 
@@ -227,7 +228,7 @@ async def test_the_kernel_on_the_critical_path_keeps_the_loop_and_the_other_goes
     import threading
 
     import kernels
-    monkeypatch.setattr(executor, "_spare_core", lambda: True)
+    monkeypatch.setattr(kernel_pool, "spare_core", lambda: True)
     matmul = kernels.get_kernel("MatMul", "CPU")
     where = []
 
@@ -266,7 +267,7 @@ async def test_a_finished_pool_kernel_is_taken_before_the_next_inline_one(monkey
 
     import kernels
     monkeypatch.setenv("DISTRIB_INTER_OP_THREADS", "2")
-    monkeypatch.setattr(executor, "_spare_core", lambda: True)
+    monkeypatch.setattr(kernel_pool, "spare_core", lambda: True)
     matmul = kernels.get_kernel("MatMul", "CPU")
     reduce_sum = kernels.get_kernel("Sum", "CPU")
     events = []
@@ -325,7 +326,7 @@ async def test_a_send_that_fails_while_its_connection_drains_is_an_error_of_that
          "attrs": {"key": "k", "dst_task": "/job:b/task:0"}},
     ], [])
     with pytest.raises(OpError, match="ConnectionResetError: peer went away") as info:
-        await part.run({}, executor.VariableStore(), Drowning())
+        await part.run({}, VariableStore(), Drowning())
     assert info.value.op == "_send/x"
 
 
@@ -419,8 +420,8 @@ async def test_a_receive_that_waits_too_long_names_the_tensor_and_the_sender():
 # -- waiting for another task's message: spin while a core would idle ----------------
 
 async def test_a_short_wait_spins_the_loop_until_its_message_comes(monkeypatch):
-    monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: True)
-    monkeypatch.setattr(executor, "SPIN_S", 600.0)   # a loaded machine may pause us
+    monkeypatch.setattr(kernel_pool, "core_idle_while_waiting", lambda: True)
+    monkeypatch.setattr(kernel_pool, "SPIN_S", 600.0)   # a loaded machine may pause us
     loop = asyncio.get_running_loop()
     came = loop.create_future()
     ticks = []
@@ -432,7 +433,7 @@ async def test_a_short_wait_spins_the_loop_until_its_message_comes(monkeypatch):
         else:
             loop.call_soon(tick, n + 1)
     loop.call_soon(tick, 0)
-    await executor.spin_until(came.done, expected_s=0.0005)
+    await kernel_pool.spin_until(came.done, expected_s=0.0005)
     assert came.done() and ticks == [0, 1, 2, 3, 4, 5]
 
 
@@ -440,20 +441,20 @@ async def test_a_short_wait_spins_the_loop_until_its_message_comes(monkeypatch):
 async def test_a_long_first_or_crowded_wait_never_spins(monkeypatch, expected_s, idle):
     # no history (the first step), a wait that took long last time (a ps
     # waiting for gradients), or no idle core: straight back to sleeping
-    monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: idle)
+    monkeypatch.setattr(kernel_pool, "core_idle_while_waiting", lambda: idle)
     loop = asyncio.get_running_loop()
     ran = []
     loop.call_soon(ran.append, 1)
-    await executor.spin_until(lambda: False, expected_s)
+    await kernel_pool.spin_until(lambda: False, expected_s)
     assert ran == []   # it never gave the loop a turn
 
 
 async def test_a_spin_gives_up_when_another_thread_wants_the_core(monkeypatch):
     # only the probe can end this spin (no message comes, no time limit to
     # speak of): it stops at the first check after a third thread is runnable
-    monkeypatch.setattr(executor, "SPIN_S", 600.0)
+    monkeypatch.setattr(kernel_pool, "SPIN_S", 600.0)
     answers = iter([True, True, False])
-    monkeypatch.setattr(executor, "_core_idle_while_waiting", lambda: next(answers, False))
+    monkeypatch.setattr(kernel_pool, "core_idle_while_waiting", lambda: next(answers, False))
     polls = []
 
     def done():
@@ -461,7 +462,7 @@ async def test_a_spin_gives_up_when_another_thread_wants_the_core(monkeypatch):
         if len(polls) > 1000:
             raise AssertionError("the spin did not look at the machine again")
         return False
-    await executor.spin_until(done, expected_s=0.0005)
+    await kernel_pool.spin_until(done, expected_s=0.0005)
     assert len(polls) < 20
 
 
@@ -476,31 +477,31 @@ def test_the_core_probes_read_loadavg(monkeypatch, tmp_path, line, idle_core, sp
     path.write_bytes(line)
     fd = os.open(path, os.O_RDONLY)
     try:
-        monkeypatch.setattr(executor, "_LOADAVG", [fd])
-        monkeypatch.setattr(executor, "_CORES", 2)
-        assert executor._core_idle_while_waiting() is idle_core
-        assert executor._spare_core() is spare_core
+        monkeypatch.setattr(kernel_pool, "_LOADAVG", [fd])
+        monkeypatch.setattr(kernel_pool, "_CORES", 2)
+        assert kernel_pool.core_idle_while_waiting() is idle_core
+        assert kernel_pool.spare_core() is spare_core
     finally:
         os.close(fd)
 
 
 def test_without_loadavg_the_pool_is_allowed_and_no_wait_spins(monkeypatch):
-    monkeypatch.setattr(executor, "_LOADAVG", [-1])
-    assert executor._spare_core() is True
-    assert executor._core_idle_while_waiting() is False
+    monkeypatch.setattr(kernel_pool, "_LOADAVG", [-1])
+    assert kernel_pool.spare_core() is True
+    assert kernel_pool.core_idle_while_waiting() is False
 
 
 async def test_the_master_times_its_wait_from_when_its_own_part_ended(monkeypatch):
     # two other tasks answer 20 and 22 ms in, this task's part at once: the
     # wait to remember is the whole 20 ms, not the 2 ms between the answers
     # (a long wait must never spin on the next step)
-    from distrib.master import MasterService, _StepPlan
+    from distrib.runtime.master import MasterService, _StepPlan
     loop = asyncio.get_running_loop()
     seen = []
 
     async def record(done, expected_s):
         seen.append(expected_s)
-    monkeypatch.setattr("distrib.master.spin_until", record)
+    monkeypatch.setattr("distrib.runtime.master.spin_until", record)
     master = MasterService.__new__(MasterService)
     master.task = "/job:worker/task:0"
     plan = _StepPlan("k", {}, [])
@@ -568,7 +569,7 @@ async def test_a_long_receive_never_spins_on_another_receives_history(monkeypatc
 
     async def record(done, expected_s):
         etas.append((sorted(waiting), expected_s))
-    monkeypatch.setattr(executor, "spin_until", record)
+    monkeypatch.setattr(kernel_pool, "spin_until", record)
     recv = {"op": "_Recv", "inputs": []}
     part = CompiledPartition([
         {"name": "x", "attrs": {"key": "x", "src_task": "/job:ps/task:0", "dtype": "float32"},
@@ -588,12 +589,12 @@ async def test_a_long_receive_never_spins_on_another_receives_history(monkeypatc
     for step in range(3):
         if step:
             delays["x"] = None
-        (out,) = await part.run({}, executor.VariableStore(), Timed())
+        (out,) = await part.run({}, VariableStore(), Timed())
         assert out.tolist() == [2.0, 2.0]
     # after the first step every wait has a history; the one for y alone
     # expects it a long way off
     alone = [e for names_, e in etas if names_ == ["y"] and e is not None]
-    assert alone and all(e >= executor.SPIN_S for e in alone), etas
+    assert alone and all(e >= kernel_pool.SPIN_S for e in alone), etas
 
 
 async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(monkeypatch):
@@ -601,14 +602,14 @@ async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(
     # after the last: the ps keeps its loop polling for it (a halted vCPU
     # costs 0.3-0.7 ms to wake) until it starts. A caller whose next step
     # came late, or whose steps it has not seen twice, leaves it asleep.
-    from distrib.actors import CALLER
+    from distrib.runtime.actors import CALLER
     from transports import PeerInfo
     seen = []
 
     async def record(done, expected_s):
         seen.append((done(), expected_s, done))
-    monkeypatch.setattr(executor, "spin_until", record)
-    monkeypatch.setattr(executor, "SPIN_S", 0.3)   # a busy machine may sleep 1 ms for 20
+    monkeypatch.setattr(kernel_pool, "spin_until", record)
+    monkeypatch.setattr(kernel_pool, "SPIN_S", 0.3)   # a busy machine may sleep 1 ms for 20
     nodes = [{"name": "c", "op": "Const", "inputs": [],
               "attrs": {"value": np.float32(3), "dtype": "float32"}},
              {"name": "y", "op": "Identity", "inputs": ["c:0"], "attrs": {}}]
@@ -628,7 +629,7 @@ async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(
             await asyncio.sleep(0)
             assert len(seen) == 1
             done, expected, poll_done = seen[0]
-            assert not done and 0 < expected < executor.SPIN_S
+            assert not done and 0 < expected < kernel_pool.SPIN_S
             await w.run_partition("p", 4, {}, {}, {})    # the next step ends the poll
             assert poll_done()
             await asyncio.sleep(0.4)

@@ -12,8 +12,10 @@ import pytest
 
 import distrib as dt
 from distrib.demo import free_ports
-from distrib.executor import CompiledPartition, VariableStore, evaluate
-from distrib.plan import partition, place, prune
+from distrib.runtime.executor import CompiledPartition
+from distrib.runtime.local_eval import evaluate
+from distrib.runtime.plan import partition, place, prune
+from distrib.runtime.variable_store import VariableStore
 from transports.shm import ARENA, shared_empty
 
 
@@ -70,7 +72,7 @@ def test_sgd_update_of_a_held_variable_writes_a_new_version_once(store):
     """ApplyGradientDescent on a variable someone holds writes var - lr*grad
     into a new array (no copy first); a bad gradient leaves the variable as
     it was."""
-    from distrib.executor import _run_stateful
+    from distrib.runtime.stateful import run_stateful
     from kernels import KernelError
     node = {"op": "ApplyGradientDescent", "attrs": {"var": "w"}, "name": "w/apply"}
     value = shared_empty((256, 128), np.float32)        # as Assign stores 64 KiB and more
@@ -80,15 +82,15 @@ def test_sgd_update_of_a_held_variable_writes_a_new_version_once(store):
     del value
     held = store.get("w")
     with pytest.raises(KernelError, match="gradient shape"):
-        _run_stateful(node, [np.float32(0.5), np.ones(3, np.float32)], store, True, ("CPU", 0))
+        run_stateful(node, [np.float32(0.5), np.ones(3, np.float32)], store, True, ("CPU", 0))
     assert store.get("w") is held and (held == 1).all()
-    new, = _run_stateful(node, [np.float32(0.5), np.ones((256, 128), np.float32)], store,
+    new, = run_stateful(node, [np.float32(0.5), np.ones((256, 128), np.float32)], store,
                          True, ("CPU", 0))
     assert new is store.get("w") and new is not held
     assert (held == 1).all() and (new == 0.5).all()
     stored = id(new)
     del held, new
-    _run_stateful(node, [np.float32(0.5), np.ones((256, 128), np.float32)], store, False,
+    run_stateful(node, [np.float32(0.5), np.ones((256, 128), np.float32)], store, False,
                   ("CPU", 0))
     assert id(store.get("w")) == stored                 # nobody else held it: in place
     assert (store.get("w") == 0).all()

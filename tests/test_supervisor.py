@@ -13,11 +13,11 @@ import pytest
 
 import distrib as dt
 from distrib.errors import FailedPreconditionError, OutOfRangeError
-from distrib.training import checkpoint
-from distrib.training.global_step import get_or_create_global_step
-from distrib.training.optimizers import GradientDescentOptimizer
-from distrib.training.saver import latest_checkpoint
-from distrib.training.supervisor import Supervisor
+from distrib.train import checkpoint
+from distrib.train.global_step import get_or_create_global_step
+from distrib.train.optimizers import GradientDescentOptimizer
+from distrib.train.saver import latest_checkpoint
+from distrib.train.supervisor import Supervisor
 
 W_INIT = np.array([4.0, -2.0])
 BOUND_S = 30  # no test waits longer than this for a condition
@@ -255,7 +255,7 @@ async def test_a_second_managed_session_runs_the_checkpoint_loop_again(server, t
 async def test_a_failing_queue_runner_stops_training_with_its_error(server):
     # TF: a QueueRunner reports its exception to the coordinator; should_stop()
     # turns true and leaving the block raises it
-    from distrib.training.sync_replicas import ChiefQueueRunner
+    from distrib.train.sync_replicas import ChiefQueueRunner
     g = dt.Graph()
     with g.as_default():
         w = dt.Variable(np.ones(2, np.float32), name="w")

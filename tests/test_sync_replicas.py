@@ -16,8 +16,8 @@ import pytest
 import distrib as dt
 from distrib.demo import free_ports
 from distrib.errors import DeadlineExceededError
-from distrib.training.optimizers import OptimizerArgumentError
-from distrib.training.global_step import get_or_create_global_step
+from distrib.train.global_step import get_or_create_global_step
+from distrib.train.optimizers import OptimizerArgumentError
 
 W0 = np.array([1.0, -2.0, 3.0], dtype=np.float32)
 LR = 0.5   # one exact step of GD lands on the target of sum((w - x)^2)
@@ -195,7 +195,7 @@ async def test_waiting_take_times_out_and_an_aborted_dequeue_is_released():
                 missing = dt.Variable(1.0, name="never_initialized")
             with dt.device("/job:ps/task:0"):
                 gs = get_or_create_global_step()
-                from distrib.training.sync_replicas import TokenQueue
+                from distrib.train.sync_replicas import TokenQueue
                 q = TokenQueue(gs)
                 token = q.dequeue()
                 size = q.size()
@@ -210,7 +210,7 @@ async def test_waiting_take_times_out_and_an_aborted_dequeue_is_released():
 
 
 async def test_an_aborted_take_is_released_and_leaves_the_gradients_to_the_next_take():
-    from distrib.training.sync_replicas import _Accumulator
+    from distrib.train.sync_replicas import _Accumulator
     async with cluster(1) as spec:
         g = dt.Graph()
         with g.as_default():

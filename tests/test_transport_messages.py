@@ -380,7 +380,7 @@ def test_arena_reuses_free_buffers_and_keeps_small_arrays_private():
 async def test_a_closed_connection_leaves_its_loans_unwritable():
     # The peer process may still read what it was lent after the connection
     # goes: the buffer is pinned, never lent or written again.
-    from distrib.variable_store import VariableStore
+    from distrib.runtime.variable_store import VariableStore
     async with connected("shm") as (client, server):
         a = shared_full(1.0)
         await client.send(a)

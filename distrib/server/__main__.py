@@ -18,6 +18,7 @@ import signal
 import sys
 
 from distrib.cluster import ClusterSpec, parse_tf_config
+from distrib.server.server_lib import ServerCore, resolve_task
 
 EXIT_USAGE = 2
 
@@ -49,7 +50,6 @@ def _config(args: argparse.Namespace) -> tuple[ClusterSpec, str | None, int | No
 
 
 async def _serve(cluster: ClusterSpec, job: str | None, index: int | None) -> int:
-    from distrib.server import ServerCore
     core = ServerCore(cluster, job, index)
     try:
         await core.start()
@@ -78,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cluster, job, index = _config(args)
-        from distrib.server import _resolve_task
-        _resolve_task(cluster, job, index)
+        resolve_task(cluster, job, index)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import uvloop
 
-from distrib.actors import ActorSystem
 from distrib.errors import InvalidArgumentError
+from distrib.runtime.actors import ActorSystem
 from transports import TransportConfig
 
 

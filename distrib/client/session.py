@@ -1,0 +1,192 @@
+"""Sessions: the client's handle on a master service.
+
+``Session`` is async first (``await sess.run(...)``, ``async with``); many
+``run`` calls may be in flight at once on one session. ``SyncSession`` is its
+blocking twin for scripts and the REPL: it drives the same async session on a
+private event-loop thread.
+
+The graph crosses the wire once per graph version: the session sends the
+GraphDef when it opens and again only when the graph has changed since.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from distrib.client.channel import MasterChannel, open_master_channel
+from distrib.client.fetches import FetchPlan, feed_name
+from distrib.client.loop_thread import client_loop
+from distrib.errors import InvalidArgumentError
+
+logger = logging.getLogger(__name__)
+
+SCHEME = "distrib://"
+
+
+@dataclass
+class ConfigProto:
+    """Session options (the subset of TF's ConfigProto that distrib honours)."""
+
+    allow_soft_placement: bool = False
+    operation_timeout_s: float | None = None
+    log_device_placement: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_target(target: str) -> str:
+    """'distrib://host:port' (or 'host:port') -> 'host:port'."""
+    if not isinstance(target, str) or not target:
+        raise InvalidArgumentError(f"bad session target {target!r}: use server.target, "
+                                   "e.g. 'distrib://localhost:2222'")
+    addr = target[len(SCHEME):] if target.startswith(SCHEME) else target
+    if "://" in addr:
+        raise InvalidArgumentError(f"unsupported session target {target!r}: distrib targets "
+                                   "look like 'distrib://host:port'")
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InvalidArgumentError(f"session target {target!r} has no port: write "
+                                   "'distrib://host:port'")
+    return addr
+
+
+def _default_graph() -> Any:
+    from distrib.framework.graph import get_default_graph
+    return get_default_graph()
+
+
+class Session:
+    """An async session on ``target`` running ``graph`` (the default graph)."""
+
+    def __init__(self, target: str = "", graph: Any = None, config: ConfigProto | None = None) -> None:
+        self.target = target
+        self.graph = graph if graph is not None else _default_graph()
+        self.config = config or ConfigProto()
+        self._address = parse_target(target)
+        self._master: MasterChannel | None = None
+        self._handle: str | None = None
+        self._version: int | None = None
+        self._lock: asyncio.Lock | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Session:
+        await self._open()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def _open(self) -> None:
+        if self._master is not None:
+            return
+        if self._closed:
+            raise InvalidArgumentError("this session is closed: open a new one")
+        self._master = await open_master_channel(self._address)
+        self._lock = asyncio.Lock()
+
+    async def _sync_graph(self) -> None:
+        version = self.graph.version
+        if self._handle is not None and version == self._version:
+            return
+        assert self._lock is not None and self._master is not None
+        async with self._lock:
+            version = self.graph.version
+            if self._handle is not None and version == self._version:
+                return
+            gd = self.graph.as_graph_def()
+            if self._handle is None:
+                self._handle = await self._master.call(
+                    "create_session", gd, self.config.as_dict(), timeout=120.0)
+            else:
+                await self._master.call("extend_session", self._handle, gd, timeout=120.0)
+            self._version = version
+
+    async def run(self, fetches: Any, feed_dict: dict | None = None,
+                  options: dict[str, Any] | None = None) -> Any:
+        """Run one step; returns ``fetches`` with numpy values in the same structure."""
+        await self._open()
+        plan = FetchPlan(fetches, self.graph)
+        feeds = {feed_name(k, self.graph): v for k, v in (feed_dict or {}).items()}
+        await self._sync_graph()
+        assert self._master is not None
+        # the master bounds a step's calls by operation_timeout_s + 5 s; this
+        # bound, a little longer so that the master's own error comes first,
+        # covers a master that stopped answering
+        limit = (options or {}).get("operation_timeout_s", self.config.operation_timeout_s)
+        values = await self._master.call("run", self._handle, plan.tensors, plan.targets, feeds,
+                                         options, timeout=None if limit is None else limit + 6.0)
+        return plan.build([_pythonic(v) for v in values])
+
+    async def list_devices(self) -> list[DeviceAttributes]:
+        await self._open()
+        assert self._master is not None
+        return [DeviceAttributes(d) for d in
+                await self._master.call("list_devices", timeout=30.0)]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        master, self._master = self._master, None
+        if master is None:
+            return
+        try:
+            if self._handle is not None:
+                await master.call("close_session", self._handle, timeout=5.0)
+        except Exception as e:  # closing must not fail because the server is gone
+            logger.debug("close_session failed: %s", e)
+        finally:
+            await master.close()
+
+
+class DeviceAttributes(dict):
+    """One device of ``list_devices()``: TF's attributes (``d.name``,
+    ``d.device_type``, ``d.memory_limit_bytes``), and a dict of them too."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def _pythonic(v: Any) -> Any:
+    """A fetched 0-d string comes back as a Python str, like TF's bytes scalar."""
+    kind = getattr(getattr(v, "dtype", None), "kind", None)
+    if kind in ("U", "S", "O") and getattr(v, "ndim", 1) == 0:
+        return v.item()
+    return v
+
+
+class SyncSession:
+    """The blocking twin of :class:`Session`."""
+
+    def __init__(self, target: str = "", graph: Any = None, config: ConfigProto | None = None) -> None:
+        self._loop = client_loop()
+        self._session = Session(target, graph=graph, config=config)
+        self.graph = self._session.graph
+
+    def run(self, fetches: Any, feed_dict: dict | None = None, options: dict | None = None) -> Any:
+        return self._loop.run(self._session.run(fetches, feed_dict, options))
+
+    def list_devices(self) -> list[DeviceAttributes]:
+        return self._loop.run(self._session.list_devices())
+
+    def close(self) -> None:
+        self._loop.run(self._session.close())
+
+    def __enter__(self) -> SyncSession:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._session._closed and self._loop.loop.is_running():
+                asyncio.run_coroutine_threadsafe(self._session.close(), self._loop.loop)
+        except Exception:
+            pass

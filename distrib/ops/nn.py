@@ -1,0 +1,98 @@
+"""Neural-network ops: ``dt.nn.relu``, ``dt.nn.softmax_cross_entropy_with_logits`` ...
+
+Thin builders over the op catalogue (docs/ops.md) with TF1 signatures. The
+cross-entropy ops compute the loss and its gradient (``softmax - labels``) in
+one kernel; the builders return the loss (output 0) and the gradient function
+uses output 1, so backprop costs no second softmax. As in
+``tf.compat.v1.nn.softmax_cross_entropy_with_logits``, labels get no gradient.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from distrib.errors import InvalidArgumentError
+from distrib.framework.graph import Tensor, name_scope
+from distrib.ops import math_ops as ops
+from distrib.ops.math_ops import sigmoid, tanh  # noqa: F401 - dt.nn.sigmoid, dt.nn.tanh
+
+__all__ = [
+    "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
+    "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits",
+    "l2_loss",
+]
+
+
+def relu(features: Any, name: str | None = None) -> Tensor:
+    return ops._unary("Relu", features, name)
+
+
+def _last_axis_only(op: str, logits: Tensor, axis: Any) -> None:
+    rank = logits.shape.rank
+    if axis is None or axis == -1 or (rank is not None and axis == rank - 1):
+        return
+    raise InvalidArgumentError(f"{op}: only the last axis is supported (got axis={axis} for "
+                               f"logits {logits.shape}); transpose the axis to the end first")
+
+
+def softmax(logits: Any, axis: Any = None, name: str | None = None, dim: Any = None) -> Tensor:
+    logits = ops._convert(logits)
+    _last_axis_only("softmax", logits, dim if axis is None else axis)
+    return ops._out("Softmax", [logits], None, name or "Softmax")
+
+
+def log_softmax(logits: Any, axis: Any = None, name: str | None = None, dim: Any = None) -> Tensor:
+    logits = ops._convert(logits)
+    _last_axis_only("log_softmax", logits, dim if axis is None else axis)
+    return ops._out("LogSoftmax", [logits], None, name or "LogSoftmax")
+
+
+def bias_add(value: Any, bias: Any, data_format: str | None = None,
+             name: str | None = None) -> Tensor:
+    if data_format not in (None, "NHWC", "N...C"):
+        raise InvalidArgumentError(f"bias_add: data_format {data_format!r} is not supported; "
+                                   "bias is added over the last axis (NHWC)")
+    value, bias = ops._pair(value, bias)
+    return ops._out("BiasAdd", [value, bias], None, name or "BiasAdd")
+
+
+def _keywords_only(fn: str, sentinel: Any, labels: Any, logits: Any) -> None:
+    if sentinel is not None:
+        raise InvalidArgumentError(f"{fn} takes only named arguments: "
+                                   f"{fn}(labels=..., logits=...)")
+    if labels is None or logits is None:
+        raise InvalidArgumentError(f"{fn} needs both labels= and logits=")
+
+
+def softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
+                                      logits: Any = None, dim: int = -1,
+                                      name: str | None = None, axis: Any = None) -> Tensor:
+    """Per-example loss ``-sum(labels * log_softmax(logits), -1)``, shape [batch]."""
+    fn = "softmax_cross_entropy_with_logits"
+    _keywords_only(fn, _sentinel, labels, logits)
+    logits = ops._convert(logits)
+    _last_axis_only(fn, logits, dim if axis is None else axis)
+    with logits.graph.as_default():
+        labels = ops.convert_to_tensor(labels, dtype=logits.dtype)
+    op = ops._make("SoftmaxCrossEntropyWithLogits", [logits, labels], None,
+                   name or "SoftmaxCrossEntropyWithLogits")
+    return op.outputs[0]
+
+
+def sparse_softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
+                                             logits: Any = None, name: str | None = None) -> Tensor:
+    """Per-example loss with integer class labels (shape [batch]); returns shape [batch]."""
+    _keywords_only("sparse_softmax_cross_entropy_with_logits", _sentinel, labels, logits)
+    logits = ops._convert(logits)
+    with logits.graph.as_default():
+        labels = ops.convert_to_tensor(labels)
+    op = ops._make("SparseSoftmaxCrossEntropyWithLogits", [logits, labels], None,
+                   name or "SparseSoftmaxCrossEntropyWithLogits")
+    return op.outputs[0]
+
+
+def l2_loss(t: Any, name: str | None = None) -> Tensor:
+    """``sum(t ** 2) / 2``."""
+    t = ops._convert(t)
+    with name_scope(name, "L2Loss", [t]) as scope:
+        return ops.multiply(ops.reduce_sum(ops.square(t)), 0.5, name=scope)
+

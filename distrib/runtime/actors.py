@@ -1,0 +1,520 @@
+"""The actor runtime: one actor system per process, actors addressed by
+(address, name), request/reply over pooled transport connections.
+
+An actor is a plain object; its public methods are its messages. ``ref.call``
+awaits the reply (or the remote error, rebuilt as the same typed
+``distrib.errors`` class, naming the remote task); ``ref.tell`` is one-way.
+
+Design choices, each for a measured reason:
+- Replies are matched to requests by id on the connection's message callback,
+  with no task per message: a request/reply costs one future and one timer.
+- A synchronous method runs inline on the loop in arrival order; a coroutine
+  method runs as its own task, so a long step never blocks a heartbeat or a
+  rendezvous push to the same actor. Actors keep their state consistent by
+  being single-threaded on the loop, not by a serial mailbox.
+- A call to an actor of the same system, or of another system of this process
+  on the same event loop, skips serialization and sockets but keeps the
+  semantics: the same typed errors, the same timeouts. (Arguments are passed
+  by reference then: callers must not mutate what they sent.)
+- One pooled connection per peer; a lost connection fails every call pending
+  on it with UnavailableError naming the peer, and the next call reconnects.
+
+Wire format of a message (a msgpack-able list, arrays out of band):
+``[CALL, id, actor, method, args]``, ``[TELL, actor, method, args]``,
+``[OK, id, result]``, ``[ERR, id, error-dict]``.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import itertools
+import logging
+import os
+from typing import Any, Callable
+
+import transports
+from distrib import errors
+from distrib.errors import (DeadlineExceededError, NotFoundError, OpError, UnauthenticatedError,
+                            UnavailableError)
+
+logger = logging.getLogger(__name__)
+
+CALL, TELL, OK, ERR = 0, 1, 2, 3
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class ActorRef:
+    """A handle on an actor, local or remote."""
+
+    __slots__ = ("system", "address", "name", "_local", "peer")
+
+    def __init__(self, system: ActorSystem, address: str, name: str,
+                 peer: tuple[str, int] | None = None) -> None:
+        self.system = system
+        self.address = address
+        self.name = name
+        self._local = address == system.address
+        # (name, incarnation) of the system at ``address``, when the caller
+        # knows it: a tell may then go over the connection that system opened
+        # to this one (see ActorSystem._connection)
+        self.peer = peer
+
+    def __repr__(self) -> str:
+        return f"ActorRef({self.name!r} at {self.address})"
+
+    async def call(self, method: str, *args: Any, timeout: float | None = DEFAULT_TIMEOUT_S) -> Any:
+        if self._local or self.address == self.system.address:
+            return await self.system._call_local(self.name, method, args, timeout)
+        near = in_process_system(self.address)
+        if near is not None:
+            return await near._call_local(self.name, method, args, timeout)
+        return await self.system._call_remote(self.address, self.name, method, args, timeout)
+
+    def request(self, method: str, *args: Any,
+                timeout: float | None = DEFAULT_TIMEOUT_S) -> asyncio.Future:
+        """Send a call now and return the future of its reply, without a task per
+        call when the connection is already open (the step fan-out uses this to
+        start every partition at once)."""
+        fut = self.system._request_nowait(self.address, self.name, method, args, timeout)
+        if fut is None:
+            fut = asyncio.ensure_future(self.call(method, *args, timeout=timeout))
+        return fut
+
+    async def tell(self, method: str, *args: Any) -> None:
+        if self._local or self.address == self.system.address:
+            self.system._tell_local(self.name, method, args)
+            return
+        near = in_process_system(self.address)
+        if near is not None:
+            near._tell_local(self.name, method, args)
+            return
+        conn = await self.system._connection(self.address, self.peer)
+        try:
+            await conn.send([TELL, self.name, method, list(args)])
+        except transports.FrameError as e:
+            raise _too_big(method, self.address, e) from e
+
+
+# The peer (its handshake identity) whose call a method is serving; None for
+# a call from this process. A master ties a session to the client that opened
+# it, a worker a partition to the master that registered it: state a peer
+# leaves behind is freed once that peer has been gone for session_gc_s().
+CALLER: contextvars.ContextVar[transports.PeerInfo | None] = contextvars.ContextVar(
+    "distrib_caller", default=None)
+
+
+def caller_key() -> tuple[str, int] | None:
+    """(name, incarnation) of the remote peer whose call is being served."""
+    peer = CALLER.get()
+    return None if peer is None else (peer.name, peer.incarnation)
+
+
+def session_gc_s() -> float:
+    """How long state tied to a peer outlives its connection
+    (``DISTRIB_SESSION_GC_S``, default 60 s): a peer that comes back in time
+    keeps it; past that it is freed, as TF's session GC does."""
+    return float(os.environ.get("DISTRIB_SESSION_GC_S") or 60.0)
+
+
+def _too_big(method: str, address: str, e: Exception) -> errors.InvalidArgumentError:
+    return errors.InvalidArgumentError(
+        f"cannot send {method} to {address}: {e}; send less in one step (split a big "
+        "feed or tensor into parts)")
+
+
+class _Peer:
+    """The system's view of one connection: its pending calls."""
+
+    __slots__ = ("conn", "pending", "name")
+
+    def __init__(self, conn: transports.Connection) -> None:
+        self.conn = conn
+        self.pending: dict[int, asyncio.Future] = {}
+        self.name = conn.peer.name
+
+
+class ActorSystem:
+    """One per process (or per task in tests): a listening endpoint, the local
+    actors, and a pool of outgoing connections."""
+
+    def __init__(self, name: str, *, host: str = "127.0.0.1", port: int = 0,
+                 config: transports.TransportConfig | None = None,
+                 listen: bool = True, incarnation: int | None = None) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.config = config or default_transport_config()
+        self.incarnation = incarnation if incarnation is not None else transports.new_incarnation()
+        self.identity = transports.PeerInfo(name, self.incarnation, transports.local_host_id())
+        self._listen = listen
+        self._listener: transports.Listener | None = None
+        self._actors: dict[str, Any] = {}
+        self._out: dict[str, _Peer] = {}
+        self._connecting: dict[str, asyncio.Future] = {}
+        self._inbound: set[_Peer] = set()
+        self._inbound_by_name: dict[str, _Peer] = {}   # the latest one from each system
+        self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task] = set()
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.address = f"{host}:{port}" if not listen else ""
+        self.on_peer_lost: list[Callable[[str, transports.PeerInfo], None]] = []
+
+    # -- lifecycle ---------------------------------------------------------
+    async def start(self) -> ActorSystem:
+        if self._listen:
+            self._listener = await transports.listen(
+                self.host, self.port, self._accept, identity=self.identity, config=self.config)
+            self.port = self._listener.port
+            self.address = f"{self.host}:{self.port}"
+            self._loop = asyncio.get_running_loop()
+            _IN_PROCESS[_norm(self.address)] = self
+        return self
+
+    async def shutdown(self) -> None:
+        """Stop listening, close every connection, fail every pending call."""
+        if self._closed:
+            return
+        self._closed = True
+        if _IN_PROCESS.get(_norm(self.address)) is self:
+            del _IN_PROCESS[_norm(self.address)]
+        for actor in list(self._actors.values()):
+            stop = getattr(actor, "on_stop", None)
+            if stop is not None:
+                try:
+                    res = stop()
+                    if inspect.isawaitable(res):
+                        await res
+                except Exception:
+                    logger.exception("actor on_stop failed")
+        if self._listener is not None:
+            await self._listener.close()
+        peers = list(self._out.values()) + list(self._inbound)
+        for peer in peers:
+            self._fail_pending(peer, UnavailableError(
+                f"call to {peer.name} abandoned: the actor system of {self.name} shut down"))
+            await peer.conn.close()
+        self._out.clear()
+        self._inbound.clear()
+        self._inbound_by_name.clear()
+        for t in list(self._tasks):
+            t.cancel()
+
+    # -- actors --------------------------------------------------------------
+    def spawn(self, name: str, actor: Any) -> ActorRef:
+        if name in self._actors:
+            raise ValueError(f"an actor named {name!r} already exists in {self.name}")
+        self._actors[name] = actor
+        return ActorRef(self, self.address, name)
+
+    def ref(self, address: str, name: str, peer: tuple[str, int] | None = None) -> ActorRef:
+        """A handle on actor ``name`` at ``address``; ``peer``: the (name,
+        incarnation) of the system there, when known (see :meth:`_connection`)."""
+        return ActorRef(self, address, name, peer)
+
+    def _method(self, actor_name: str, method: str) -> Callable:
+        actor = self._actors.get(actor_name)
+        if actor is None:
+            raise NotFoundError(f"no actor named {actor_name!r} on {self.name}", task=self.name)
+        if method.startswith("_") or method.startswith("on_"):
+            raise NotFoundError(f"actor {actor_name!r} has no public method {method!r}",
+                                task=self.name)
+        fn = getattr(actor, method, None)
+        if fn is None or not callable(fn):
+            raise NotFoundError(f"actor {actor_name!r} on {self.name} has no method {method!r}",
+                                task=self.name)
+        return fn
+
+    # -- local path ------------------------------------------------------------
+    async def _call_local(self, actor: str, method: str, args: tuple, timeout: float | None) -> Any:
+        res = self._method(actor, method)(*args)
+        if inspect.isawaitable(res):
+            if timeout is None:
+                return await res
+            try:
+                return await asyncio.wait_for(res, timeout)
+            except asyncio.TimeoutError:
+                raise DeadlineExceededError(
+                    f"call {actor}.{method} on {self.name} got no reply within {timeout:g}s") from None
+        return res
+
+    def _tell_local(self, actor: str, method: str, args: tuple | list) -> None:
+        try:
+            res = self._method(actor, method)(*args)
+        except Exception:
+            logger.exception("tell %s.%s failed", actor, method)
+            return
+        if inspect.isawaitable(res):
+            self._spawn_task(res, f"tell {actor}.{method}")
+
+    def _spawn_task(self, coro: Any, what: str) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._task_done(t, what))
+        return task
+
+    def _task_done(self, task: asyncio.Task, what: str) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            if not isinstance(exc, OpError):
+                logger.error("%s failed: %r", what, exc)
+
+    # -- remote path -------------------------------------------------------------
+    def shares_memory_with(self, address: str, peer: tuple[str, int] | None = None) -> bool:
+        """Whether the open connection to ``address`` passes arrays through shared memory."""
+        found = self._open_peer(address, peer)
+        return found is not None and found.conn.kind == "shm"
+
+    def _open_peer(self, address: str, peer: tuple[str, int] | None = None) -> _Peer | None:
+        """The open connection to ``address``: ours, or else the one that the
+        system there, known as ``peer`` (name, incarnation), opened to us."""
+        out = self._out.get(address)
+        if out is not None and not out.conn.closed:
+            return out
+        if peer is not None:
+            back = self._inbound_by_name.get(peer[0])
+            # the incarnation ties the connection to the process at ``address``:
+            # whoever gave it (a master) asked that address for it
+            if back is not None and not back.conn.closed \
+                    and back.conn.peer.incarnation == peer[1]:
+                return back
+        return None
+
+    async def _connection(self, address: str,
+                          peer: tuple[str, int] | None = None) -> transports.Connection:
+        """A connection to ``address`` for one-way messages. A system that
+        called us already has one open: we answer over it rather than open a
+        second one, so that both ways share one connection (a parameter
+        server sends a worker its variables over the connection the worker's
+        step came by, and the worker's releases of their shared memory ride
+        along with its next message instead of going alone)."""
+        found = self._open_peer(address, peer)
+        if found is not None:
+            return found.conn
+        return (await self._peer(address)).conn
+
+    async def _peer(self, address: str) -> _Peer:
+        peer = self._out.get(address)
+        if peer is not None and not peer.conn.closed:
+            return peer
+        if self._closed:
+            raise UnavailableError(f"the actor system of {self.name} is shut down")
+        fut = self._connecting.get(address)
+        if fut is None:
+            fut = asyncio.ensure_future(self._open(address))
+            self._connecting[address] = fut
+            fut.add_done_callback(lambda _f: self._connecting.pop(address, None))
+        return await asyncio.shield(fut)
+
+    async def _open(self, address: str) -> _Peer:
+        try:
+            conn = await transports.connect(address, identity=self.identity, config=self.config)
+        except transports.AuthError as e:
+            raise UnauthenticatedError(str(e)) from None
+        except transports.ConnectTimeout as e:  # its message names the address
+            raise UnavailableError(str(e)) from None
+        except (transports.TransportError, OSError) as e:
+            raise UnavailableError(f"cannot reach {address}: {e}") from None
+        peer = _Peer(conn)
+        self._out[address] = peer
+        conn.start(lambda msg: self._on_message(peer, msg),
+                   lambda exc: self._on_close(peer, exc, address))
+        return peer
+
+    async def _call_remote(self, address: str, actor: str, method: str, args: tuple,
+                           timeout: float | None) -> Any:
+        peer = await self._peer(address)
+        req = next(self._ids)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        peer.pending[req] = fut
+        handle = None
+        if timeout is not None:
+            handle = loop.call_later(timeout, _expire, fut, actor, method, peer.name, timeout)
+        try:
+            try:
+                await peer.conn.send([CALL, req, actor, method, list(args)])
+            except transports.FrameError as e:   # nothing was sent: the connection is fine
+                raise _too_big(method, address, e) from e
+            return await fut
+        finally:
+            peer.pending.pop(req, None)
+            if handle is not None:
+                handle.cancel()
+
+    def _request_nowait(self, address: str, actor: str, method: str, args: tuple,
+                        timeout: float | None) -> asyncio.Future | None:
+        if address == self.address or in_process_system(address) is not None:
+            return None
+        peer = self._out.get(address)
+        if peer is None or peer.conn.closed:
+            return None
+        req = next(self._ids)
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        try:
+            peer.conn.send_nowait([CALL, req, actor, method, list(args)])
+        except Exception:
+            return None  # let the ordinary path reconnect or raise the typed error
+        peer.pending[req] = fut
+        handle = (loop.call_later(timeout, _expire, fut, actor, method, peer.name, timeout)
+                  if timeout is not None else None)
+
+        def done(_f: asyncio.Future) -> None:
+            peer.pending.pop(req, None)
+            if handle is not None:
+                handle.cancel()
+        fut.add_done_callback(done)
+        return fut
+
+    # -- inbound ----------------------------------------------------------------
+    async def _accept(self, conn: transports.Connection) -> None:
+        peer = _Peer(conn)
+        self._inbound.add(peer)
+        self._inbound_by_name[peer.name] = peer
+        conn.start(lambda msg: self._on_message(peer, msg),
+                   lambda exc: self._on_close(peer, exc, None))
+
+    def _on_message(self, peer: _Peer, msg: Any) -> None:
+        try:
+            kind = msg[0]
+            if kind == OK or kind == ERR:
+                fut = peer.pending.get(msg[1])
+                if fut is not None and not fut.done():
+                    if kind == OK:
+                        fut.set_result(msg[2])
+                    else:
+                        fut.set_exception(errors.from_wire(msg[2]))
+            elif kind == CALL:
+                self._serve_call(peer, msg[1], msg[2], msg[3], msg[4])
+            elif kind == TELL:
+                self._tell_local(msg[1], msg[2], msg[3])
+            else:
+                raise ValueError(f"unknown message kind {kind!r}")
+        except Exception as e:  # a malformed message closes only this connection
+            logger.warning("closing connection from %s: bad actor message (%s)", peer.name, e)
+            self._spawn_task(peer.conn.close(), "close")
+
+    def _serve_call(self, peer: _Peer, req: int, actor: str, method: str, args: list) -> None:
+        # the method (and the task that finishes it) sees who called: CALLER
+        token = CALLER.set(peer.conn.peer)
+        try:
+            try:
+                if not isinstance(actor, str) or not isinstance(method, str) \
+                        or not isinstance(args, list):
+                    raise errors.InvalidArgumentError(
+                        "a call names its actor and method as strings and passes a list of "
+                        f"arguments, not {type(actor).__name__}, {type(method).__name__}, "
+                        f"{type(args).__name__}", task=self.name)
+                res = self._method(actor, method)(*args)
+            except Exception as e:
+                self._reply_error(peer, req, e)
+                return
+            if inspect.isawaitable(res):
+                self._spawn_task(self._finish_call(peer, req, res), f"{actor}.{method}")
+            else:
+                self._reply(peer, [OK, req, res])
+        finally:
+            CALLER.reset(token)
+
+    async def _finish_call(self, peer: _Peer, req: int, coro: Any) -> None:
+        try:
+            res = await coro
+        except Exception as e:
+            self._reply_error(peer, req, e)
+            return
+        self._reply(peer, [OK, req, res])
+
+    def _reply_error(self, peer: _Peer, req: int, e: BaseException) -> None:
+        if not isinstance(e, OpError):
+            logger.exception("actor call failed on %s", self.name, exc_info=e)
+        self._reply(peer, [ERR, req, errors.to_wire(e, task=self.name)])
+
+    def _reply(self, peer: _Peer, msg: list) -> None:
+        if peer.conn.closed:
+            return
+        try:
+            peer.conn.send_nowait(msg)
+        except Exception as e:
+            logger.warning("could not reply to %s: %s", peer.name, e)
+            if msg[0] == OK:  # e.g. an unencodable result: tell the caller why
+                try:
+                    peer.conn.send_nowait([ERR, msg[1], errors.to_wire(e, task=self.name)])
+                except Exception:
+                    pass
+
+    def _on_close(self, peer: _Peer, exc: BaseException | None, address: str | None) -> None:
+        if address is not None and self._out.get(address) is peer:
+            del self._out[address]
+        self._inbound.discard(peer)
+        if self._inbound_by_name.get(peer.name) is peer:
+            del self._inbound_by_name[peer.name]
+        self._fail_pending(peer, UnavailableError(
+            f"connection to {peer.name} at {address or 'peer'} was lost"
+            + (f" ({exc})" if exc else "") + "; the task may have stopped or crashed"))
+        for cb in self.on_peer_lost:
+            try:
+                cb(address or "", peer.conn.peer)
+            except Exception:
+                logger.exception("peer-lost callback failed")
+
+    @staticmethod
+    def _fail_pending(peer: _Peer, exc: OpError) -> None:
+        for fut in peer.pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        peer.pending.clear()
+
+
+# Actor systems listening in this process, by normalized address. A call to one
+# of them from the same event loop skips serialization and sockets (same typed
+# errors and timeouts): a Session on the loop of an in-process server (serve())
+# then costs no socket hop. Systems on other loops (a blocking Server's thread)
+# are reached over the wire as usual.
+_IN_PROCESS: dict[str, ActorSystem] = {}
+
+
+def _norm(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    return f"{'127.0.0.1' if host in ('localhost', '') else host}:{port}"
+
+
+def in_process_system(address: str) -> ActorSystem | None:
+    if not _IN_PROCESS:
+        return None
+    system = _IN_PROCESS.get(_norm(address))
+    if system is None or system._closed:
+        return None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    return system if system._loop is loop else None
+
+
+def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: float) -> None:
+    if not fut.done():
+        fut.set_exception(DeadlineExceededError(
+            f"call {actor}.{method} to {peer} got no reply within {timeout:g}s"))
+
+
+def default_transport_config() -> transports.TransportConfig:
+    """The transport settings of this process: ``DISTRIB_TRANSPORT`` = auto | tcp | shm
+    forces the transport (benchmarks compare the two this way);
+    ``DISTRIB_CONNECT_TIMEOUT_S`` is the deadline for reaching a peer (default 10)."""
+    mode = os.environ.get("DISTRIB_TRANSPORT", "auto") or "auto"
+    if mode not in ("auto", "tcp", "shm"):
+        raise ValueError(f"DISTRIB_TRANSPORT must be auto, tcp or shm, not {mode!r}")
+    deadline = os.environ.get("DISTRIB_CONNECT_TIMEOUT_S")
+    try:
+        connect_timeout = float(deadline) if deadline else 10.0
+    except ValueError:
+        raise ValueError(f"DISTRIB_CONNECT_TIMEOUT_S must be a number of seconds, "
+                         f"not {deadline!r}") from None
+    return transports.TransportConfig(mode=mode, connect_timeout_s=connect_timeout)
+
+
+def client_name() -> str:
+    return f"client:{os.getpid()}:{os.urandom(4).hex()}"

@@ -1,0 +1,360 @@
+"""Runs one partition of a graph on one task: the worker's inner loop.
+
+A partition compiled once (:class:`~distrib.runtime.partition_graph.PartitionGraph`)
+runs each step as a dataflow machine: a node runs as soon as its inputs are
+ready, and ``_Recv`` nodes wait concurrently. Ordering by readiness, not by
+list position, matters: two tasks that exchange tensors both ways would
+deadlock if either blocked on a receive that the other can only satisfy
+after its own receive.
+
+Kernels come from the one registry in ``kernels`` and run inline on the
+event loop's thread, or on the pool beside another heavy kernel or when too
+long for the loop (:mod:`distrib.runtime.kernel_pool` says when and why).
+Which nodes are heavy is learnt from the step before (the first step runs
+inline).
+
+Order: ready ops run depth first (the consumers a result unblocks come next,
+so a value reaches its ``_Send`` early), light ops before heavy ones (so two
+heavy ones can meet and run side by side), and of the ready heavy ones the
+one on the critical path first (see ``PartitionGraph._priorities``). When two
+heavy kernels run side by side, the critical one keeps the loop's thread and
+the other goes to the pool (a backward pass's dX, which the next layer's
+gradients wait for, and its dW, which only an update does). Tensors for
+another task are batched by the step's channel and flushed before the
+partition waits.
+
+Memory and in-place kernels: :mod:`distrib.runtime.tensor_values`. Stateful
+ops (variables, updates): :mod:`distrib.runtime.stateful`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Awaitable, NoReturn
+
+import kernels
+from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
+from distrib.runtime import kernel_pool
+from distrib.runtime.partition_graph import PartitionGraph
+from distrib.runtime.resources import run_resource_op
+from distrib.runtime.stateful import RESOURCE_OPS, run_stateful
+from distrib.runtime.step_waits import Pending, StepChannel, flush_channel
+from distrib.runtime.tensor_values import args_to_device, exclusive, host_array, shape_stand_in
+from distrib.runtime.variable_store import VariableStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CompiledPartition", "RunStats"]
+
+
+class CompiledPartition(PartitionGraph):
+    """A compiled partition that runs steps (the dataflow loop)."""
+
+    async def run(self, feeds: dict[str, Any], variables: VariableStore,
+                  channel: StepChannel | None = None, stats: RunStats | None = None) -> list[Any]:
+        """Run one step; returns the values of ``self.fetches`` (on the host)."""
+        n = len(self.nodes)
+        values: list[list[Any] | None] = list(self.start_values)   # folded constants
+        shapes: list[list[Any] | None] = list(self.start_shapes)   # for shape-only readers
+        remaining = list(self.indegree)
+        uses = list(self.uses)
+        ready = list(reversed(self.sources))   # a stack: see _finished
+        heavy_ready: list[int] = []            # ready nodes that were heavy last step
+        pending = Pending()
+        for i in self.recv_nodes:
+            if remaining[i] == 0:
+                self._expect(i, channel, pending)
+        done = self.n_folded
+        # seconds in kernels (summed over threads), in-place kernels, and every
+        # kernel's (start, end) span (for the time in which any kernel ran)
+        clock: list[Any] = [0.0, 0, []]
+        on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
+        pooled = [0]              # how many went there
+        try:
+            while done < n:
+                while ready or heavy_ready:
+                    if ready:
+                        i = ready.pop()
+                        if self.heavy[i]:
+                            # light ops first: they may make another heavy kernel
+                            # ready, to run beside this one
+                            heavy_ready.append(i)
+                            continue
+                    else:
+                        if any(f.done() for f in on_pool):
+                            # a kernel on the pool has finished: take its result
+                            # first (its consumers, its send to another task: a
+                            # gradient the ps can apply meanwhile) rather than
+                            # after a kernel that holds this thread
+                            break
+                        # the least critical goes to the pool when one may go
+                        # there (the one left runs inline), else the most critical
+                        to_pool = (len(heavy_ready) > 1 and on_pool is not None
+                                   and kernel_pool.running_on_pool(on_pool) < kernel_pool.parallel_slots() and kernel_pool.spare_core())
+                        i = heavy_ready.pop(kernel_pool.pick_heavy(heavy_ready, self.priority, self.heavy,
+                                                  lowest=to_pool))
+                        await flush_channel(channel, early=True)   # the other task gets on meanwhile
+                    out = self._run_node(i, values, uses, feeds, variables, channel,
+                                         clock, heavy_ready, on_pool, shapes)
+                    if type(out) is not list:
+                        if not asyncio.isfuture(out):
+                            await self._sent(i, out)   # a send waiting for its connection
+                            out = []
+                        else:   # a heavy kernel now on the pool, or a waiting resource op
+                            pending.add(out, i)
+                            pooled[0] += self.kernels[i] is not None
+                            continue
+                    if self.keeps_shape[i]:
+                        shapes[i] = [shape_stand_in(o) for o in out]
+                    values[i] = out if self.uses[i] else None
+                    out = None   # values[i] alone holds it (see exclusive)
+                    done += 1
+                    self._finished(i, remaining, ready, pending, channel)
+                if done < n:
+                    await flush_channel(channel)
+                    if not pending.futs:
+                        raise UnknownError("partition stalled with no runnable op",
+                                           task=self.task or None)
+                    if pending.since and not pending.finished:
+                        await kernel_pool.spin_until(lambda: bool(pending.finished), self._eta(pending))
+                    finished = await pending.wait()
+                    if not finished:   # a receive's deadline passed
+                        err = self._overdue(pending, channel)
+                        if err is not None:
+                            raise err
+                        continue       # it came just in time: its callback is queued
+                    now = time.perf_counter()
+                    for fut in finished:
+                        i = pending.pop(fut)
+                        if i is None:
+                            continue
+                        if self.is_recv[i]:
+                            since = pending.since.pop(i, None)
+                            if since is not None:
+                                self.recv_took[i] = now - since
+                        out = self._result(i, fut, channel)
+                        if self.keeps_shape[i]:
+                            shapes[i] = [shape_stand_in(o) for o in out]
+                        values[i] = out if self.uses[i] else None
+                        out = None
+                        done += 1
+                        self._finished(i, remaining, ready, pending, channel)
+                    finished = fut = None   # a finished future holds its result,
+                    kernel_pool.running_on_pool(on_pool)            # and so does a pool one
+            await flush_channel(channel)
+            if self.heavy != self._priced:   # costs learnt (the first step) or changed
+                self._priorities()
+        finally:
+            for fut in pending.futs:
+                fut.cancel()
+            if stats is not None:
+                stats.kernel_s += clock[0]
+                stats.pool_kernels += pooled[0]
+                stats.in_place_kernels += clock[1]
+                stats.busy_s += kernel_pool.span_union(clock[2])
+        try:
+            return [self._fetched(values[i][out], variables)  # type: ignore[index]
+                    for i, out in self.fetch_refs]
+        except IndexError:   # a GraphDef without output_dtypes escaped the master's check
+            bad = next(f for f, (i, out) in zip(self.fetches, self.fetch_refs)
+                       if not 0 <= out < len(values[i] or ()))
+            raise InvalidArgumentError(f"cannot fetch {bad!r}: its op has no such output",
+                                       task=self.task or None) from None
+
+    def _finished(self, i: int, remaining: list[int], ready: list[int],
+                  pending: Pending, channel: StepChannel | None) -> None:
+        # Depth first, as TensorFlow's executor runs a node's ready consumers
+        # inline: the ops a result unblocks run next (in the order they were
+        # listed), so a value reaches its _Send, and another task, as soon as
+        # it can, instead of after every other op that was ready before it.
+        for c in reversed(self.consumers[i]):
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                if self.is_recv[c]:
+                    self._expect(c, channel, pending)
+                else:
+                    ready.append(c)
+
+    def _expect(self, i: int, channel: StepChannel | None, pending: Pending) -> None:
+        """Wait for the tensor of ``_Recv`` node ``i`` (the rendezvous's own
+        future: no task per receive)."""
+        attrs = self.nodes[i]["attrs"]
+        if channel is None:
+            raise UnknownError(f"op {self.nodes[i]['name']!r} receives from another task, "
+                               "but this step has no channel", task=self.task or None)
+        pending.add(channel.expect(attrs["key"], attrs["src_task"]), i,
+                    None if channel.timeout is None else channel.timeout)
+        pending.since[i] = time.perf_counter()
+
+    def _eta(self, pending: Pending) -> float | None:
+        """Seconds until the first pending receive's tensor should come, if it
+        takes as long as it did last step (None: no receive has a history)."""
+        now = time.perf_counter()
+        soonest = None
+        for i, since in pending.since.items():
+            took = self.recv_took.get(i)
+            if took is not None and (soonest is None or since + took - now < soonest):
+                soonest = since + took - now
+        return soonest
+
+    def _overdue(self, pending: Pending, channel: StepChannel | None) -> Exception | None:
+        """The error of the receive with the earliest deadline, unless its
+        tensor came after all."""
+        fut = min(pending.deadlines, key=pending.deadlines.__getitem__)  # type: ignore[arg-type]
+        if fut.done():
+            return None
+        attrs = self.nodes[pending.futs[fut]]["attrs"]
+        return channel.overdue(attrs["key"], attrs["src_task"])  # type: ignore[union-attr]
+
+    async def _sent(self, i: int, sending: Awaitable) -> None:
+        try:
+            await sending
+        except Exception as e:
+            self._raise_op_error(i, e)
+
+    def _result(self, i: int, fut: asyncio.Future, channel: StepChannel | None) -> list[Any]:
+        if self.is_recv[i]:
+            return [channel.received(fut.result())]  # type: ignore[union-attr]
+        try:
+            return fut.result()
+        except Exception as e:
+            self._raise_op_error(i, e)
+
+    def _fetched(self, value: Any, variables: VariableStore) -> Any:
+        value = host_array(value)
+        # a stored array (or a view of it) goes out as a copy: the client may
+        # write to it; so does a folded constant, which is read-only
+        return value.copy() if variables.owns(value) or self._const_view(value) else value
+
+    def _gather(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
+                shapes: list) -> list[Any]:
+        args = []
+        shape_only = self.shape_only[i]
+        for k, ref in enumerate(self.inputs[i]):
+            if shape_only[k]:
+                args.append(shapes[ref[0]][ref[1]])  # type: ignore[index]
+            elif type(ref) is str:
+                try:
+                    args.append(feeds[ref])
+                except KeyError:
+                    raise InvalidArgumentError(
+                        f"you must feed a value for tensor {ref!r}", task=self.task or None,
+                        op=self.nodes[i]["name"]) from None
+            else:
+                args.append(values[ref[0]][ref[1]])
+        for p in self.producers[i]:
+            uses[p] -= 1
+            if uses[p] == 0:
+                # the last consumer has its inputs: drop the step's reference, so
+                # memory is freed early and a variable read no longer counts as shared
+                values[p] = None
+        return args
+
+    def _run_node(self, i: int, values: list, uses: list[int], feeds: dict[str, Any],
+                  variables: VariableStore, channel: StepChannel | None,
+                  clock: list[float], heavy_ready: list[int], on_pool: list[Any],
+                  shapes: list) -> list[Any] | Awaitable:
+        """The node's outputs; or a future (a kernel on the pool, a waiting
+        resource op) or an awaitable (a send held up by a full connection)."""
+        node = self.nodes[i]
+        op = node["op"]
+        try:
+            args = self._gather(i, values, uses, feeds, shapes)
+            fn = self.kernels[i]
+            if fn is not None:
+                if self.alias[i]:
+                    return [args[0]]
+                dev = self.devices[i]
+                args = args_to_device(args, dev) if dev[0] != "CPU" else [host_array(a) for a in args]
+                attrs = self.kernel_attrs[i]
+                weight, cost = kernel_pool.weigh(op, args, attrs)
+                self.heavy[i] = cost if weight > 0 else 0.0
+                if weight == 2 or (weight == 1 and on_pool is not None
+                                   and heavy_ready
+                                   and kernel_pool.running_on_pool(on_pool) < kernel_pool.parallel_slots()
+                                   and kernel_pool.spare_core()):
+                    fut = kernel_pool.thread_pool().submit(kernel_pool.timed_kernel, fn, args, attrs, clock)
+                    if on_pool is not None:
+                        on_pool.append(fut)
+                    return asyncio.wrap_future(fut)
+                t0 = time.perf_counter()
+                ip = self.in_place[i]
+                out = None
+                if ip is not None and exclusive(args, ip[0]):
+                    out = ip[1](args, attrs)
+                    if out is not None:
+                        clock[1] += 1
+                if out is None:
+                    out = fn(args, attrs)
+                t1 = time.perf_counter()
+                clock[0] += t1 - t0
+                clock[2].append((t0, t1))
+                return out
+            if op == "Placeholder":
+                name = node["name"] + ":0"
+                if name not in feeds:
+                    raise InvalidArgumentError(
+                        f"you must feed a value for placeholder tensor {name!r} "
+                        f"(dtype {node['attrs'].get('dtype')}, shape {node['attrs'].get('shape')})",
+                        task=self.task or None, op=node["name"])
+                return [feeds[name]]
+            if op == "NoOp":
+                return []
+            if op == "_Send":
+                attrs = node["attrs"]
+                # (a read-only value, a folded constant say, reaches a receiver in
+                # this process as a copy: see the channel's send)
+                res = channel.send(attrs["key"], attrs["dst_task"], host_array(args[0]))  # type: ignore[union-attr]
+                return [] if res is None else res
+            if op in RESOURCE_OPS:
+                # a waiting one (take, dequeue) returns a future, pending like a receive
+                return run_resource_op(node, [host_array(a) for a in args], variables.resources,
+                                       channel, self.task)
+            t0 = time.perf_counter()
+            out = run_stateful(node, args, variables, self.wanted[i], self.devices[i])
+            t1 = time.perf_counter()
+            clock[0] += t1 - t0
+            clock[2].append((t0, t1))
+            return out
+        except Exception as e:
+            self._raise_op_error(i, e)
+
+    def _raise_op_error(self, i: int, e: Exception) -> NoReturn:
+        err = self._op_error(i, e)
+        if err is e:
+            raise e
+        raise err from e
+
+    def _op_error(self, i: int, e: Exception) -> Exception:
+        """``e`` as a typed error that names this task and op."""
+        node = self.nodes[i]
+        op = node["op"]
+        if isinstance(e, OpError):
+            if e.op is None:
+                e.op = node["name"]
+            if e.task is None and self.task:
+                e.task = self.task
+            return e
+        if isinstance(e, (ValueError, TypeError, IndexError, ArithmeticError)):
+            return InvalidArgumentError(f"{op} failed: {e}", task=self.task or None,
+                                        op=node["name"])
+        if isinstance(e, kernels.KernelNotFound):
+            return NotFoundError(str(e), task=self.task or None, op=node["name"])
+        # a kernel bug must still name the op and keep the server up
+        logger.error("op %s (%s) failed", node["name"], op, exc_info=e)
+        return UnknownError(f"{op} failed: {type(e).__name__}: {e}",
+                            task=self.task or None, op=node["name"])
+
+
+class RunStats:
+    """Time a worker's partitions spent in kernels (summed over the pool's
+    threads, so it can exceed the wall time), for benchmarks and tools."""
+
+    __slots__ = ("kernel_s", "busy_s", "pool_kernels", "in_place_kernels")
+
+    def __init__(self) -> None:
+        self.kernel_s = 0.0
+        self.busy_s = 0.0           # time in which at least one kernel ran
+        self.pool_kernels = 0       # kernels that ran on the pool, not the loop's thread
+        self.in_place_kernels = 0   # kernels that wrote into a dead input

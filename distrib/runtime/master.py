@@ -1,0 +1,441 @@
+"""The master service of a task: sessions, step planning and step dispatch.
+
+A client sends its GraphDef once per graph version (``create_session`` /
+``extend_session``), then steps (``run``). For each distinct (fetches,
+targets, fed tensors) the master prunes, places and partitions the graph once
+(``distrib.plan``), registers each partition on its task's worker once per
+incarnation of that task, and from then on a step is one ``run_partition``
+call per involved task, all at once, under one step id. Only the tasks a step
+uses are contacted: a dead task that the step does not touch cannot hang it.
+
+When any partition fails, the master tells every other involved worker to
+abort the step (their pending receives fail at once) and raises the first
+error, which names the task and op.
+
+Counters for benchmarks (``stats`` / ``reset_stats``): steps run, partition
+calls to other tasks (each one request and one reply message), bytes fed and
+fetched.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from distrib import errors
+from distrib.client.fetches import check_feed
+from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, OpError,
+                            UnavailableError)
+from distrib.runtime.actors import ActorRef, ActorSystem, caller_key, session_gc_s
+from distrib.runtime.kernel_pool import spin_until
+from distrib.runtime.plan import Partition, partition, place, prune, tensor_op
+from distrib.runtime.worker import RESTARTED, UNREGISTERED
+
+logger = logging.getLogger(__name__)
+
+_WAIT_LOG_S = 1.0  # a task slower than this to answer is named in a warning
+
+
+@dataclass
+class _StepPlan:
+    key: str
+    parts: dict[str, Partition]
+    fetches: list[str]
+    peers: dict[str, str] = field(default_factory=dict)   # task -> address
+    # how long the other tasks took to answer after this one's part ended, last
+    # step (see executor.spin_until)
+    tail_s: float | None = None
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self.parts)
+
+
+@dataclass
+class _SessionState:
+    handle: str
+    nodes: dict[str, dict[str, Any]]
+    version: int
+    config: dict[str, Any]
+    plans: dict[tuple, _StepPlan] = field(default_factory=dict)
+    owner: tuple[str, int] | None = None        # the remote client that opened it
+    collect: asyncio.TimerHandle | None = None  # set while that client is gone
+
+
+@dataclass
+class _TaskState:
+    incarnation: int
+    registered: set[str] = field(default_factory=set)
+
+
+class MasterService:
+    """Actor "master" of every task."""
+
+    def __init__(self, system: ActorSystem, cluster: Any, job: str, task_index: int) -> None:
+        self.system = system
+        self.cluster = cluster
+        self.job = job
+        self.task_index = task_index
+        self.task = f"/job:{job}/task:{task_index}"
+        self._sessions: dict[str, _SessionState] = {}
+        self._tasks: dict[str, _TaskState] = {}
+        self._status_locks: dict[str, asyncio.Lock] = {}
+        self._plan_ids = itertools.count(1)
+        self._valid = {j: list(cluster.task_indices(j)) for j in cluster.jobs}
+        system.on_peer_lost.append(self._peer_lost)
+        self.counters = _zero_counters()
+
+    def stats(self) -> dict[str, int]:
+        return {**self.counters, "sessions_open": len(self._sessions)}
+
+    def reset_stats(self) -> None:
+        self.counters = _zero_counters()
+
+    # -- addresses -------------------------------------------------------------
+    def address_of(self, task: str) -> str:
+        if task == self.task:
+            return self.system.address
+        job, idx = _split_task(task)
+        return self.cluster.task_address(job, idx)
+
+    def worker(self, task: str) -> ActorRef:
+        return self.system.ref(self.address_of(task), "worker")
+
+    def _peer_lost(self, address: str, peer: Any) -> None:
+        for task, st in list(self._tasks.items()):
+            if self.address_of(task) == address or peer.name == task:
+                self._tasks.pop(task, None)
+        # the sessions of a client whose connection closed: freed unless it
+        # comes back within the grace period (a dead client never does)
+        gone = (peer.name, peer.incarnation)
+        for s in self._sessions.values():
+            if s.owner == gone and s.collect is None:
+                s.collect = asyncio.get_running_loop().call_later(
+                    session_gc_s(), self._collect_session, s.handle)
+
+    def _collect_session(self, handle: str) -> None:
+        s = self._sessions.get(handle)
+        if s is None or s.collect is None:
+            return
+        logger.info("%s: closing session %s: its client %s has been gone for %gs",
+                    self.task, handle, s.owner[0] if s.owner else "?", session_gc_s())
+        self.system._spawn_task(self.close_session(handle), "close_session")
+
+    # -- sessions --------------------------------------------------------------
+    def create_session(self, graph_def: dict[str, Any], config: dict[str, Any] | None = None) -> str:
+        _check_options(config, "config")
+        handle = os.urandom(8).hex()
+        self._sessions[handle] = _SessionState(handle, _index(graph_def), graph_def.get("version", 0),
+                                               dict(config or {}), owner=caller_key())
+        return handle
+
+    def extend_session(self, handle: str, graph_def: dict[str, Any]) -> int:
+        s = self._session(handle)
+        _index(graph_def)   # checked before anything changes
+        s.nodes = _index(graph_def)
+        s.version = graph_def.get("version", s.version + 1)
+        s.plans.clear()
+        return s.version
+
+    async def close_session(self, handle: str) -> bool:
+        s = self._sessions.pop(handle, None)
+        if s is None:
+            return False
+        if s.collect is not None:
+            s.collect.cancel()
+        for task, st in list(self._tasks.items()):
+            keys = [k for k in st.registered if k.startswith(handle)]
+            if not keys:
+                continue
+            st.registered.difference_update(keys)
+            try:
+                await self.worker(task).call("deregister_partitions", handle, timeout=5)
+            except OpError as e:
+                logger.debug("could not deregister on %s: %s", task, e)
+        return True
+
+    def _session(self, handle: str) -> _SessionState:
+        if not isinstance(handle, str):
+            raise InvalidArgumentError(f"session handle must be a string, not {type(handle).__name__}")
+        s = self._sessions.get(handle)
+        if s is None:
+            raise NotFoundError(f"session {handle} is not open on {self.task} (closed, its "
+                                "client was gone too long, or the server restarted): open a "
+                                "new Session", task=self.task)
+        if s.collect is not None and s.owner == caller_key():
+            s.collect.cancel()   # its client is back
+            s.collect = None
+        return s
+
+    async def list_devices(self) -> list[dict[str, Any]]:
+        tasks = [(job, idx) for job in self.cluster.jobs for idx in self.cluster.task_indices(job)]
+        # all tasks at once: each down task costs a connect deadline, which must
+        # not add up over the cluster
+        statuses = await asyncio.gather(*(self._status_or_none(f"/job:{j}/task:{i}")
+                                          for j, i in tasks))
+        out = []
+        for (job, idx), st in zip(tasks, statuses):
+            for d in (st or {}).get("devices", []):
+                out.append({"name": f"/job:{job}/replica:0/task:{idx}/device:{d['name']}",
+                            "device_type": d["name"].split(":")[0],
+                            "memory_limit_bytes": d.get("memory_bytes", 0)})
+        return out
+
+    async def _status_or_none(self, task: str) -> dict[str, Any] | None:
+        try:
+            return await self.worker(task).call("get_status", timeout=2.0)
+        except OpError as e:
+            logger.info("list_devices: %s unreachable (%s)", task, e)
+            return None
+
+    # -- steps -----------------------------------------------------------------
+    async def run(self, handle: str, fetches: list[str], targets: list[str],
+                  feeds: dict[str, Any], options: dict[str, Any] | None = None) -> list[Any]:
+        s = self._session(handle)
+        for what, names in (("fetches", fetches), ("targets", targets)):
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise InvalidArgumentError(f"run: {what} must be a list of tensor or op names")
+        if not isinstance(feeds, dict) or not all(isinstance(k, str) for k in feeds):
+            raise InvalidArgumentError("run: feeds must map tensor names ('x:0') to values")
+        _check_options(options, "options")
+        opts = {**s.config, **(options or {})}
+        feeds = self._check_feeds(s, feeds)
+        plan = self._plan(s, fetches, targets, feeds)
+        c = self.counters
+        c["steps"] += 1
+        c["feed_bytes"] += sum(getattr(v, "nbytes", 0) for v in feeds.values())
+        for attempt in range(2):
+            try:
+                out = await self._run_step(s, plan, feeds, opts)
+                c["fetch_bytes"] += sum(getattr(v, "nbytes", 0) for v in out)
+                return out
+            except NotFoundError as e:
+                if UNREGISTERED not in e.message or attempt:
+                    raise
+                # a worker restarted since we registered: forget it and register again
+                self._tasks.pop(e.task or "", None)
+            except AbortedError as e:
+                if RESTARTED in e.message:
+                    # our view of some task's incarnation is stale: contact the step's
+                    # tasks afresh next time, or every retry would abort the same way
+                    for t in plan.parts:
+                        self._tasks.pop(t, None)
+                raise
+        raise AssertionError("unreachable")
+
+    def _check_feeds(self, s: _SessionState, feeds: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, value in feeds.items():
+            op, idx = tensor_op(name)
+            node = s.nodes.get(op)
+            if node is None:
+                raise NotFoundError(f"cannot feed {name!r}: the graph has no such tensor")
+            dts, shapes = node.get("output_dtypes") or [], node.get("output_shapes") or []
+            out[f"{op}:{idx}"] = check_feed(name, value, dts[idx] if idx < len(dts) else None,
+                                            shapes[idx] if idx < len(shapes) else None)
+        return out
+
+    def _plan(self, s: _SessionState, fetches: list[str], targets: list[str],
+              feeds: dict[str, Any]) -> _StepPlan:
+        key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
+        plan = s.plans.get(key)
+        if plan is None:
+            order = prune(s.nodes, fetches, targets, feeds)
+            placed = place(s.nodes, order, default_job=self.job, default_task=self.task_index,
+                           tasks=self._valid)
+            full = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in fetches]
+            parts = partition(s.nodes, order, placed, full, feeds, targets)
+            plan = _StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full,
+                             {t: self.address_of(t) for t in parts})
+            s.plans[key] = plan
+        return plan
+
+    async def _ensure_task(self, task: str, limit: float | None) -> _TaskState:
+        st = self._tasks.get(task)
+        if st is not None:
+            return st
+        lock = self._status_locks.setdefault(task, asyncio.Lock())
+        async with lock:
+            st = self._tasks.get(task)
+            if st is None:
+                status = await self._contact(task, limit)
+                st = self._tasks[task] = _TaskState(int(status["incarnation"]))
+        return st
+
+    async def _contact(self, task: str, limit: float | None) -> dict[str, Any]:
+        addr = self.address_of(task)
+        call = asyncio.ensure_future(self.worker(task).call("get_status", timeout=limit or 30.0))
+        # a session waits only for the tasks its graph uses; when it waits, say for whom
+        done, _ = await asyncio.wait([call], timeout=_WAIT_LOG_S)
+        if not done:
+            logger.warning("%s: waiting for %s at %s", self.task, task, addr)
+        try:
+            return await call
+        except UnavailableError as e:
+            raise UnavailableError(f"{task} is unavailable: {e.message}",
+                                   task=self.task) from None
+
+    async def _prepare(self, task: str, plan: _StepPlan, soft: bool, limit: float | None) -> int:
+        st = await self._ensure_task(task, limit)
+        if plan.key not in st.registered:
+            part = plan.parts[task]
+            await self.worker(task).call("register_partition", plan.key, part.nodes,
+                                         part.fetches, soft, timeout=limit or 60.0)
+            st.registered.add(plan.key)
+        return st.incarnation
+
+    async def _run_step(self, s: _SessionState, plan: _StepPlan, feeds: dict[str, Any],
+                        opts: dict[str, Any]) -> list[Any]:
+        soft = bool(opts.get("allow_soft_placement", False))
+        timeout = opts.get("operation_timeout_s")
+        tasks = plan.tasks
+        incarnations = self._ready_incarnations(plan)
+        if incarnations is None:
+            # operation_timeout_s bounds the control calls too: a stuck task must not hold
+            # a step for the 30-60 s defaults of get_status/register_partition
+            incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout) for t in tasks))
+            incarnations = dict(zip(tasks, incs))
+        step = random.getrandbits(62)
+        call_timeout = None if timeout is None else timeout + 5.0
+        if len(tasks) == 1 and tasks[0] == self.task:
+            # the common local step: no fan-out, no task, straight into the worker
+            part = plan.parts[self.task]
+            out = await self._local_worker.run_partition(
+                plan.key, step, {n: feeds[n] for n in part.feeds}, incarnations,
+                plan.peers, timeout)
+            return self._collect(plan, feeds, {self.task: out})
+        calls = {}
+        for t in tasks:
+            part = plan.parts[t]
+            local_feeds = {n: feeds[n] for n in part.feeds}
+            if t == self.task:
+                calls[t] = asyncio.ensure_future(self._local_worker.run_partition(
+                    plan.key, step, local_feeds, incarnations, plan.peers, timeout))
+            else:
+                self.counters["remote_calls"] += 1
+                calls[t] = self.worker(t).request(
+                    "run_partition", plan.key, step, local_feeds, incarnations, plan.peers,
+                    timeout, timeout=call_timeout)
+        if len(calls) == 1:
+            (t, fut), = calls.items()
+            return self._collect(plan, feeds, {t: await fut})
+        return self._collect(plan, feeds, await self._gather_step(step, calls, plan))
+
+    @property
+    def _local_worker(self) -> Any:
+        return self.system._actors["worker"]
+
+    def _ready_incarnations(self, plan: _StepPlan) -> dict[str, int] | None:
+        """The incarnations of the step's tasks when all are known and hold the
+        plan already (every step after the first), else None."""
+        out = {}
+        for t in plan.tasks:
+            st = self._tasks.get(t)
+            if st is None or plan.key not in st.registered:
+                return None
+            out[t] = st.incarnation
+        return out
+
+    @staticmethod
+    def _collect(plan: _StepPlan, feeds: dict[str, Any], results: dict[str, list]) -> list[Any]:
+        values: dict[str, Any] = dict(feeds)
+        for t, out in results.items():
+            values.update(zip(plan.parts[t].fetches, out))
+        return [values[f] for f in plan.fetches]
+
+    async def _gather_step(self, step: int, calls: dict[str, asyncio.Future],
+                           plan: _StepPlan) -> dict[str, list]:
+        pending = set(calls.values())
+        local = calls.get(self.task)
+        tail_from = None   # when this task's part ended, with others still to answer
+        while pending:
+            if tail_from is None and local is not None and local.done():
+                tail_from = time.perf_counter()
+                await spin_until(lambda: all(f.done() for f in pending), plan.tail_s)
+            # (each completion, so the wait above starts when this task's part ends)
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if tail_from is not None and not pending:
+                plan.tail_s = time.perf_counter() - tail_from
+            failed = [f for f in done if f.exception() is not None]
+            if failed:
+                first = _primary_error(failed)
+                wire = errors.to_wire(first, task=self.task)
+                for t, fut in calls.items():
+                    if fut in pending:
+                        # the late replies are not awaited: retrieve them so that
+                        # asyncio does not log "exception was never retrieved"
+                        fut.add_done_callback(_discard)
+                        # fire and forget: telling a task whose connection is gone
+                        # means reconnecting, which must not delay the error either
+                        self.system._spawn_task(self._tell_abort(t, step, wire),
+                                                f"abort_step on {t}")
+                # Raise now, not after the other partitions return: a task that is
+                # stuck (not dead) would otherwise hold the step for its call timeout,
+                # well past the operation timeout that failed it.
+                raise first
+        return {t: f.result() for t, f in calls.items()}
+
+    async def _tell_abort(self, task: str, step: int, wire: dict[str, Any]) -> None:
+        try:
+            await self.worker(task).tell("abort_step", step, wire)
+        except OpError as e:
+            logger.debug("could not abort step on %s: %s", task, e)
+
+
+def _zero_counters() -> dict[str, int]:
+    return {"steps": 0, "remote_calls": 0, "feed_bytes": 0, "fetch_bytes": 0}
+
+
+def _discard(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _primary_error(failed: list[asyncio.Future]) -> BaseException:
+    # an AbortedError is a consequence of another failure: report the cause
+    excs = [f.exception() for f in failed]
+    for e in excs:
+        if not isinstance(e, AbortedError):
+            return e  # type: ignore[return-value]
+    return excs[0]  # type: ignore[return-value]
+
+
+def _check_options(options: Any, what: str) -> None:
+    """A session's config or a run's options: None, or a dict of known types."""
+    if options is None:
+        return
+    if not isinstance(options, dict):
+        raise InvalidArgumentError(f"{what} must be a dict (see dt.ConfigProto), "
+                                   f"not {type(options).__name__}")
+    timeout = options.get("operation_timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise InvalidArgumentError(f"{what}: operation_timeout_s must be a positive number of "
+                                   f"seconds or None, not {timeout!r}")
+
+
+def _index(graph_def: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    if not isinstance(graph_def, dict):
+        raise InvalidArgumentError(f"a GraphDef must be a dict with a 'nodes' list, "
+                                   f"not {type(graph_def).__name__}")
+    nodes = graph_def.get("nodes")
+    if not isinstance(nodes, list):
+        raise InvalidArgumentError("malformed GraphDef: 'nodes' must be a list")
+    out = {}
+    for n in nodes:
+        if not isinstance(n, dict) or not isinstance(n.get("name"), str) or "op" not in n:
+            raise InvalidArgumentError(f"malformed GraphDef node: {str(n)[:200]}")
+        n.setdefault("inputs", [])
+        n.setdefault("attrs", {})
+        out[n["name"]] = n
+    return out
+
+
+def _split_task(task: str) -> tuple[str, int]:
+    parts = dict(p.split(":", 1) for p in task.strip("/").split("/"))
+    return parts["job"], int(parts["task"])

@@ -1,0 +1,106 @@
+"""Stateful ops: variables and their updates, run against the task's
+:class:`VariableStore`, which outlives steps and sessions (``docs/ops.md``).
+
+Reading a variable does not copy it: the store copies on write instead (an
+update finds the array shared, by its reference count, only while some step,
+fetch or send still holds a read of it), so a read is always a snapshot and a
+training step whose reads are done before its updates copies nothing.
+Updates run on the event loop, so they are atomic with respect to reads and
+to each other (no lost updates between asynchronous replicas). The ops on
+accumulators and queues (``RESOURCE_OPS``) are in :mod:`distrib.runtime.resources`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import kernels
+from kernels import cpu_update
+from distrib.errors import InvalidArgumentError
+from distrib.runtime.plan import Node
+from distrib.runtime.tensor_values import host_array
+from distrib.runtime.variable_store import VariableStore
+from transports.shm import shared_empty
+
+__all__ = ["RESOURCE_OPS", "STATEFUL_OPS", "UPDATE_OPS", "run_stateful"]
+
+
+# ops on the task's accumulators and queues (distrib.resources), run by _run_resource
+RESOURCE_OPS = frozenset({
+    "AccumulatorApplyGradient", "AccumulatorTakeGradient", "AccumulatorSetGlobalStep",
+    "AccumulatorNumAccumulated", "QueueEnqueueMany", "QueueDequeue", "QueueSize", "QueueClose",
+})
+
+
+STATEFUL_OPS = frozenset({
+    "VariableV2", "Assign", "AssignAdd", "AssignSub", "IsVariableInitialized",
+    "ApplyGradientDescent", "ApplyMomentum", "ApplyAdagrad", "ApplyAdam",
+}) | RESOURCE_OPS
+
+
+UPDATE_OPS = frozenset({"Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent",
+                         "ApplyMomentum", "ApplyAdagrad", "ApplyAdam"})
+
+
+def _as_var_value(value: Any, attrs: dict[str, Any], name: str, dev: tuple[str, int]) -> Any:
+    """The variable's own copy of an assigned value (on the CPU: in the
+    shared-memory arena when it is big enough, see variable_store)."""
+    dtype = attrs.get("dtype")
+    src = np.asarray(host_array(value), dtype=dtype) if dtype else np.asarray(host_array(value))
+    shape = attrs.get("shape")
+    if attrs.get("validate_shape", True) and shape is not None and None not in shape \
+            and list(src.shape) != list(shape):
+        raise InvalidArgumentError(
+            f"cannot assign a value of shape {list(src.shape)} to variable {name} of shape "
+            f"{list(shape)}; pass validate_shape=False to change its shape")
+    if dev[0] == "GPU":
+        from kernels import devices
+        return devices.to_device(np.array(src), dev[1])
+    arr = shared_empty(src.shape, src.dtype)
+    np.copyto(arr, src)
+    return arr
+
+
+def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool,
+                  dev: tuple[str, int]) -> list[Any]:
+    op, attrs, name = node["op"], node["attrs"], node["attrs"].get("var")
+    if op == "VariableV2":
+        return [store.get(name, node["name"])]   # no copy: the store copies on write
+    if op == "IsVariableInitialized":
+        return [np.array(name in store)]
+    if op == "Assign":
+        store.set(name, _as_var_value(args[0], attrs, name, dev))
+        return [args[0]]
+    if op in ("AssignAdd", "AssignSub"):
+        cur = store.writable(name, node["name"])
+        delta = np.asarray(host_array(args[0]), dtype=cur.dtype)
+        if op == "AssignAdd":
+            np.add(cur, delta, out=cur)
+        else:
+            np.subtract(cur, delta, out=cur)
+        return [cur if wanted else None]
+    if op == "ApplyGradientDescent" and dev[0] == "CPU" and len(args) == 2:
+        # the hot update of parameter servers: written out of place when a
+        # reader holds the current version, instead of copy + update
+        cur, out = store.update_target(name, node["name"])
+        try:
+            cpu_update.gradient_descent_into(out, cur, args[0], args[1])
+        except BaseException:
+            if out is not cur:
+                store.set(name, cur)  # a bad gradient leaves the variable as it was
+            raise
+        return [out if wanted else None]
+    var = store.writable(name, node["name"])
+    slots = [store.writable(attrs[k], node["name"]) for k in _SLOTS[op]]
+    fn = kernels.get_kernel(op, dev[0] if kernels.has_kernel(op, dev[0]) else "CPU")
+    fn([var, *slots, *args], attrs)
+    return [var if wanted else None]
+
+
+_SLOTS = {
+    "ApplyGradientDescent": (),
+    "ApplyMomentum": ("accum",),
+    "ApplyAdagrad": ("accum",),
+    "ApplyAdam": ("m", "v"),
+}

@@ -1,0 +1,498 @@
+"""The worker service of a task: runs registered partitions, owns the task's
+variables and its rendezvous table.
+
+A step on this task: the master registers the partition once (compiled and
+cached by key), then calls ``run_partition`` with a step id per step. ``_Send``
+pushes a tensor straight to the consuming task's worker (``recv_tensor``,
+one-way, worker to worker); ``_Recv`` awaits it in the rendezvous table under
+(step id, key). Every pushed tensor carries its sender's incarnation: a tensor
+from a task that restarted since the step began fails the step instead of
+being mixed in. An aborted step fails every receive of it at once and drops
+whatever arrives for it later.
+
+The worker keeps a few counters (tensors, messages and bytes sent to and
+received from other tasks, partitions run, time in them and in their kernels,
+the process's CPU time); ``stats``
+returns them and ``reset_stats`` zeroes them, so a benchmark can say what one
+step costs.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Awaitable
+
+import numpy as np
+
+from distrib import errors
+from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
+                            NotFoundError, OpError)
+from distrib.runtime import kernel_pool
+from distrib.runtime.actors import ActorRef, ActorSystem, in_process_system, caller_key, session_gc_s
+from distrib.runtime.executor import CompiledPartition, RunStats
+from distrib.runtime.tensor_values import host_array
+from distrib.runtime.variable_store import VariableStore
+from transports.shm import ARENA
+
+logger = logging.getLogger(__name__)
+
+UNREGISTERED = "partition is not registered on this task"
+# in the AbortedError of a tensor from a restarted sender; the master matches it
+RESTARTED = "restarted during the step"
+_MAX_ABORTED = 4096
+_MAX_ENDED = 4096
+# Tensors may come before their step's partition starts here (the sender was
+# quicker than the master's call); those of a step that never starts (a
+# sender's late tensors from before this task restarted, a confused peer) are
+# dropped after _EARLY_TTL_S, or oldest first past _MAX_EARLY steps.
+_MAX_EARLY = 1024
+_EARLY_TTL_S = 300.0
+
+
+class Rendezvous:
+    """Tensors in flight between partitions, by (step id, key)."""
+
+    def __init__(self, task: str) -> None:
+        self.task = task
+        self._slots: dict[int, dict[str, asyncio.Future]] = {}
+        self._expected: dict[int, dict[str, int]] = {}
+        self._aborted: OrderedDict[int, OpError] = OrderedDict()
+        self._ended: OrderedDict[int, None] = OrderedDict()
+        self._early: OrderedDict[int, float] = OrderedDict()   # step -> first tensor's time
+
+    def begin(self, step: int, incarnations: dict[str, int]) -> None:
+        self._expected[step] = incarnations
+        self._early.pop(step, None)
+        if step in self._aborted:
+            raise self._aborted[step]
+
+    def _slot(self, step: int, key: str) -> asyncio.Future:
+        table = self._slots.setdefault(step, {})
+        fut = table.get(key)
+        if fut is None:
+            fut = table[key] = asyncio.get_running_loop().create_future()
+        return fut
+
+    def put(self, step: int, key: str, value: Any, src_task: str, incarnation: int) -> None:
+        if step in self._aborted or step in self._ended:
+            return   # too late: nobody will take it
+        if step not in self._expected and step not in self._early:
+            self._drop_stale_early()
+            self._early[step] = time.monotonic()
+        fut = self._slot(step, key)
+        if not fut.done():
+            fut.set_result((value, src_task, incarnation))
+
+    def expect(self, step: int, key: str) -> asyncio.Future:
+        """The future of tensor ``key`` of ``step``: its result is (value,
+        sender, incarnation), for :meth:`check`."""
+        if step in self._aborted:
+            raise self._aborted[step]
+        return self._slot(step, key)
+
+    def check(self, step: int, result: tuple[Any, str, int]) -> Any:
+        """The value of an :meth:`expect` result, if its sender is still the
+        incarnation the step began with."""
+        value, sender, inc = result
+        want = self._expected.get(step, {}).get(sender)
+        if want is not None and want != inc:
+            raise AbortedError(
+                f"{sender} {RESTARTED} (incarnation {inc:x}, expected {want:x}); "
+                "the step is aborted, run it again", task=self.task)
+        return value
+
+    def overdue(self, key: str, src_task: str, timeout: float) -> DeadlineExceededError:
+        return DeadlineExceededError(
+            f"timed out after {timeout:g}s waiting for tensor {key!r} from {src_task}; "
+            "that task may be down or stuck", task=self.task)
+
+    async def get(self, step: int, key: str, src_task: str, timeout: float | None) -> Any:
+        fut = self.expect(step, key)
+        try:
+            if timeout is None:
+                result = await fut
+            else:
+                result = await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            raise self.overdue(key, src_task, timeout) from None  # type: ignore[arg-type]
+        return self.check(step, result)
+
+    def abort(self, step: int, exc: OpError) -> None:
+        self._early.pop(step, None)
+        self._aborted[step] = exc
+        while len(self._aborted) > _MAX_ABORTED:
+            self._aborted.popitem(last=False)
+        for fut in self._slots.pop(step, {}).values():
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved: a slot nobody awaits must not log noise
+        self._expected.pop(step, None)
+
+    def end(self, step: int) -> None:
+        self._slots.pop(step, None)
+        self._expected.pop(step, None)
+        self._ended[step] = None
+        if len(self._ended) > _MAX_ENDED:
+            self._ended.popitem(last=False)
+
+    def _drop_stale_early(self) -> None:
+        now = time.monotonic()
+        while self._early:
+            step, since = next(iter(self._early.items()))
+            if len(self._early) < _MAX_EARLY and now - since < _EARLY_TTL_S:
+                return
+            del self._early[step]
+            dropped = self._slots.pop(step, {})
+            for fut in dropped.values():
+                fut.cancel()
+            logger.warning("%s: dropped %d tensor(s) of step %x, which never started here",
+                           self.task, len(dropped), step)
+
+
+# Tensors for one task are held back and sent together in one message until
+# this many bytes are waiting, or the partition is about to wait (``flush``):
+# each message costs both processes a system call, a wake-up and tens of
+# microseconds of Python (~90 us in all on a 2-core VM), and a parameter
+# server's sends, or a layer's weight and bias gradients, come in bursts.
+# Before a heavy kernel only batches of at least _FLUSH_EARLY_BYTES go, so
+# the receiver can work on them meanwhile (a weight gradient's update); a few
+# small tensors ride along with the next batch instead.
+_FLUSH_BYTES = 1 << 20
+_FLUSH_EARLY_BYTES = 1 << 16
+# handles on other tasks' workers kept, by (address, task, incarnation)
+_MAX_REFS = 1024
+
+
+class _StepChannel:
+    __slots__ = ("worker", "step", "peers", "incarnations", "timeout", "_out", "_out_bytes")
+
+    def __init__(self, worker: WorkerService, step: int, peers: dict[str, str],
+                 timeout: float | None, incarnations: dict[str, int] | None = None) -> None:
+        self.worker = worker
+        self.step = step
+        self.peers = peers
+        self.incarnations = incarnations or {}
+        self.timeout = timeout
+        self._out: dict[str, list[list[Any]]] = {}   # dst task -> [[key, value], ...]
+        self._out_bytes: dict[str, int] = {}
+
+    def send(self, key: str, dst_task: str, value: Any) -> Awaitable[None] | None:
+        w = self.worker
+        if dst_task == w.task:
+            w.rendezvous.put(self.step, key, w.detached(value), w.task, w.system.incarnation)
+            return None
+        ref = w.peer(dst_task, self.peers, self.incarnations.get(dst_task))
+        if in_process_system(ref.address) is not None:
+            value = w.detached(value)   # no wire in between to copy it
+        nbytes = getattr(value, "nbytes", 0)
+        w.counters["tensors_sent"] += 1
+        w.counters["bytes_sent"] += nbytes
+        self._out.setdefault(dst_task, []).append([key, value])
+        if nbytes > _FLUSH_EARLY_BYTES and ARENA.lookup(value) is not None \
+                and w.system.shares_memory_with(ref.address, ref.peer):
+            # lent as it is to a peer on this host: no copy to spread out, but
+            # still worth sending before a heavy kernel
+            nbytes = _FLUSH_EARLY_BYTES
+        waiting = self._out_bytes[dst_task] = self._out_bytes.get(dst_task, 0) + nbytes
+        if waiting >= _FLUSH_BYTES:
+            return self._flush_to(dst_task)
+        return None
+
+    def flush(self, early: bool = False) -> Awaitable[None] | None:
+        """Send what is held back (``early``: only batches worth sending before
+        a heavy kernel); None when there is nothing to send."""
+        if not self._out:
+            return None
+        dsts = [d for d, n in self._out_bytes.items() if n >= _FLUSH_EARLY_BYTES] \
+            if early else list(self._out)
+        return self._flush_all(dsts) if dsts else None
+
+    async def _flush_all(self, dsts: list[str]) -> None:
+        for dst in dsts:
+            await self._flush_to(dst)
+
+    async def _flush_to(self, dst_task: str) -> None:
+        items = self._out.pop(dst_task)
+        del self._out_bytes[dst_task]
+        w = self.worker
+        w.counters["messages_sent"] += 1
+        ref = w.peer(dst_task, self.peers, self.incarnations.get(dst_task))
+        if len(items) == 1:
+            (key, value), = items
+            await ref.tell("recv_tensor", self.step, key, value, w.task, w.system.incarnation)
+        else:
+            await ref.tell("recv_tensors", self.step, items, w.task, w.system.incarnation)
+
+    def expect(self, key: str, src_task: str) -> asyncio.Future:
+        return self.worker.rendezvous.expect(self.step, key)
+
+    def received(self, result: Any) -> Any:
+        return self.worker.rendezvous.check(self.step, result)
+
+    def overdue(self, key: str, src_task: str) -> Exception:
+        return self.worker.rendezvous.overdue(key, src_task, self.timeout or 0.0)
+
+    def aborted(self, tag: str) -> asyncio.Future:
+        """A future that fails (AbortedError) when this step is aborted; ops that
+        wait on a resource (a queue, an accumulator) race it so an abort frees them.
+
+        An abort fails every pending receive of the step at once, so a receive
+        of a key of its own that nobody sends is exactly that signal."""
+        key = "\x00step-aborted/" + tag
+        return asyncio.ensure_future(
+            self.worker.rendezvous.get(self.step, key, self.worker.task, None))
+
+
+class WorkerService:
+    """Actor "worker" of every task."""
+
+    def __init__(self, system: ActorSystem, task: str, devices: list[dict[str, Any]],
+                 variables: VariableStore | None = None) -> None:
+        self.system = system
+        self.task = task
+        self.devices = devices
+        self.variables = variables or VariableStore(task)
+        self.rendezvous = Rendezvous(task)
+        self._partitions: dict[str, CompiledPartition] = {}
+        # session handle -> generators of its seeded random ops (see register_partition)
+        self._generators: dict[str, dict] = {}
+        # partition key -> the remote master that registered it, and a timer per
+        # such master whose connection closed (see _peer_lost)
+        self._owners: dict[str, tuple[str, int]] = {}
+        self._gone: dict[tuple[str, int], asyncio.TimerHandle] = {}
+        system.on_peer_lost.append(self._peer_lost)
+        self._refs: dict[tuple[str, str, int | None], ActorRef] = {}
+        self._run_stats = RunStats()
+        self.counters = _zero_counters()
+        self._cpu_at_reset = time.process_time()
+        # a remote master's steps: when its last one ended here, and how long
+        # it then took to send the next (see _linger)
+        self._started = 0
+        self._ended_at: dict[tuple[str, int], float] = {}
+        self._next_gap: dict[tuple[str, int], float] = {}
+        self._lingering: set[asyncio.Task] = set()
+
+    def detached(self, value: Any) -> Any:
+        """``value`` as another partition in this process may get it: copied
+        if it is one of this task's stored variables (the receiver may hand it
+        to a client that writes to it) or read-only (a folded constant: that
+        client could not write to it)."""
+        if self.variables.owns(value) or (type(value) is np.ndarray and not value.flags.writeable):
+            return value.copy()
+        if type(value) is np.ndarray and value.base is not None and ARENA.lookup(value) is not None:
+            # a result computed into the shared arena for other tasks (a
+            # weight's gradient) may be lent to a process on this host too: a
+            # task here gets it read-only, as that process does
+            view = value.view()
+            view.flags.writeable = False
+            return view
+        return value
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(1 for d in self.devices if d["name"].startswith("GPU:"))
+
+    def peer(self, task: str, peers: dict[str, str], incarnation: int | None = None) -> ActorRef:
+        """The worker of ``task``; with the ``incarnation`` a master found
+        there, a tensor may go over the connection that task opened to us."""
+        addr = peers.get(task)
+        if addr is None:
+            raise NotFoundError(f"no address for {task}", task=self.task)
+        key = (addr, task, incarnation)
+        ref = self._refs.get(key)
+        if ref is None:
+            if len(self._refs) >= _MAX_REFS:
+                self._refs.clear()
+            ref = self._refs[key] = self.system.ref(
+                addr, "worker", None if incarnation is None else (task, incarnation))
+        return ref
+
+    # -- messages --------------------------------------------------------------
+    def get_status(self) -> dict[str, Any]:
+        return {"task": self.task, "incarnation": self.system.incarnation,
+                "devices": self.devices, "address": self.system.address}
+
+    def register_partition(self, key: str, nodes: list, fetches: list,
+                           soft_placement: bool = False) -> bool:
+        if not isinstance(key, str) or not isinstance(fetches, list) \
+                or not all(isinstance(f, str) for f in fetches) or not isinstance(nodes, list) \
+                or not all(isinstance(n, dict) and isinstance(n.get("name"), str)
+                           and isinstance(n.get("op"), str) and isinstance(n.get("inputs"), list)
+                           and isinstance(n.get("attrs", {}), dict) for n in nodes):
+            raise InvalidArgumentError(
+                "register_partition takes a key, a list of GraphDef nodes (dicts with a "
+                "name, an op, a list of inputs and a dict of attrs) and a list of fetch names",
+                task=self.task)
+        owner = caller_key()
+        if owner is not None:
+            self._back(owner)
+            self._owners[key] = owner
+        if key not in self._partitions:
+            # a master's key is "<session handle>/<plan id>": the session's
+            # partitions share the generators of its seeded random ops
+            session = key.rpartition("/")[0]
+            self._partitions[key] = CompiledPartition(
+                nodes, fetches, task=self.task, soft_placement=soft_placement,
+                gpu_count=self.gpu_count, generators=self._generators.setdefault(session, {}))
+            self.counters["partitions_registered"] += 1
+        return True
+
+    def deregister_partitions(self, prefix: str) -> int:
+        gone = [k for k in self._partitions if k.startswith(prefix)]
+        for k in gone:
+            del self._partitions[k]
+            self._owners.pop(k, None)
+        for session in [s for s in self._generators if s.startswith(prefix)]:
+            del self._generators[session]
+        return len(gone)
+
+    def _peer_lost(self, address: str, peer: Any) -> None:
+        # a master that registered partitions here went away: they are freed
+        # unless it comes back (and calls again) within the grace period; one
+        # that does re-registers what it needs anyway (UNREGISTERED)
+        owner = (peer.name, peer.incarnation)
+        if owner not in self._gone and owner in self._owners.values():
+            self._gone[owner] = asyncio.get_running_loop().call_later(
+                session_gc_s(), self._forget, owner)
+
+    def _back(self, owner: tuple[str, int]) -> None:
+        timer = self._gone.pop(owner, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _forget(self, owner: tuple[str, int]) -> None:
+        self._gone.pop(owner, None)
+        keys = [k for k, o in self._owners.items() if o == owner]
+        for k in keys:
+            self._partitions.pop(k, None)
+            del self._owners[k]
+        live = {k.rpartition("/")[0] for k in self._partitions}
+        for session in {k.rpartition("/")[0] for k in keys} - live:
+            self._generators.pop(session, None)
+        logger.info("%s: dropped %d partition(s) of %s, gone for %gs", self.task, len(keys),
+                    owner[0], session_gc_s())
+
+    async def run_partition(self, key: str, step: int, feeds: dict[str, Any],
+                            incarnations: dict[str, int], peers: dict[str, str],
+                            timeout: float | None = None) -> list[Any]:
+        if self._gone:
+            owner = caller_key()
+            if owner is not None:
+                self._back(owner)
+        part = self._partitions.get(key)
+        if part is None:
+            raise NotFoundError(f"{UNREGISTERED}: {key}", task=self.task)
+        caller = caller_key()
+        self._started += 1
+        if caller is not None:
+            ended = self._ended_at.get(caller)
+            if ended is not None:
+                self._next_gap[caller] = time.perf_counter() - ended
+        self.rendezvous.begin(step, incarnations)
+        t0 = time.perf_counter()
+        try:
+            return await part.run(feeds, self.variables,
+                                  _StepChannel(self, step, peers, timeout, incarnations),
+                                  self._run_stats)
+        except OpError as e:
+            self.rendezvous.abort(step, e)
+            raise
+        finally:
+            self.rendezvous.end(step)
+            self.counters["partitions_run"] += 1
+            self.counters["partition_s"] += time.perf_counter() - t0
+            if caller is not None:
+                self._linger(caller)
+
+    def _linger(self, caller: tuple[str, int]) -> None:
+        """After a remote caller's step (another task's master; or a client's,
+        through this task's own master), keep the loop polling for its next
+        one when that came within kernel_pool.SPIN_S last time (a training loop
+        calls again at once) and a core would idle anyway.
+
+        The master's request then finds this task awake: on a VM, waking a
+        halted virtual CPU for it cost 0.3-0.7 ms (measured on a ps between
+        one worker's steps), on the critical path of every step."""
+        if len(self._ended_at) >= 1024:
+            self._ended_at.clear()
+            self._next_gap.clear()
+        self._ended_at[caller] = time.perf_counter()
+        gap = self._next_gap.get(caller)
+        if gap is None or gap >= kernel_pool.SPIN_S:
+            return
+        started = self._started
+        task = asyncio.ensure_future(kernel_pool.spin_until(lambda: self._started != started, gap))
+        self._lingering.add(task)
+        task.add_done_callback(self._lingering.discard)
+
+    def recv_tensor(self, step: int, key: str, value: Any, src_task: str, incarnation: int) -> None:
+        self.counters["tensors_received"] += 1
+        self.counters["bytes_received"] += getattr(value, "nbytes", 0)
+        self.rendezvous.put(step, key, value, src_task, incarnation)
+
+    def recv_tensors(self, step: int, items: list, src_task: str, incarnation: int) -> None:
+        """Several tensors of one step from one task: ``[[key, value], ...]``."""
+        if not isinstance(items, list) or not all(
+                isinstance(it, list) and len(it) == 2 and isinstance(it[0], str) for it in items):
+            raise errors.InvalidArgumentError(
+                "recv_tensors takes a list of [key, value] pairs", task=self.task)
+        for key, value in items:
+            self.recv_tensor(step, key, value, src_task, incarnation)
+
+    def stats(self) -> dict[str, Any]:
+        """The counters since the last ``reset_stats`` (see the module header)."""
+        return {**self.counters, "partitions": len(self._partitions),
+                "kernel_s": self._run_stats.kernel_s,
+                "kernel_busy_s": self._run_stats.busy_s,
+                "pool_kernels": self._run_stats.pool_kernels,
+                "in_place_kernels": self._run_stats.in_place_kernels,
+                # CPU time of this whole process (every thread, every service)
+                "process_cpu_s": time.process_time() - self._cpu_at_reset}
+
+    def reset_stats(self) -> None:
+        self._cpu_at_reset = time.process_time()
+        self.counters = _zero_counters()
+        self._run_stats.kernel_s = 0.0
+        self._run_stats.busy_s = 0.0
+        self._run_stats.pool_kernels = 0
+        self._run_stats.in_place_kernels = 0
+
+    def abort_step(self, step: int, error: dict[str, Any]) -> None:
+        if not isinstance(step, int) or not isinstance(error, dict):
+            raise InvalidArgumentError("abort_step takes a step id and an error record",
+                                       task=self.task)
+        exc = errors.from_wire(error)
+        self.rendezvous.abort(step, AbortedError(
+            f"step aborted because another task failed: {exc}", task=self.task))
+
+    # variables, for Saver and tools
+    def list_variables(self) -> dict[str, list]:
+        return {n: [str(v.dtype), list(v.shape)] for n in self.variables.names()
+                for v in [self.variables.get(n)]}
+
+    def read_variables(self, names: list[str]) -> dict[str, Any]:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InvalidArgumentError("read_variables takes a list of variable names",
+                                       task=self.task)
+        # copies: the caller (a Saver in this process, say) must never hold the
+        # stored array itself, or writing to it would write into the store
+        return {n: np.array(host_array(self.variables.get(n)), copy=True) for n in names}
+
+    def write_variables(self, values: dict[str, Any]) -> int:
+        if not isinstance(values, dict) or not all(isinstance(n, str) for n in values):
+            raise InvalidArgumentError("write_variables takes a dict of name -> value",
+                                       task=self.task)
+        for n, v in values.items():
+            self.variables.set(n, np.array(v, copy=True))
+        return len(values)
+
+    def ping(self) -> str:
+        return self.task
+
+
+def _zero_counters() -> dict[str, Any]:
+    return {"tensors_sent": 0, "bytes_sent": 0, "messages_sent": 0,
+            "tensors_received": 0, "bytes_received": 0,
+            "partitions_run": 0, "partition_s": 0.0, "partitions_registered": 0}

@@ -1,0 +1,266 @@
+"""Servers: one per task, each an actor system hosting a master and a worker.
+
+``ServerCore`` is the async heart, running on whatever loop starts it;
+``serve(...)`` exposes it as an async context manager on the caller's loop.
+``Server`` is TensorFlow's blocking ``tf.train.Server``: it hosts its core on
+a private loop thread, so ``Server(...)`` returns a live server to plain
+scripts, and ``join()`` blocks like TF's.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from typing import Any, AsyncIterator, Callable
+
+from distrib.client.loop_thread import LoopThread
+from distrib.client.session import SCHEME, ConfigProto, parse_target
+from distrib.cluster.cluster_spec import ClusterSpec
+from distrib.errors import InvalidArgumentError
+from distrib.runtime import master_channel  # noqa: F401  (sessions reach masters through it)
+from distrib.runtime.actors import ActorSystem, client_name
+from distrib.runtime.master import MasterService
+from distrib.runtime.worker import WorkerService
+from transports.shm import ARENA
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_task(cluster: ClusterSpec, job_name: str | None,
+                  task_index: int | None) -> tuple[str, int]:
+    jobs = cluster.jobs
+    if job_name is None:
+        if len(jobs) != 1:
+            raise ValueError(f"job_name must be given: the cluster has jobs {jobs}")
+        job_name = jobs[0]
+    if job_name not in jobs:
+        raise ValueError(f"job {job_name!r} is not in the cluster (jobs: {jobs})")
+    indices = cluster.task_indices(job_name)
+    if task_index is None:
+        if len(indices) != 1:
+            raise ValueError(f"task_index must be given: job {job_name!r} has tasks {indices}")
+        task_index = indices[0]
+    if task_index not in indices:
+        raise ValueError(f"task index {task_index} is not in job {job_name!r} "
+                         f"(tasks: {indices})")
+    return job_name, int(task_index)
+
+
+def _bind_host(host: str) -> str:
+    return "127.0.0.1" if host in ("localhost", "") else host
+
+
+def task_devices() -> list[dict[str, Any]]:
+    """CPU:0, and GPU:i for each CUDA device that CUDA_VISIBLE_DEVICES leaves
+    visible. numba is imported only when a GPU may exist (a driver node or the
+    simulator), so CPU-only hosts start fast."""
+    devices = [{"name": "CPU:0", "memory_bytes": 0, "description": "host CPU"}]
+    sim = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    if not sim and (os.environ.get("CUDA_VISIBLE_DEVICES") == ""
+                    or not os.path.exists("/dev/nvidiactl")):
+        return devices
+    try:
+        from kernels import devices as kdev
+        devices += kdev.gpu_devices()
+    except Exception as e:  # no driver, broken install: a task without GPUs
+        logger.info("no GPU devices: %s", e)
+    return devices
+
+
+class ServerCore:
+    """A task's server on the current event loop."""
+
+    def __init__(self, server_or_cluster_def: Any, job_name: str | None = None,
+                 task_index: int | None = None, config: ConfigProto | None = None) -> None:
+        cluster = server_or_cluster_def
+        if not isinstance(cluster, ClusterSpec):
+            cluster = ClusterSpec(cluster)
+        if not cluster:
+            raise ValueError("the cluster is empty: give at least one job with one task")
+        self.job_name, self.task_index = resolve_task(cluster, job_name, task_index)
+        self.task = f"/job:{self.job_name}/task:{self.task_index}"
+        self.config = config or ConfigProto()
+        self._cluster_in = cluster
+        self.cluster = cluster
+        addr = cluster.task_address(self.job_name, self.task_index)
+        host, _, port = addr.rpartition(":")
+        self.host = host
+        self.system = ActorSystem(self.task, host=_bind_host(host), port=int(port))
+        self.started = False
+        self.stopped = asyncio.Event()
+        self._stop_requested: asyncio.Event | None = None
+        self.on_stop_requested: Callable[[], None] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{SCHEME}{self.host}:{self.system.port}"
+
+    async def start(self) -> ServerCore:
+        if self.started:
+            return self
+        await self.system.start()
+        if self.system.port != int(self.cluster.task_address(self.job_name, self.task_index)
+                                   .rpartition(":")[2]):
+            # port 0 was asked for: the cluster now names the port actually taken
+            d = self.cluster.as_dict()
+            job = d[self.job_name]
+            addr = f"{self.host}:{self.system.port}"
+            if isinstance(job, dict):
+                job[self.task_index] = addr
+            else:
+                job[self.task_index] = addr
+            self.cluster = ClusterSpec(d)
+        devices = task_devices()
+        self.worker = WorkerService(self.system, self.task, devices)
+        self.master = MasterService(self.system, self.cluster, self.job_name, self.task_index)
+        self.system.spawn("worker", self.worker)
+        self.system.spawn("master", self.master)
+        self.system.spawn("server", _ServerControl(self))
+        self.started = True
+        self._stop_requested = asyncio.Event()
+        logger.info("serving %s at %s", self.task, self.system.address)
+        return self
+
+    async def stop(self) -> None:
+        if self.stopped.is_set():
+            return
+        await self.system.shutdown()
+        if self.started:
+            # the variables die with the server; their shared memory goes back
+            self.worker.variables.clear()
+            ARENA.trim()
+        self.stopped.set()
+
+    async def wait_stop_requested(self) -> None:
+        assert self._stop_requested is not None
+        await self._stop_requested.wait()
+
+
+class _ServerControl:
+    """Actor "server": lets a peer tell a task that training is over."""
+
+    def __init__(self, core: ServerCore) -> None:
+        self._core = core
+
+    def request_stop(self) -> bool:
+        if self._core._stop_requested is not None:
+            self._core._stop_requested.set()
+        if self._core.on_stop_requested is not None:
+            self._core.on_stop_requested()
+        return True
+
+    def task(self) -> str:
+        return self._core.task
+
+
+async def request_stop(target: str, timeout: float = 10.0) -> None:
+    """Tell the server at ``target`` ('distrib://host:port' or 'host:port') that
+    training is over: its ``join()`` returns and the CLI exits 0. This is how a
+    chief worker releases the ps tasks, which otherwise serve forever."""
+    system = await ActorSystem(client_name(), listen=False).start()
+    try:
+        await system.ref(parse_target(target), "server").call("request_stop", timeout=timeout)
+    finally:
+        await system.shutdown()
+
+
+@contextlib.asynccontextmanager
+async def serve(server_or_cluster_def: Any, job_name: str | None = None,
+                task_index: int | None = None, config: ConfigProto | None = None
+                ) -> AsyncIterator[ServerCore]:
+    """``async with dt.serve(cluster, job_name=..., task_index=...) as server:``"""
+    core = ServerCore(server_or_cluster_def, job_name, task_index, config)
+    await core.start()
+    try:
+        yield core
+    finally:
+        await core.stop()
+
+
+class Server:
+    """``tf.train.Server``: a task's server on its own loop thread."""
+
+    def __init__(self, server_or_cluster_def: Any, job_name: str | None = None,
+                 task_index: int | None = None, protocol: str | None = None,
+                 config: ConfigProto | None = None, start: bool = True) -> None:
+        if protocol not in (None, "grpc", "distrib"):
+            raise InvalidArgumentError(f"unsupported protocol {protocol!r}: distrib speaks its "
+                                       "own protocol; leave protocol=None")
+        self._core = ServerCore(server_or_cluster_def, job_name, task_index, config)
+        self._loop: LoopThread | None = None
+        self._stopped = threading.Event()
+        self._stop_requested = threading.Event()
+        self._lock = threading.Lock()
+        if start:
+            self.start()
+
+    @classmethod
+    def create_local_server(cls, config: ConfigProto | None = None, start: bool = True) -> Server:
+        return cls({"local": ["localhost:0"]}, job_name="local", task_index=0,
+                   config=config, start=start)
+
+    @property
+    def target(self) -> str:
+        return self._core.target
+
+    @property
+    def server_def(self) -> dict[str, Any]:
+        return {"cluster": self._core.cluster.as_dict(), "job_name": self._core.job_name,
+                "task_index": self._core.task_index}
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self._core.cluster
+
+    def start(self) -> None:
+        with self._lock:
+            if self._core.started:
+                return
+            if self._stopped.is_set():
+                raise InvalidArgumentError("this server was stopped; create a new Server")
+            self._loop = LoopThread(f"distrib-server {self._core.task}")
+            try:
+                self._loop.run(self._core.start())
+                self._core.on_stop_requested = self._stop_requested.set
+            except BaseException:
+                self._loop.stop()
+                self._loop = None
+                raise
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Block until the server stops, or a peer tells it that training is over
+        (:func:`request_stop`), or ``timeout`` seconds pass; True if it stopped.
+        A server told to stop shuts down before join returns."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stopped.is_set():
+            if self._stop_requested.is_set():
+                self.stop()
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._stopped.wait(0.05 if left is None else min(0.05, left))
+        return True
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            if self._loop is not None:
+                try:
+                    self._loop.run(self._core.stop(), timeout=30)
+                finally:
+                    self._loop.stop()
+            self._stopped.set()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Server({self._core.task} at {self.target})"

@@ -1,0 +1,25 @@
+"""``dt.train``: optimizers, the global step, device setters, checkpoints and the Supervisor.
+
+The names a TF1 script reaches for as ``tf.train.X``; each lives in a module
+of :mod:`distrib.training`, this module only re-exports them.
+"""
+from __future__ import annotations
+
+from distrib.train.checkpoint import (CheckpointState, get_checkpoint_state, latest_checkpoint,
+                                      update_checkpoint_state)
+from distrib.train.device_setter import replica_device_setter
+from distrib.train.global_step import (create_global_step, get_global_step,
+                                       get_or_create_global_step)
+from distrib.train.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
+                                      MomentumOptimizer, Optimizer)
+from distrib.train.saver import Saver
+from distrib.train.supervisor import Supervisor
+from distrib.train.sync_replicas import SyncReplicasOptimizer
+
+__all__ = [
+    "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer", "AdamOptimizer",
+    "Optimizer", "get_or_create_global_step", "get_global_step", "create_global_step",
+    "replica_device_setter", "Saver", "latest_checkpoint", "Supervisor",
+    "CheckpointState", "get_checkpoint_state", "update_checkpoint_state",
+    "SyncReplicasOptimizer",
+]

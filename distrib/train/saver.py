@@ -1,0 +1,317 @@
+"""``Saver``: save variables to checkpoint files and restore them, through a session.
+
+TF1's ``tf.train.Saver`` with ``await`` added: ``await saver.save(sess,
+"ckpt/model", global_step=gs)`` and ``await saver.restore(sess, path)``. A
+``SyncSession`` (whose ``run`` blocks) works too, and ``save_sync`` /
+``restore_sync`` are the blocking twins for scripts.
+
+How it works, and why:
+
+* **Save** fetches every variable's value in ONE ``sess.run`` (with the
+  global step, so the file name and the values come from the same instant),
+  then writes one checksummed file with :mod:`distrib.training.checkpoint`
+  (temporary file, fsync, rename), rotates old files and rewrites the
+  ``checkpoint`` state file. The file write runs off the event loop, so a big
+  checkpoint does not stall the process's other tasks.
+* **Restore** reads and verifies the file (a corrupt one is a
+  ``DataLossError`` naming it), then assigns every variable in ONE
+  ``sess.run`` through graph ops built once at construction: per variable a
+  placeholder and an ``Assign`` colocated with the variable, so each value
+  travels straight to the ps task that owns it. Building at construction (as
+  TF does) keeps the graph unchanged afterwards, so a Supervisor can
+  finalize it.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import inspect
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from distrib.errors import (InvalidArgumentError, NotFoundError, PermissionDeniedError,
+                            ResourceExhaustedError, UnknownError)
+from distrib.framework.graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
+from distrib.ops import math_ops as ops
+from distrib.ops.variables import Variable
+from distrib.train import checkpoint
+from distrib.train.checkpoint import latest_checkpoint
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Saver", "latest_checkpoint"]
+
+
+def _var_name(var: Any) -> str:
+    """The checkpoint key of a variable: its op name (``"layer1/w"``), as in TF."""
+    op = getattr(var, "op", None)
+    if op is None:
+        raise InvalidArgumentError(f"Saver: {var!r} is not a variable; pass dt.Variable objects")
+    return op.name
+
+
+def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | None,
+                     allow_empty: bool) -> dict[str, Variable]:
+    if var_list is None:
+        var_list = get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES)
+    if isinstance(var_list, Mapping):
+        named = dict(var_list)
+    else:
+        named = {}
+        for var in var_list:
+            name = _var_name(var)
+            if name in named:
+                raise InvalidArgumentError(f"Saver: at least two variables have the same name: {name}")
+            named[name] = var
+    for name, var in named.items():
+        if not isinstance(var, Variable):
+            raise InvalidArgumentError(f"Saver: {name!r} maps to {var!r}, not a dt.Variable")
+    if not named and not allow_empty:
+        raise InvalidArgumentError("Saver: no variables to save; create variables before the "
+                                   "Saver, or pass var_list")
+    return named
+
+
+async def _run(sess: Any, fetches: Any, feed_dict: dict | None = None) -> Any:
+    """``sess.run`` of an async Session (awaited) or a SyncSession (already a value)."""
+    result = sess.run(fetches, feed_dict=feed_dict)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _run_blocking(coro: Any) -> Any:
+    """Run ``coro`` to completion from blocking code (``save_sync`` and ``restore_sync``)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    raise RuntimeError("save_sync/restore_sync block the thread; inside a coroutine use "
+                       "`await saver.save(...)` / `await saver.restore(...)`")
+
+
+class _Restorer:
+    """The graph ops that assign a checkpoint's values: one placeholder + Assign per variable."""
+
+    def __init__(self, graph: Graph, named: dict[str, Variable], scope: str) -> None:
+        self.placeholders: dict[str, Tensor] = {}
+        assigns: list[Operation] = []
+        with graph.as_default(), graph.name_scope(None), graph.name_scope(scope):
+            for name, var in named.items():
+                with graph.colocate_with(var.op):
+                    ph = ops.placeholder(var.dtype, var.shape.as_list(), name="restore_value")
+                    assigns.append(var.assign(ph, name="restore", read_value=False))
+                self.placeholders[name] = ph
+            self.op = ops.group(*assigns, name="restore_all")
+
+    def feeds(self, values: Mapping[str, np.ndarray]) -> dict[Tensor, np.ndarray]:
+        return {self.placeholders[name]: value for name, value in values.items()}
+
+
+class Saver:
+    """``Saver(var_list=None, max_to_keep=5, keep_checkpoint_every_n_hours=10000.0, name=None, ...)``.
+
+    ``var_list`` is a list of variables (saved under their op names) or a dict
+    ``{checkpoint name: variable}``; by default all global variables.
+    ``sharded`` is accepted for TF compatibility: a checkpoint is always one
+    file (the values are gathered by the session either way).
+    """
+
+    def __init__(self, var_list: Sequence[Variable] | Mapping[str, Variable] | None = None,
+                 reshape: bool = False, sharded: bool = False, max_to_keep: int | None = 5,
+                 keep_checkpoint_every_n_hours: float = 10000.0, name: str | None = None,
+                 restore_sequentially: bool = False, saver_def: Any = None, builder: Any = None,
+                 defer_build: bool = False, allow_empty: bool = False,
+                 write_version: Any = None, pad_step_number: bool = False,
+                 save_relative_paths: bool = False, filename: str | None = None) -> None:
+        if reshape:
+            raise InvalidArgumentError("Saver(reshape=True) is not supported: restore into "
+                                       "variables of the saved shapes")
+        self._named = _named_variables(var_list, allow_empty)
+        self._graph = next(iter(self._named.values())).graph if self._named else get_default_graph()
+        self._name = name or "save"
+        self._rotation = checkpoint.CheckpointRotation(max_to_keep, keep_checkpoint_every_n_hours)
+        self._write_lock = threading.Lock()
+        self._restorer: _Restorer | None = None
+        self._filename = filename
+        if not defer_build:
+            self.build()
+
+    def build(self) -> None:
+        """Build the restore ops (done by the constructor unless ``defer_build=True``)."""
+        if self._restorer is None and self._named:
+            self._restorer = _Restorer(self._graph, self._named, self._name)
+
+    # -- properties ---------------------------------------------------------------
+    @property
+    def last_checkpoints(self) -> list[str]:
+        """The checkpoints this saver keeps, oldest first."""
+        return self._rotation.paths
+
+    def recover_last_checkpoints(self, checkpoint_paths: Sequence[str]) -> None:
+        """Take over the checkpoints of an earlier run (those that still exist), oldest first."""
+        self._rotation.recover(checkpoint_paths)
+
+    def set_last_checkpoints(self, last_checkpoints: Sequence[str]) -> None:
+        self._rotation.recover(last_checkpoints)
+
+    @property
+    def var_list(self) -> dict[str, Variable]:
+        return dict(self._named)
+
+    # -- save -------------------------------------------------------------------------
+    async def save(self, sess: Any, save_path: str, global_step: Any = None,
+                   latest_filename: str | None = None, meta_graph_suffix: str = "meta",
+                   write_meta_graph: bool = True, write_state: bool = True,
+                   strip_default_attrs: bool = False, save_debug_info: bool = False) -> str:
+        """Write the variables to ``save_path`` (``save_path-<step>`` with ``global_step``).
+
+        ``global_step`` is an int or a variable/tensor whose value is fetched
+        with the variables. Returns the path written.
+        """
+        if not self._named:
+            raise InvalidArgumentError("this Saver has no variables to save")
+        if latest_filename is not None and os.path.basename(latest_filename) != latest_filename:
+            raise InvalidArgumentError(f"latest_filename {latest_filename!r} must be a file name, "
+                                       "not a path: the state file lives beside the checkpoints")
+        # One save at a time, from its fetch to its state file (a user's beside
+        # the Supervisor's periodic one, maybe from another thread's loop):
+        # otherwise two rotations interleave, and the state file may name an
+        # older checkpoint as the newest.
+        await self._acquire_write_lock()
+        held_by_write = False
+        try:
+            values, step = await self._fetch(sess, global_step)
+            write = asyncio.ensure_future(asyncio.to_thread(
+                self._write, os.fspath(save_path), values, step, latest_filename, write_state))
+            # the write's end lets go of the lock, also when this call is
+            # cancelled meanwhile (the thread finishes its files regardless)
+            write.add_done_callback(self._write_done)
+            held_by_write = True
+            try:
+                return await asyncio.shield(write)
+            except OSError as exc:
+                raise _file_error(exc, save_path) from exc
+        finally:
+            if not held_by_write:
+                self._write_lock.release()
+
+    async def _acquire_write_lock(self) -> None:
+        # polled, not awaited in a thread: a cancelled wait must not leave a
+        # thread that takes the lock later and never lets it go
+        while not self._write_lock.acquire(blocking=False):
+            await asyncio.sleep(0.005)
+
+    def _write_done(self, write: asyncio.Future) -> None:
+        self._write_lock.release()
+        if not write.cancelled():
+            write.exception()   # retrieved: a cancelled caller no longer waits for it
+
+    async def _fetch(self, sess: Any, global_step: Any) -> tuple[dict[str, np.ndarray], int | None]:
+        reads = {name: var.value() for name, var in self._named.items()}
+        if global_step is None or isinstance(global_step, (int, np.integer)):
+            values = await _run(sess, reads)
+            step = None if global_step is None else int(global_step)
+        else:
+            values, step = await _run(sess, [reads, global_step])
+            step = int(np.asarray(step))
+        # a fetched string tensor comes back as str or fixed-width unicode:
+        # stored as the variable's own (string) dtype, it restores into it
+        for name, var in self._named.items():
+            if np.dtype(var.dtype.as_numpy_dtype).kind == "O":
+                values[name] = np.asarray(values[name], dtype=object)
+        return values, step
+
+    def _write(self, save_path: str, values: dict[str, np.ndarray], step: int | None,
+               latest_filename: str | None, write_state: bool) -> str:
+        save_dir = os.path.dirname(os.path.abspath(save_path))
+        path = checkpoint.write_checkpoint(save_path, values, global_step=step)
+        expired = self._rotation.record(path, delete=False)
+        if write_state:
+            try:
+                checkpoint.update_checkpoint_state(save_dir, path, self._rotation.paths,
+                                                   latest_filename=latest_filename)
+            except BaseException:
+                self._rotation.take_back(expired)   # deleted by the next save that succeeds
+                raise
+        # deleted only once the state file no longer names them: a failed
+        # write of it leaves a state whose checkpoints all still exist
+        checkpoint.delete_checkpoints(expired)
+        for old in expired:
+            logger.info("deleted old checkpoint %s (max_to_keep)", old)
+        logger.info("saved checkpoint %s", path)
+        return path
+
+    # -- restore ------------------------------------------------------------------------
+    async def restore(self, sess: Any, save_path: str | None) -> None:
+        """Set every variable to its value in the checkpoint ``save_path``.
+
+        A missing file or variable is a ``NotFoundError`` naming it; a
+        corrupted file is a ``DataLossError`` naming the file.
+        """
+        if save_path is None:
+            raise InvalidArgumentError("Can't load save_path when it is None; pass a checkpoint "
+                                       "path (dt.train.latest_checkpoint(folder) finds the newest)")
+        if not self._named:
+            raise InvalidArgumentError("this Saver has no variables to restore")
+        self.build()
+        assert self._restorer is not None
+        values = await asyncio.to_thread(self._read, os.fspath(save_path))
+        await _run(sess, self._restorer.op, feed_dict=self._restorer.feeds(values))
+        logger.info("restored %d variables from %s", len(values), save_path)
+
+    def _read(self, path: str) -> dict[str, np.ndarray]:
+        stored = checkpoint.list_checkpoint_tensors(path)
+        missing = [name for name in self._named if name not in stored]
+        if missing:
+            raise NotFoundError(
+                f"Key(s) {missing} not found in checkpoint {path!r}: the checkpoint does not hold "
+                f"these variables (it holds {sorted(stored)}); restore with a Saver whose var_list "
+                "matches the checkpoint")
+        for name, var in self._named.items():
+            _check_compatible(name, var, stored[name], path)
+        return checkpoint.read_checkpoint(path, list(self._named))
+
+    # -- blocking twins --------------------------------------------------------------------
+    def save_sync(self, sess: Any, save_path: str, global_step: Any = None,
+                  latest_filename: str | None = None, write_state: bool = True) -> str:
+        """``save`` for blocking code (e.g. with a ``SyncSession``)."""
+        return _run_blocking(self.save(sess, save_path, global_step=global_step,
+                                       latest_filename=latest_filename, write_state=write_state))
+
+    def restore_sync(self, sess: Any, save_path: str | None) -> None:
+        """``restore`` for blocking code (e.g. with a ``SyncSession``)."""
+        _run_blocking(self.restore(sess, save_path))
+
+    def __repr__(self) -> str:
+        return f"<dt.train.Saver {len(self._named)} variables, keeping {self.last_checkpoints}>"
+
+
+def _file_error(exc: OSError, save_path: Any) -> Exception:
+    """A failed write of a checkpoint or its state file as a typed error."""
+    what = f"could not write checkpoint {os.fspath(save_path)!r}: {exc}"
+    if isinstance(exc, PermissionError):
+        return PermissionDeniedError(what + "; choose a folder this process may write to")
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(what)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceExhaustedError(what + "; free some disk space or lower max_to_keep")
+    return UnknownError(what)
+
+
+def _check_compatible(name: str, var: Variable, stored: tuple[np.dtype, tuple[int, ...]],
+                      path: str) -> None:
+    dtype, shape = stored
+    if not var.shape.is_compatible_with(list(shape)):
+        raise InvalidArgumentError(
+            f"variable {name!r} has shape {var.shape} but checkpoint {path!r} holds shape "
+            f"{list(shape)} for it; restore into a variable of the saved shape")
+    if np.dtype(var.dtype.as_numpy_dtype) != dtype:
+        raise InvalidArgumentError(
+            f"variable {name!r} has dtype {var.dtype.name} but checkpoint {path!r} holds "
+            f"{dtype} for it; restore into a variable of the saved dtype")

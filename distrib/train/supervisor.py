@@ -1,0 +1,523 @@
+"""``Supervisor``: the TF1 training-loop manager (initialize or restore, checkpoint, stop).
+
+Usage is TF1's with ``async``::
+
+    sv = dt.train.Supervisor(is_chief=is_chief, logdir="logs", global_step=gs)
+    async with sv.managed_session(server.target) as sess:
+        while not sv.should_stop():
+            await sess.run(train_op)
+
+What each task does when its session opens:
+
+* the **chief** restores the newest good checkpoint of ``logdir`` (falling
+  back to older ones when the newest is corrupt), or else runs ``init_op``;
+  then it checks ``ready_op`` and starts a background task that saves a
+  checkpoint every ``save_model_secs`` (0: no checkpoints at all, as in TF);
+* a **non-chief** polls ``ready_op`` every ``recovery_wait_secs`` until the
+  chief has initialized (or restored) the shared variables.
+
+Leaving the block (normally or by an exception) stops the background saver,
+and the chief saves once more *before* the block is left, so a job that ends
+or crashes in Python loses nothing. An exception raised inside the block
+requests a stop and is re-raised after that final save; ``OutOfRangeError``
+(input exhausted) just stops, as in TF.
+
+The chief's steps are small methods (``_prepare_chief``, ``_restore_latest``,
+``_initialize``, ``_start_checkpoint_service``) so that chief election and
+restart can reuse them. Summaries are not implemented: the summary arguments
+are accepted for compatibility and ``summary_writer`` is None.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from distrib.client.session import ConfigProto, Session
+from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
+                            FailedPreconditionError, OpError, OutOfRangeError,
+                            UnavailableError)
+from distrib.framework.graph import Graph, GraphKeys, get_default_graph
+from distrib.ops.variables import (Variable, global_variables_initializer, is_variable_initialized,
+                                   local_variables_initializer)
+from distrib.train import checkpoint
+from distrib.train.global_step import get_global_step
+from distrib.train.saver import Saver
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Supervisor"]
+
+# Errors a non-chief keeps waiting through: the ps or the chief may still be starting.
+_TRANSIENT = (UnavailableError, AbortedError, DeadlineExceededError)
+
+
+class _ReadyCheck:
+    """Whether a set of variables is initialized: one ``IsVariableInitialized`` per variable.
+
+    TF1's default ready op is ``report_uninitialized_variables()`` (a string
+    vector of names); a user-supplied op of that kind works here too (ready
+    when it returns an empty vector), as does a bool tensor (ready when all true).
+    """
+
+    def __init__(self, fetch: Any, names: Sequence[str] | None = None) -> None:
+        self.fetch = fetch
+        self._names = list(names) if names is not None else None
+
+    @classmethod
+    def of_variables(cls, graph: Graph, variables: Sequence[Variable]) -> _ReadyCheck:
+        with graph.as_default():
+            flags = [is_variable_initialized(v) for v in variables]
+        return cls(flags, [v.op.name for v in variables])
+
+    async def not_ready(self, sess: Any) -> list[str]:
+        """Names (or a description) of what is not ready; empty when ready."""
+        if self.fetch is None or (isinstance(self.fetch, list) and not self.fetch):
+            return []
+        value = await _run(sess, self.fetch)
+        if self._names is not None:
+            return [name for name, ok in zip(self._names, value) if not bool(ok)]
+        array = np.asarray(value)
+        if array.dtype.kind == "b":
+            return [] if bool(array.all()) else ["(ready_op returned False)"]
+        return [str(x) for x in array.reshape(-1)]
+
+
+async def _run(sess: Any, fetches: Any, feed_dict: dict | None = None) -> Any:
+    result = sess.run(fetches, feed_dict=feed_dict)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class Supervisor:
+    """TF1's ``tf.train.Supervisor`` (see the module header); ``managed_session`` is async."""
+
+    USE_DEFAULT = 0
+
+    def __init__(self, graph: Graph | None = None, ready_op: Any = USE_DEFAULT,
+                 ready_for_local_init_op: Any = USE_DEFAULT, is_chief: bool = True,
+                 init_op: Any = USE_DEFAULT, init_feed_dict: dict | None = None,
+                 local_init_op: Any = USE_DEFAULT, logdir: str | None = None,
+                 summary_op: Any = USE_DEFAULT, saver: Any = USE_DEFAULT,
+                 global_step: Any = USE_DEFAULT, save_summaries_secs: float = 120,
+                 save_model_secs: float = 600, recovery_wait_secs: float = 30,
+                 stop_grace_secs: float = 120, checkpoint_basename: str = "model.ckpt",
+                 session_manager: Any = None, summary_writer: Any = USE_DEFAULT,
+                 init_fn: Any = None, local_init_run_options: Any = None) -> None:
+        self._graph = graph if graph is not None else get_default_graph()
+        self._is_chief = bool(is_chief)
+        self._logdir = os.fspath(logdir) if logdir else None
+        self._save_model_secs = save_model_secs
+        self._recovery_wait_secs = recovery_wait_secs
+        self._stop_grace_secs = stop_grace_secs
+        self._init_feed_dict = init_feed_dict
+        self._init_fn = init_fn
+        self._save_path = os.path.join(self._logdir, checkpoint_basename) if self._logdir else None
+        self._summary_writer = None if summary_writer is Supervisor.USE_DEFAULT else summary_writer
+        with self._graph.as_default():
+            self._init_ready_ops(ready_op, ready_for_local_init_op)
+            self._init_init_op(init_op, local_init_op)
+            self._init_saver(saver)
+            self._init_global_step(global_step)
+        # As in TF: every op the supervisor needs exists now; later additions are bugs.
+        self._graph.finalize()
+        self._stop_requested = False
+        self._stop_exception: BaseException | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._checkpoint_task: asyncio.Task | None = None
+        self._runner_tasks: list[asyncio.Task] = []
+        self._save_lock: asyncio.Lock | None = None
+        self._sess: Any = None
+
+    # -- construction ----------------------------------------------------------------
+    def _init_ready_ops(self, ready_op: Any, ready_for_local_init_op: Any) -> None:
+        graph = self._graph
+        global_vars = graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+        all_vars = global_vars + graph.get_collection(GraphKeys.LOCAL_VARIABLES)
+        if ready_op is Supervisor.USE_DEFAULT:
+            self._ready = _ReadyCheck.of_variables(graph, all_vars)
+        else:
+            self._ready = _ReadyCheck(ready_op)
+        if ready_for_local_init_op is Supervisor.USE_DEFAULT:
+            self._ready_for_local_init = _ReadyCheck.of_variables(graph, global_vars)
+        else:
+            self._ready_for_local_init = _ReadyCheck(ready_for_local_init_op)
+
+    def _init_init_op(self, init_op: Any, local_init_op: Any) -> None:
+        graph = self._graph
+        if init_op is Supervisor.USE_DEFAULT:
+            found = graph.get_collection(GraphKeys.INIT_OP)
+            init_op = found[0] if found else global_variables_initializer()
+            if not found:
+                graph.add_to_collection(GraphKeys.INIT_OP, init_op)
+        self._init_op = init_op
+        if local_init_op is Supervisor.USE_DEFAULT:
+            found = graph.get_collection(GraphKeys.LOCAL_INIT_OP)
+            has_locals = bool(graph.get_collection(GraphKeys.LOCAL_VARIABLES))
+            local_init_op = found[0] if found else (local_variables_initializer() if has_locals else None)
+        self._local_init_op = local_init_op
+
+    def _init_saver(self, saver: Any) -> None:
+        if saver is Supervisor.USE_DEFAULT:
+            found = self._graph.get_collection(GraphKeys.SAVERS)
+            saver = found[0] if found else None
+            if saver is None and self._graph.get_collection(GraphKeys.GLOBAL_VARIABLES):
+                saver = Saver()
+                self._graph.add_to_collection(GraphKeys.SAVERS, saver)
+        self._saver = saver
+
+    def _init_global_step(self, global_step: Any) -> None:
+        if global_step is Supervisor.USE_DEFAULT:
+            try:
+                global_step = get_global_step(self._graph)
+            except (TypeError, ValueError) as exc:
+                logger.warning("Supervisor: no usable global step (%s)", exc)
+                global_step = None
+        self._global_step = global_step
+
+    # -- properties ------------------------------------------------------------------
+    is_chief = property(lambda self: self._is_chief)
+    saver = property(lambda self: self._saver)
+    global_step = property(lambda self: self._global_step)
+    init_op = property(lambda self: self._init_op)
+    init_feed_dict = property(lambda self: self._init_feed_dict)
+    local_init_op = property(lambda self: self._local_init_op)
+    ready_op = property(lambda self: self._ready.fetch)
+    ready_for_local_init_op = property(lambda self: self._ready_for_local_init.fetch)
+    logdir = property(lambda self: self._logdir)
+    save_path = property(lambda self: self._save_path)
+    save_model_secs = property(lambda self: self._save_model_secs)
+    summary_writer = property(lambda self: self._summary_writer)
+    summary_op = property(lambda self: None)
+
+    # -- sessions ----------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def managed_session(self, master: str = "", config: ConfigProto | None = None,
+                              start_standard_services: bool = True,
+                              close_summary_writer: bool = True,
+                              max_wait_secs: float = 7200) -> AsyncIterator[Session]:
+        """``async with sv.managed_session(target) as sess:`` (see the module header)."""
+        sess = await self.prepare_or_wait_for_session(
+            master, config, max_wait_secs=max_wait_secs,
+            start_standard_services=start_standard_services)
+        try:
+            yield sess
+        except Exception as exc:  # recorded, then re-raised by stop() after the final save
+            self.request_stop(exc)
+        finally:
+            try:
+                await self.stop(close_summary_writer=close_summary_writer)
+            finally:
+                await _close_quietly(sess)
+
+    async def prepare_or_wait_for_session(self, master: str = "", config: ConfigProto | None = None,
+                                          wait_for_checkpoint: bool = False,
+                                          max_wait_secs: float = 7200,
+                                          start_standard_services: bool = True) -> Session:
+        """An open Session on ``master``: the chief initializes or restores, others wait."""
+        self._clear_stop()
+        sess = Session(master, graph=self._graph, config=config)
+        await sess.__aenter__()
+        try:
+            if self._is_chief:
+                await self._prepare_chief(sess, wait_for_checkpoint, max_wait_secs)
+            else:
+                await self._wait_until_ready(sess, max_wait_secs)
+        except BaseException:
+            await _close_quietly(sess)
+            raise
+        self._sess = sess
+        if self._is_chief and start_standard_services:
+            self.start_standard_services(sess)
+        return sess
+
+    # -- the chief ------------------------------------------------------------------------
+    async def _prepare_chief(self, sess: Session, wait_for_checkpoint: bool,
+                             max_wait_secs: float) -> None:
+        await self._wait_for_tasks(sess, max_wait_secs)
+        restored = await self._restore_latest(sess)
+        if restored is None and wait_for_checkpoint:
+            restored = await self._wait_for_checkpoint(sess, max_wait_secs)
+        if restored is None:
+            await self._initialize(sess)
+        await self._run_local_init(sess)
+        not_ready = await self._ready.not_ready(sess)
+        if not_ready:
+            raise FailedPreconditionError(
+                f"Init operations did not make model ready: uninitialized {not_ready}. Give the "
+                "Supervisor an init_op (or init_fn) that initializes every global variable")
+
+    async def _wait_for_tasks(self, sess: Session, max_wait_secs: float) -> None:
+        """Wait (up to ``max_wait_secs``) until the tasks that hold the model's
+        variables answer: a chief started before its ps waits for it, as a
+        non-chief does, instead of failing when the first connect times out."""
+        deadline = time.monotonic() + max_wait_secs
+        while True:
+            try:
+                await self._ready.not_ready(sess)
+                return
+            except _TRANSIENT as exc:
+                if time.monotonic() + self._recovery_wait_secs > deadline:
+                    raise
+                logger.info("chief: waiting for the tasks of the model's variables: %s", exc)
+                await asyncio.sleep(self._recovery_wait_secs)
+            except OpError:
+                return   # they answered; a ready_op that fails before init is init's business
+
+    def _checkpoint_candidates(self) -> list[str]:
+        """Checkpoints of ``logdir`` that exist, newest first (from the state file)."""
+        if self._saver is None or self._logdir is None:
+            return []
+        state = checkpoint.get_checkpoint_state(self._logdir)
+        if state is None:
+            return []
+        ordered = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
+        unique = list(dict.fromkeys(ordered))
+        return [p for p in unique if os.path.exists(p)]
+
+    async def _restore_latest(self, sess: Session) -> str | None:
+        """Restore the newest checkpoint that reads back intact; None if there is none."""
+        for path in self._checkpoint_candidates():
+            try:
+                await self._saver.restore(sess, path)
+            except DataLossError as exc:
+                logger.warning("checkpoint %s is unusable (%s); trying an older one", path, exc)
+                continue
+            logger.info("chief restored the model from %s", path)
+            self._recover_saver_history()
+            return path
+        return None
+
+    def _recover_saver_history(self) -> None:
+        # So max_to_keep keeps counting the files of the run that wrote them.
+        if self._saver.last_checkpoints:
+            return
+        state = checkpoint.get_checkpoint_state(self._logdir)
+        if state is not None:
+            self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
+
+    async def _wait_for_checkpoint(self, sess: Session, max_wait_secs: float) -> str | None:
+        deadline = time.monotonic() + max_wait_secs
+        while time.monotonic() < deadline:
+            logger.info("waiting for a checkpoint in %s", self._logdir)
+            await asyncio.sleep(self._recovery_wait_secs)
+            restored = await self._restore_latest(sess)
+            if restored is not None:
+                return restored
+        return None
+
+    async def _initialize(self, sess: Session) -> None:
+        if self._init_op is not None:
+            await _run(sess, self._init_op, feed_dict=self._init_feed_dict)
+        if self._init_fn is not None:
+            result = self._init_fn(sess)
+            if inspect.isawaitable(result):
+                await result
+        logger.info("chief initialized the model")
+
+    async def _run_local_init(self, sess: Session) -> None:
+        if self._local_init_op is not None:
+            await _run(sess, self._local_init_op)
+
+    # -- non-chiefs ---------------------------------------------------------------------
+    async def _wait_until_ready(self, sess: Session, max_wait_secs: float) -> None:
+        """Poll until the chief has initialized the model; then run the local init op."""
+        deadline = time.monotonic() + max_wait_secs
+        while True:
+            not_ready = await self._poll_ready(sess)
+            if not not_ready:
+                return
+            if time.monotonic() + self._recovery_wait_secs > deadline:
+                raise DeadlineExceededError(
+                    f"the model was not ready after {max_wait_secs}s: {not_ready} still "
+                    "uninitialized; is the chief running (is_chief=True on one task)?")
+            logger.info("waiting for the chief to initialize the model; not ready: %s",
+                        not_ready[:5])
+            await asyncio.sleep(self._recovery_wait_secs)
+
+    async def _poll_ready(self, sess: Session) -> list[str]:
+        try:
+            not_ready = await self._ready_for_local_init.not_ready(sess)
+            if not_ready:
+                return not_ready
+            await self._run_local_init(sess)
+            return await self._ready.not_ready(sess)
+        except _TRANSIENT as exc:
+            return [f"({type(exc).__name__}: {exc})"]
+
+    # -- background services ----------------------------------------------------------
+    def start_standard_services(self, sess: Session) -> list[asyncio.Task]:
+        """Start the chief's periodic checkpoint task (when there is a saver and a logdir)."""
+        if not self._is_chief:
+            raise FailedPreconditionError("only the chief runs the standard services")
+        self._bind_loop()
+        if self._saver is not None and self._save_path and self._save_model_secs:
+            self._start_checkpoint_service(sess)
+        return [self._checkpoint_task] if self._checkpoint_task else []
+
+    def _start_checkpoint_service(self, sess: Session) -> None:
+        self._checkpoint_task = asyncio.get_running_loop().create_task(
+            self._checkpoint_loop(sess), name="distrib-supervisor-checkpoints")
+
+    async def _checkpoint_loop(self, sess: Session) -> None:
+        # Like TF's SVTimerCheckpointThread: save at once, then every save_model_secs.
+        assert self._stop_event is not None
+        while not self._stop_event.is_set():
+            try:
+                await self._save_checkpoint(sess)
+            except Exception as exc:  # a failed save stops training, as in TF
+                logger.error("periodic checkpoint failed: %s", exc)
+                self.request_stop(exc)
+                return
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._stop_event.wait(), self._save_model_secs)
+
+    async def _save_checkpoint(self, sess: Session) -> str:
+        assert self._save_lock is not None and self._save_path is not None
+        async with self._save_lock:  # the final save never overlaps a periodic one
+            return await self._saver.save(sess, self._save_path, global_step=self._global_step)
+
+    def _bind_loop(self) -> None:
+        # Once per loop: services started later (start_queue_runners after
+        # managed_session, as SyncReplicas does) must share the event the
+        # checkpoint loop already waits on, and the save lock with it.
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop or self._stop_event is None or self._save_lock is None:
+            self._loop = loop
+            self._stop_event = asyncio.Event()
+            self._save_lock = asyncio.Lock()
+        if self._stop_requested:
+            self._stop_event.set()
+
+    def start_queue_runners(self, sess: Session, queue_runners: Sequence[Any] = ()) -> list[asyncio.Task]:
+        """Start background loops (e.g. ``SyncReplicasOptimizer.get_chief_queue_runner()``)
+        that run until :meth:`should_stop`; they are stopped with the other services.
+
+        A runner is anything with ``start(sess, stop) -> asyncio.Task``."""
+        self._bind_loop()
+        tasks = [runner.start(sess, self.should_stop) for runner in queue_runners]
+        for t in tasks:   # a runner that fails stops training with its error (TF's coordinator)
+            t.add_done_callback(self._runner_done)
+        self._runner_tasks.extend(tasks)
+        return tasks
+
+    def _runner_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            logger.error("queue runner failed: %s", exc)
+            self.request_stop(exc)
+
+    async def _stop_services(self) -> None:
+        runners, self._runner_tasks = self._runner_tasks, []
+        for t in runners:  # each returns once should_stop() is true (polled)
+            try:
+                await asyncio.wait_for(asyncio.shield(t), self._stop_grace_secs)
+            except asyncio.TimeoutError:
+                t.cancel()
+            except Exception:  # recorded by _runner_done; it must not hide the final save
+                pass
+        task, self._checkpoint_task = self._checkpoint_task, None
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), self._stop_grace_secs)
+        except asyncio.TimeoutError:
+            logger.warning("checkpoint task did not stop within stop_grace_secs=%s; cancelling",
+                           self._stop_grace_secs)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- stopping ------------------------------------------------------------------------
+    def should_stop(self) -> bool:
+        return self._stop_requested
+
+    def request_stop(self, ex: BaseException | None = None) -> None:
+        """Ask the training loop to stop; ``ex`` is re-raised by ``stop()`` (unless OutOfRange)."""
+        if ex is not None and self._stop_exception is None and not isinstance(ex, OutOfRangeError):
+            self._stop_exception = ex
+        if ex is not None and isinstance(ex, OutOfRangeError):
+            logger.info("input exhausted (%s); stopping", ex)
+        self._stop_requested = True
+        self._wake_services()
+
+    def _wake_services(self) -> None:
+        if self._stop_event is None or self._loop is None or self._loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._stop_event.set()
+        else:  # request_stop from another thread
+            self._loop.call_soon_threadsafe(self._stop_event.set)
+
+    def _clear_stop(self) -> None:
+        self._stop_requested = False
+        self._stop_exception = None
+        if self._stop_event is not None:
+            try:
+                same_loop = asyncio.get_running_loop() is self._loop
+            except RuntimeError:
+                same_loop = False
+            if same_loop:
+                self._stop_event.clear()   # a new session's services run again
+            else:
+                self._stop_event = None    # made anew for the loop that binds next
+
+    async def stop(self, threads: Any = None, close_summary_writer: bool = True,
+                   ignore_live_threads: bool = False) -> None:
+        """Stop the services, let the chief save a last checkpoint, and re-raise a recorded error."""
+        self.request_stop()
+        await self._stop_services()
+        await self._final_save()
+        exc, self._stop_exception = self._stop_exception, None
+        if exc is not None:
+            raise exc
+
+    async def _final_save(self) -> None:
+        sess, self._sess = self._sess, None
+        # save_model_secs=0 turns checkpoints off, the last one included (TF)
+        if not (self._is_chief and sess is not None and self._saver is not None
+                and self._save_path and self._save_model_secs):
+            return
+        if self._save_lock is None:
+            self._save_lock = asyncio.Lock()
+        try:
+            path = await self._save_checkpoint(sess)
+            logger.info("chief saved the final checkpoint %s", path)
+        except Exception as exc:
+            if self._stop_exception is None:
+                raise
+            # The block already failed (maybe because the session broke): keep that error.
+            logger.error("final checkpoint failed after an earlier error: %s", exc)
+
+    @contextlib.contextmanager
+    def stop_on_exception(self) -> Any:
+        """``with sv.stop_on_exception():`` records an exception as the stop reason."""
+        try:
+            yield
+        except Exception as exc:
+            self.request_stop(exc)
+
+
+async def _close_quietly(sess: Any) -> None:
+    try:
+        result = sess.close()
+        if inspect.isawaitable(result):
+            await result
+    except Exception as exc:  # closing must not hide the real outcome
+        logger.debug("closing the session failed: %s", exc)
+

@@ -1,1 +1,0 @@
-"""Training: device setters, checkpoints, optimizers, Saver, Supervisor (the ``dt.train`` layer)."""
