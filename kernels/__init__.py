@@ -1,142 +1,21 @@
-"""The kernel registry: (op type, device type) -> function.
+"""Math on one device: the kernel registry, numpy kernels for the CPU and
+numba.cuda kernels for GPUs (docs/ops.md).
 
-A kernel is ``fn(inputs: list, attrs: dict) -> list`` (see docs/ops.md). CPU
-kernels are numpy and register on import; GPU kernels are numba.cuda and load
-only when something first asks for a GPU kernel, because importing numba costs
-about half a second and most tasks never touch a GPU. So ``import kernels``
-imports numpy and ``kernels.cpu``, never numba.
-
-This package knows nothing of the runtime: it raises :class:`KernelError`
-(a ``ValueError``) or plain ``ValueError``/``TypeError`` for bad inputs and
-:class:`KernelNotFound` (a ``KeyError``) for a missing kernel; the runtime maps
-them to its own typed errors.
+``import kernels`` imports numpy and registers the CPU kernels
+(``kernels.cpu``), never numba: the GPU kernels load on the first GPU lookup
+(``kernels.gpu_loader``). This package knows nothing of networks or of the
+runtime: it raises :class:`KernelError` (a ``ValueError``) or plain
+``ValueError``/``TypeError`` for bad inputs and :class:`KernelNotFound` (a
+``KeyError``) for a missing kernel; the runtime maps them to its own typed
+errors. Re-exports only.
 """
 from __future__ import annotations
 
-import importlib
-import logging
-import threading
-from typing import Any, Callable
+from kernels import cpu, gpu_loader  # noqa: F401  (register the CPU kernels, the GPU loader)
+from kernels.registry import (CPU, GPU, Kernel, KernelError, KernelNotFound, device_types,
+                              get_kernel, has_kernel, register, register_loader, registered_ops)
 
 __all__ = [
     "CPU", "GPU", "Kernel", "KernelError", "KernelNotFound",
-    "register", "get_kernel", "has_kernel", "registered_ops", "device_types",
+    "register", "register_loader", "get_kernel", "has_kernel", "registered_ops", "device_types",
 ]
-
-logger = logging.getLogger(__name__)
-
-CPU = "CPU"
-GPU = "GPU"
-
-Kernel = Callable[[list, dict], list]
-
-# Device type -> module that registers its kernels when imported. Loaded on
-# first lookup for that device type (GPU) or right away (CPU, see bottom).
-_LAZY_MODULES: dict[str, str] = {CPU: "kernels.cpu", GPU: "kernels.cuda"}
-
-_registry: dict[str, dict[str, Kernel]] = {}
-_loaded: set[str] = set()
-_load_lock = threading.Lock()
-
-
-class KernelError(ValueError):
-    """A kernel was given inputs or attrs it cannot run on (shape, dtype, value)."""
-
-
-class KernelNotFound(KeyError):
-    """No kernel is registered for this (op type, device type)."""
-
-    def __init__(self, message: str, op_type: str = "", device_type: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.op_type = op_type
-        self.device_type = device_type
-
-    def __str__(self) -> str:  # KeyError would show the message quoted like a key
-        return self.message
-
-
-def register(op_type: str, device_type: str) -> Callable[[Kernel], Kernel]:
-    """Decorator: register ``fn`` as the kernel of ``op_type`` on ``device_type``.
-
-    Registering the same pair twice is a programming error (two modules
-    fighting over one op) and raises ``ValueError``.
-    """
-    def deco(fn: Kernel) -> Kernel:
-        table = _registry.setdefault(device_type, {})
-        if op_type in table and table[op_type] is not fn:
-            raise ValueError(f"kernel for {op_type} on {device_type} is already registered "
-                             f"({table[op_type].__module__}.{table[op_type].__qualname__})")
-        table[op_type] = fn
-        return fn
-    return deco
-
-
-def _ensure_loaded(device_type: str) -> None:
-    """Import the module that registers ``device_type``'s kernels, once."""
-    if device_type in _loaded or device_type not in _LAZY_MODULES:
-        return
-    with _load_lock:
-        if device_type in _loaded:
-            return
-        try:
-            importlib.import_module(_LAZY_MODULES[device_type])
-        except ImportError as exc:
-            if device_type == CPU:
-                raise
-            # A broken numba install must not take the CPU path down with it:
-            # the device type then simply has no kernels (KernelNotFound).
-            logger.warning("cannot load %s kernels (%s); %s ops will run on CPU",
-                           device_type, exc, device_type)
-        _loaded.add(device_type)
-        logger.debug("loaded %s kernels (%d ops)", device_type,
-                     len(_registry.get(device_type, {})))
-
-
-def get_kernel(op_type: str, device_type: str) -> Kernel:
-    """The kernel of ``op_type`` on ``device_type``; raises :class:`KernelNotFound`.
-
-    Asking for a GPU kernel loads numba and the CUDA kernels on first use.
-    """
-    _ensure_loaded(device_type)
-    fn = _registry.get(device_type, {}).get(op_type)
-    if fn is not None:
-        return fn
-    raise KernelNotFound(_not_found_message(op_type, device_type), op_type, device_type)
-
-
-def _not_found_message(op_type: str, device_type: str) -> str:
-    if device_type not in _LAZY_MODULES and device_type not in _registry:
-        return (f"no kernels for device type {device_type!r} (op {op_type}); "
-                f"known device types: {sorted(set(_LAZY_MODULES) | set(_registry))}")
-    having = sorted(d for d, table in _registry.items() if op_type in table)
-    if having:
-        return (f"no {device_type} kernel for op {op_type}; it has kernels on {having}: "
-                f"place the op there (or enable soft placement)")
-    return (f"no kernel for op {op_type} on {device_type} or any loaded device type; "
-            f"check the op type against docs/ops.md")
-
-
-def has_kernel(op_type: str, device_type: str) -> bool:
-    """Whether ``op_type`` has a kernel on ``device_type`` (loads GPU kernels if asked)."""
-    _ensure_loaded(device_type)
-    return op_type in _registry.get(device_type, {})
-
-
-def registered_ops(device_type: str) -> list[str]:
-    """Sorted op types with a kernel on ``device_type``."""
-    _ensure_loaded(device_type)
-    return sorted(_registry.get(device_type, {}))
-
-
-def device_types() -> list[str]:
-    """Device types this package knows how to load kernels for."""
-    return sorted(set(_LAZY_MODULES) | set(_registry))
-
-
-def _load_cpu() -> Any:
-    # CPU kernels are numpy only and always needed: register them on import.
-    _ensure_loaded(CPU)
-
-
-_load_cpu()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, register
 
 __all__ = ["softmax", "log_softmax"]
 

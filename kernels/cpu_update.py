@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, register
 
 __all__ = ["gradient_descent_into"]
 

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from kernels import KernelError
 from kernels import cuda_math as cm
-from kernels.cuda import _dev, _empty, _filled, _flat, _gpu, _host_fallback, _SIM, launch_1d
+from kernels.cuda_launch import (SIM, as_device, device_empty, device_filled, flat, gpu_kernel,
+                                 host_fallback, launch_1d)
 from kernels.devices import is_device_array
 from kernels.dtypes import reduction_axes
+from kernels.registry import KernelError
 
 __all__: list[str] = []
 
@@ -40,10 +41,10 @@ def _sum_all(x: Any, mean: bool) -> Any:
         kern = _reduce_all_kernels[acc] = cm.reduce_all(acc)
     zero, one = _acc(x.dtype)
     n = x.size
-    blocks = max(1, min(math.ceil(n / cm.REDUCE_THREADS), 2 if _SIM else 512))
-    partial = _empty((blocks,), acc)
-    kern[blocks, cm.REDUCE_THREADS](_flat(x), partial, zero, one)
-    out = _empty((1,), x.dtype)
+    blocks = max(1, min(math.ceil(n / cm.REDUCE_THREADS), 2 if SIM else 512))
+    partial = device_empty((blocks,), acc)
+    kern[blocks, cm.REDUCE_THREADS](flat(x), partial, zero, one)
+    out = device_empty((1,), x.dtype)
     scale = np.float64(1.0 / n) if mean else one
     kern[1, cm.REDUCE_THREADS](partial, out, zero, scale)
     return out
@@ -53,25 +54,25 @@ def _sum_axis(x: Any, axis: int, mean: bool) -> Any:
     """Sum (or mean) over one axis: x viewed as (outer, n, inner)."""
     n = tuple(x.shape)[axis]
     inner = math.prod(tuple(x.shape)[axis + 1:])
-    out = _empty(tuple(x.shape)[:axis] + tuple(x.shape)[axis + 1:], x.dtype)
+    out = device_empty(tuple(x.shape)[:axis] + tuple(x.shape)[axis + 1:], x.dtype)
     zero, one = _acc(x.dtype)
     scale = np.float64(1.0 / n) if mean else one
     if out.size:
         blocks, threads = launch_1d(out.size)
-        cm.reduce_axis[blocks, threads](_flat(x), _flat(out), n, inner, zero, scale)
+        cm.reduce_axis[blocks, threads](flat(x), flat(out), n, inner, zero, scale)
     return out
 
 
 def _reduction(op: str, mean: bool) -> None:
-    @_gpu(op)
+    @gpu_kernel(op)
     def kernel(inputs: list, attrs: dict) -> list:
-        x = _dev(inputs[0])
+        x = as_device(inputs[0])
         axes = reduction_axes(attrs.get("axis"), x.ndim, op)
         all_axes = axes is None or len(axes) == x.ndim
         covered = (x.size > 0 and (not mean or np.dtype(x.dtype).kind == "f")
                    and (all_axes or len(axes) == 1))
         if not covered or x.ndim == 0:
-            return _host_fallback(op, inputs, attrs)
+            return host_fallback(op, inputs, attrs)
         keep = bool(attrs.get("keepdims", False))
         if all_axes:
             out = _sum_all(x, mean)
@@ -86,17 +87,17 @@ _reduction("Sum", mean=False)
 _reduction("Mean", mean=True)
 
 
-@_gpu("BiasAddGrad")
+@gpu_kernel("BiasAddGrad")
 def bias_add_grad(inputs: list, attrs: dict) -> list:
-    dy = _dev(inputs[0])
+    dy = as_device(inputs[0])
     if dy.ndim < 1:
         raise KernelError("BiasAddGrad needs a gradient of rank >= 1")
     return [_sum_axis(dy.reshape((dy.size // max(tuple(dy.shape)[-1], 1), tuple(dy.shape)[-1])), 0, False)]
 
 
-@_gpu("SumToShapeOf")
+@gpu_kernel("SumToShapeOf")
 def sum_to_shape_of(inputs: list, attrs: dict) -> list:
-    grad = _dev(inputs[0])
+    grad = as_device(inputs[0])
     ref = tuple(inputs[1].shape)
     stripped = ref
     while stripped and stripped[0] == 1:
@@ -108,21 +109,21 @@ def sum_to_shape_of(inputs: list, attrs: dict) -> list:
     if grad.size and len(stripped) == 1 and grad.ndim >= 1 and tuple(grad.shape)[-1] == stripped[0]:
         rows = grad.size // stripped[0]  # the row-vector case: gradient of x + bias
         return [_sum_axis(grad.reshape((rows, stripped[0])), 0, False).reshape(ref)]
-    return _host_fallback("SumToShapeOf", inputs, attrs)
+    return host_fallback("SumToShapeOf", inputs, attrs)
 
 
-@_gpu("ArgMax")
+@gpu_kernel("ArgMax")
 def arg_max(inputs: list, attrs: dict) -> list:
-    x = _dev(inputs[0])
+    x = as_device(inputs[0])
     axis = attrs.get("axis")
     axis = 0 if axis is None else int(axis)
     if x.ndim == 0 or x.size == 0 or not -x.ndim <= axis < x.ndim:
-        return _host_fallback("ArgMax", inputs, attrs)
+        return host_fallback("ArgMax", inputs, attrs)
     axis %= x.ndim
-    out = _empty(tuple(x.shape)[:axis] + tuple(x.shape)[axis + 1:], np.dtype(attrs.get("output_type") or "int64"))
+    out = device_empty(tuple(x.shape)[:axis] + tuple(x.shape)[axis + 1:], np.dtype(attrs.get("output_type") or "int64"))
     if out.size:
         blocks, threads = launch_1d(out.size)
-        cm.argmax_axis[blocks, threads](_flat(x), _flat(out), tuple(x.shape)[axis],
+        cm.argmax_axis[blocks, threads](flat(x), flat(out), tuple(x.shape)[axis],
                                         math.prod(tuple(x.shape)[axis + 1:]))
     return [out]
 
@@ -137,14 +138,14 @@ def _logits(op: str, x: Any) -> tuple[int, int]:
 
 
 def _softmax(op: str, log: bool) -> None:
-    @_gpu(op)
+    @gpu_kernel(op)
     def kernel(inputs: list, attrs: dict) -> list:
-        x = _dev(inputs[0])
+        x = as_device(inputs[0])
         rows, classes = _logits(op, x)
-        out = _empty(x.shape, x.dtype)
+        out = device_empty(x.shape, x.dtype)
         if rows:
             blocks, threads = launch_1d(rows)
-            cm.softmax_rows[blocks, threads](_flat(x), _flat(out), classes, log)
+            cm.softmax_rows[blocks, threads](flat(x), flat(out), classes, log)
         return [out]
 
 
@@ -152,35 +153,35 @@ _softmax("Softmax", log=False)
 _softmax("LogSoftmax", log=True)
 
 
-@_gpu("SoftmaxCrossEntropyWithLogits")
+@gpu_kernel("SoftmaxCrossEntropyWithLogits")
 def softmax_xent(inputs: list, attrs: dict) -> list:
     op = "SoftmaxCrossEntropyWithLogits"
-    x, labels = _dev(inputs[0]), _dev(inputs[1])
+    x, labels = as_device(inputs[0]), as_device(inputs[1])
     rows, classes = _logits(op, x)
     if labels.shape != x.shape:
         raise KernelError(f"{op}: logits and labels must have the same shape, got "
                           f"{list(x.shape)} and {list(labels.shape)}")
-    loss, backprop = _empty(tuple(x.shape)[:-1], x.dtype), _empty(x.shape, x.dtype)
+    loss, backprop = device_empty(tuple(x.shape)[:-1], x.dtype), device_empty(x.shape, x.dtype)
     if rows:
         blocks, threads = launch_1d(rows)
-        cm.xent_rows[blocks, threads](_flat(x), _flat(labels), _flat(loss), _flat(backprop), classes)
+        cm.xent_rows[blocks, threads](flat(x), flat(labels), flat(loss), flat(backprop), classes)
     return [loss, backprop]
 
 
-@_gpu("SparseSoftmaxCrossEntropyWithLogits")
+@gpu_kernel("SparseSoftmaxCrossEntropyWithLogits")
 def sparse_softmax_xent(inputs: list, attrs: dict) -> list:
     op = "SparseSoftmaxCrossEntropyWithLogits"
-    x, labels = _dev(inputs[0]), _dev(inputs[1])
+    x, labels = as_device(inputs[0]), as_device(inputs[1])
     rows, classes = _logits(op, x)
     if np.dtype(labels.dtype).kind not in "iu" or labels.shape != tuple(x.shape)[:-1]:
         raise KernelError(f"{op}: labels must be integer class ids shaped like logits without "
                           f"its last axis; got logits {list(x.shape)}, labels "
                           f"{labels.dtype} {list(labels.shape)}")
-    loss, backprop = _empty(tuple(x.shape)[:-1], x.dtype), _empty(x.shape, x.dtype)
+    loss, backprop = device_empty(tuple(x.shape)[:-1], x.dtype), device_empty(x.shape, x.dtype)
     if rows:
         blocks, threads = launch_1d(rows)
-        cm.sparse_xent_rows[blocks, threads](_flat(x), _flat(labels), _flat(loss),
-                                             _flat(backprop), classes)
+        cm.sparse_xent_rows[blocks, threads](flat(x), flat(labels), flat(loss),
+                                             flat(backprop), classes)
     return [loss, backprop]
 
 
@@ -197,18 +198,18 @@ def matmul_device(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool =
     kern = _matmul_kernels.get(dtype.name)
     if kern is None:
         kern = _matmul_kernels[dtype.name] = cm.matmul(dtype.type)
-    c = _empty((m, n), dtype)
+    c = device_empty((m, n), dtype)
     if m and n:
         if k == 0:
-            return _filled((m, n), dtype, 0)
+            return device_filled((m, n), dtype, 0)
         grid = (math.ceil(n / cm.BLOCK), math.ceil(m / cm.BLOCK))
         kern[grid, (cm.TILE, cm.TILE)](a, b, c, bool(transpose_a), bool(transpose_b))
     return c
 
 
-@_gpu("MatMul")
+@gpu_kernel("MatMul")
 def matmul(inputs: list, attrs: dict) -> list:
-    a, b = _dev(inputs[0]), _dev(inputs[1])
+    a, b = as_device(inputs[0]), as_device(inputs[1])
     if a.ndim < 2 or b.ndim < 2:
         raise KernelError(f"MatMul needs matrices (rank >= 2), got shapes {list(a.shape)} "
                           f"and {list(b.shape)}")
@@ -216,7 +217,7 @@ def matmul(inputs: list, attrs: dict) -> list:
         raise KernelError(f"MatMul: operands have different dtypes {a.dtype} and {b.dtype}; "
                           "Cast one of them so both match")
     if a.ndim != 2 or b.ndim != 2 or np.dtype(a.dtype) not in (np.float32, np.float64):
-        return _host_fallback("MatMul", inputs, attrs)  # batched or integer matmul
+        return host_fallback("MatMul", inputs, attrs)  # batched or integer matmul
     return [matmul_device(a, b, bool(attrs.get("transpose_a")), bool(attrs.get("transpose_b")))]
 
 
@@ -231,15 +232,15 @@ def _state(op: str, name: str, x: Any, like: Any = None) -> Any:
     if like is not None and x.shape != like.shape:
         raise KernelError(f"{op}: {name} has shape {list(x.shape)} but the variable has "
                           f"{list(like.shape)}")
-    return _flat(x)
+    return flat(x)
 
 
 def _grad(op: str, grad: Any, var: Any) -> Any:
-    g = _dev(grad)
+    g = as_device(grad)
     if g.shape != var.shape:
         raise KernelError(f"{op}: gradient shape {list(g.shape)} differs from the variable's "
                           f"{list(var.shape)}")
-    return _flat(g)
+    return flat(g)
 
 
 def _scalar(op: str, name: str, x: Any, dtype: Any) -> Any:
@@ -261,7 +262,7 @@ def _launch_update(kern: Any, var: Any, *args: Any) -> None:
         kern[blocks, threads](*args)
 
 
-@_gpu("ApplyGradientDescent")
+@gpu_kernel("ApplyGradientDescent")
 def apply_gradient_descent(inputs: list, attrs: dict) -> list:
     op, var = "ApplyGradientDescent", inputs[0]
     flat = _state(op, "var", var)
@@ -270,7 +271,7 @@ def apply_gradient_descent(inputs: list, attrs: dict) -> list:
     return [var]
 
 
-@_gpu("ApplyMomentum")
+@gpu_kernel("ApplyMomentum")
 def apply_momentum(inputs: list, attrs: dict) -> list:
     op, var = "ApplyMomentum", inputs[0]
     flat, accum = _state(op, "var", var), _state(op, "accum", inputs[1], var)
@@ -280,7 +281,7 @@ def apply_momentum(inputs: list, attrs: dict) -> list:
     return [var]
 
 
-@_gpu("ApplyAdagrad")
+@gpu_kernel("ApplyAdagrad")
 def apply_adagrad(inputs: list, attrs: dict) -> list:
     op, var = "ApplyAdagrad", inputs[0]
     flat, accum = _state(op, "var", var), _state(op, "accum", inputs[1], var)
@@ -289,7 +290,7 @@ def apply_adagrad(inputs: list, attrs: dict) -> list:
     return [var]
 
 
-@_gpu("ApplyAdam")
+@gpu_kernel("ApplyAdam")
 def apply_adam(inputs: list, attrs: dict) -> list:
     op, var = "ApplyAdam", inputs[0]
     flat = _state(op, "var", var)

@@ -106,8 +106,8 @@ def gpu_devices() -> list[dict]:
 
 def _load_gpu_kernels() -> None:
     # A task that has found a GPU is about to use it: register its kernels now.
-    import kernels
-    kernels.has_kernel("MatMul", kernels.GPU)
+    from kernels.registry import GPU, has_kernel
+    has_kernel("MatMul", GPU)
 
 
 def is_device_array(x: Any) -> bool:

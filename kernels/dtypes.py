@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels import KernelError
+from kernels.registry import KernelError
 
 __all__ = ["as_dtype", "concrete_shape", "reduction_axes"]
 

@@ -208,7 +208,7 @@ async def test_of_two_ready_heavy_kernels_the_longer_runs_first(monkeypatch):
     def recording(inputs, attrs):
         order.append(np.asarray(inputs[1]).shape[1])
         return matmul(inputs, attrs)
-    monkeypatch.setitem(kernels._registry["CPU"], "MatMul", recording)
+    monkeypatch.setitem(kernels.registry._registry["CPU"], "MatMul", recording)
     g, xp, out, x, want = _two_heavy_branches(3, width_b=1024)   # the first: half the work
     async with dt.serve({"local": ["localhost:0"]}) as server:
         async with dt.Session(server.target, graph=g) as sess:
@@ -236,7 +236,7 @@ async def test_the_kernel_on_the_critical_path_keeps_the_loop_and_the_other_goes
         where.append((np.asarray(inputs[1]).shape[1], threading.current_thread() is main))
         return matmul(inputs, attrs)
     main = threading.current_thread()
-    monkeypatch.setitem(kernels._registry["CPU"], "MatMul", recording)
+    monkeypatch.setitem(kernels.registry._registry["CPU"], "MatMul", recording)
     rng = np.random.default_rng(5)
     x = rng.standard_normal((256, 512)).astype(np.float32)
     w1, w2, w3 = (rng.standard_normal((512, n)).astype(np.float32) * 0.05 for n in (512, 768, 384))
@@ -282,8 +282,8 @@ async def test_a_finished_pool_kernel_is_taken_before_the_next_inline_one(monkey
     def recording_sum(inputs, attrs):
         events.append(("sum", np.asarray(inputs[0]).shape[1]))
         return reduce_sum(inputs, attrs)
-    monkeypatch.setitem(kernels._registry["CPU"], "MatMul", recording_matmul)
-    monkeypatch.setitem(kernels._registry["CPU"], "Sum", recording_sum)
+    monkeypatch.setitem(kernels.registry._registry["CPU"], "MatMul", recording_matmul)
+    monkeypatch.setitem(kernels.registry._registry["CPU"], "Sum", recording_sum)
     rng = np.random.default_rng(9)
     x = rng.standard_normal((256, 512)).astype(np.float32)
     w1, w3 = (rng.standard_normal((512, n)).astype(np.float32) * 0.05 for n in (512, 384))

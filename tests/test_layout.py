@@ -1,0 +1,294 @@
+"""The layout's rules, pinned: imports go one way and no module grows too long.
+
+- ``distrib`` may import ``transports`` and ``kernels``; neither imports
+  ``distrib``, and they never import each other.
+- Inside ``distrib``, a subpackage imports only those before it in
+  DESIGN.md's order (``LAYERS``); ``errors`` comes first; the package's
+  ``__init__`` and the ``demo`` program stand above everything.
+- No import cycles between modules, in any of the three packages. An import
+  inside a function counts (it is a cycle deferred, not removed); one under
+  ``if TYPE_CHECKING:`` does not (it never runs), nor does a package's
+  implicit import of its parent package.
+- No module is over ``MAX_LINES`` lines: a module that grows past that holds
+  two ideas.
+
+The checker parses the source (nothing is imported) and reads
+``importlib.import_module("literal")`` calls as imports too. Its own tests
+build small trees in a temporary folder and show each rule can fail.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("distrib", "transports", "kernels")
+LAYERS = ("errors", "cluster", "framework", "ops", "client", "runtime", "server", "train",
+          "data", "distribute", "keras", "launch", "status")
+TOP = ("__init__", "demo")   # distrib's own modules that stand above every layer
+MAX_LINES = 600
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Module name -> file, for every .py file of the three packages under ``root``."""
+    found = {}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imported_names(tree: ast.AST, module: str, is_package: bool) -> list[tuple[str, list[str], int]]:
+    """(module, names imported from it, line) for every import that can run."""
+    out: list[tuple[str, list[str], int]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend((alias.name, [], node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                here = here[:len(here) - (node.level - 1)]
+                base = ".".join(here + ([base] if base else []))
+            out.append((base, [alias.name for alias in node.names], node.lineno))
+        elif isinstance(node, ast.Call) and _is_import_module(node):
+            out.append((node.args[0].value, [], node.lineno))  # type: ignore[attr-defined]
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def _is_import_module(call: ast.Call) -> bool:
+    fn = call.func
+    name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+    return (name == "import_module" and len(call.args) == 1
+            and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str))
+
+
+def import_graph(root: Path) -> dict[str, dict[str, int]]:
+    """Module -> {module of ours it imports: line of the first such import}."""
+    files = module_files(root)
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(), str(path))
+        edges: dict[str, int] = {}
+        for base, names, line in _imported_names(tree, module, path.name == "__init__.py"):
+            # "from pkg import mod" imports the module pkg.mod; "from mod import name" mod
+            targets = [f"{base}.{n}" for n in names if f"{base}.{n}" in files] or [base]
+            for target in targets:
+                if target in files and target != module:
+                    edges.setdefault(target, line)
+        graph[module] = edges
+    return graph
+
+
+def layer_of(module: str) -> tuple[str, int]:
+    """(package, rank): a module may import only ranks at or below its own, in
+    its own package (or transports/kernels, from distrib)."""
+    parts = module.split(".")
+    if parts[0] != "distrib":
+        return parts[0], 0
+    if len(parts) == 1 or parts[1] in TOP:
+        return "distrib", len(LAYERS)
+    if parts[1] not in LAYERS:
+        return "distrib", -1   # unknown: a new subpackage must be placed in LAYERS
+    return "distrib", LAYERS.index(parts[1])
+
+
+def order_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    bad = []
+    for module, edges in sorted(graph.items()):
+        pkg, rank = layer_of(module)
+        if rank < 0:
+            bad.append(f"{module}: subpackage not in the layer order {LAYERS}")
+            continue
+        for target, line in sorted(edges.items()):
+            tpkg, trank = layer_of(target)
+            if tpkg != pkg:
+                if not (pkg == "distrib" and tpkg in ("transports", "kernels")):
+                    bad.append(f"{module}:{line} imports {target} ({pkg} must not import {tpkg})")
+            elif trank > rank:
+                bad.append(f"{module}:{line} imports {target}, a later layer "
+                           f"({LAYERS[trank] if trank < len(LAYERS) else target})")
+    return bad
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Each strongly connected group of two or more modules, as one cycle through it."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def strongconnect(v: str) -> None:   # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                strongconnect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(_one_cycle(graph, sorted(group)))
+
+    for v in sorted(graph):
+        if v not in index:
+            strongconnect(v)
+    return groups
+
+
+def _one_cycle(graph: dict[str, dict[str, int]], group: list[str]) -> list[str]:
+    """A path from group[0] back to itself inside the group (for the message)."""
+    members = set(group)
+    start = group[0]
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w in graph[v]:
+                if w == start:
+                    return paths[v] + [start]
+                if w in members and w not in paths:
+                    paths[w] = paths[v] + [w]
+                    nxt.append(w)
+        frontier = nxt
+    return group
+
+
+def long_modules(root: Path, limit: int = MAX_LINES) -> list[str]:
+    return [f"{module} has {n} lines (at most {limit}: split it by idea)"
+            for module, path in sorted(module_files(root).items())
+            if (n := len(path.read_text().splitlines())) > limit]
+
+
+# -- the rules, on this repository -------------------------------------------------------
+
+def test_imports_follow_the_layer_order() -> None:
+    assert order_violations(import_graph(ROOT)) == []
+
+
+def test_no_import_cycles() -> None:
+    found = cycles(import_graph(ROOT))
+    assert found == [], "\n".join(" -> ".join(c) for c in found)
+
+
+def test_no_module_is_too_long() -> None:
+    assert long_modules(ROOT) == []
+
+
+def test_every_distrib_subpackage_has_a_place_in_the_order() -> None:
+    subpackages = {p.name for p in (ROOT / "distrib").iterdir()
+                   if p.is_dir() and (p / "__init__.py").exists()}
+    assert subpackages <= set(LAYERS), subpackages - set(LAYERS)
+
+
+def test_old_module_paths_are_gone() -> None:
+    # the flat modules moved into subpackages; nothing may come back at the old paths
+    for old in ("executor", "graph", "ops.py", "session", "actors", "master", "worker",
+                "training", "train.py", "cluster.py", "_graph_exports"):
+        assert not (ROOT / "distrib" / old).exists() and \
+            not (ROOT / "distrib" / f"{old}.py").exists(), old
+
+
+# -- the checker can fail ------------------------------------------------------------------
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    for pkg in PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_checker_finds_a_cycle_through_a_late_import(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "distrib/framework/__init__.py": "",
+        "distrib/framework/a.py": "from distrib.framework import b\n",
+        "distrib/framework/b.py": "def f():\n    from distrib.framework.a import x\n",
+    })
+    assert cycles(import_graph(root)) == [["distrib.framework.a", "distrib.framework.b",
+                                           "distrib.framework.a"]]
+
+
+def test_checker_ignores_type_checking_imports(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "distrib/framework/__init__.py": "",
+        "distrib/framework/a.py": "from distrib.framework import b\n",
+        "distrib/framework/b.py": ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                   "    from distrib.framework.a import x\n"),
+    })
+    assert cycles(import_graph(root)) == []
+
+
+def test_checker_finds_an_import_against_the_order(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "distrib/framework/__init__.py": "",
+        "distrib/framework/graph.py": "from distrib.runtime.worker import W\n",
+        "distrib/runtime/__init__.py": "",
+        "distrib/runtime/worker.py": "import kernels\nimport transports\n",
+        "transports/wire.py": "from distrib import errors\n",
+        "kernels/cpu.py": "import importlib\nimportlib.import_module('transports.wire')\n",
+        "distrib/errors.py": "",
+    })
+    assert order_violations(import_graph(root)) == [
+        "distrib.framework.graph:1 imports distrib.runtime.worker, a later layer (runtime)",
+        "kernels.cpu:2 imports transports.wire (kernels must not import transports)",
+        "transports.wire:1 imports distrib.errors (transports must not import distrib)",
+    ]
+
+
+def test_checker_resolves_relative_imports_and_package_inits(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "transports/__init__.py": "from .wire import Wire\n",
+        "transports/wire.py": "from . import codec\n",
+        "transports/codec.py": "from transports import Wire\n",
+    })
+    assert cycles(import_graph(root)) == [["transports", "transports.wire", "transports.codec",
+                                           "transports"]]
+
+
+def test_checker_finds_a_long_module(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"kernels/big.py": "x = 1\n" * (MAX_LINES + 1)})
+    assert long_modules(root) == [f"kernels.big has {MAX_LINES + 1} lines (at most {MAX_LINES}: "
+                                  "split it by idea)"]
+
+
+@pytest.mark.parametrize("module, expected", [
+    ("distrib", ("distrib", len(LAYERS))), ("distrib.demo", ("distrib", len(LAYERS))),
+    ("distrib.errors", ("distrib", 0)), ("distrib.client.session", ("distrib", 4)),
+    ("transports.wire", ("transports", 0)), ("distrib.gadgets.x", ("distrib", -1)),
+])
+def test_layer_of(module: str, expected: tuple[str, int]) -> None:
+    assert layer_of(module) == expected
