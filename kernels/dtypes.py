@@ -14,7 +14,7 @@ from kernels.registry import KernelError
 
 __all__ = ["as_dtype", "concrete_shape", "reduction_axes"]
 
-# TF spellings that numpy does not know; strings are object arrays as in distrib.dtypes.
+# TF spellings that numpy does not know; strings are object arrays as in distrib.framework.dtypes.
 _ALIASES = {"string": "object", "half": "float16", "float": "float32", "double": "float64"}
 
 

@@ -2,7 +2,7 @@
 
 A client builds a graph of operations, each with a type, input tensors,
 attributes and a requested device; the runtime ships it as a GraphDef (see
-``docs/ops.md`` and :mod:`distrib.graph_def`). Two principles, both from TF1:
+``docs/ops.md`` and :mod:`distrib.framework.graph_def`). Two principles, both from TF1:
 
 * Building state that is *lexical* (name scope, device stack, colocation,
   control dependencies) lives per thread, so replica functions that build in
@@ -13,7 +13,7 @@ attributes and a requested device; the runtime ships it as a GraphDef (see
 
 Op builders live in :mod:`distrib.ops`; this module only knows how to add an
 op with given outputs. ``Operation`` and ``Tensor`` live in
-:mod:`distrib.operation` and are re-exported here.
+:mod:`distrib.framework.operation` and are re-exported here.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Operations and tensors: the nodes and edges of a :class:`distrib.graph.Graph`.
+"""Operations and tensors: the nodes and edges of a :class:`distrib.framework.graph.Graph`.
 
 An :class:`Operation` is one node (type, name, inputs, attrs in GraphDef form,
 requested device, control inputs); a :class:`Tensor` is one of its outputs,

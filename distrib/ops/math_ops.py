@@ -3,7 +3,7 @@
 Every builder converts its arguments with :func:`convert_to_tensor`, adds one
 op of a type from ``docs/ops.md`` to the default graph, and returns its output
 (or the op, for ``group``/``no_op``). Shapes and dtypes are checked when the
-op is built (:mod:`distrib.op_shapes`), so a mismatch fails at the line that
+op is built (:mod:`distrib.framework.op_shapes`), so a mismatch fails at the line that
 made it, naming the op and both shapes.
 
 Conversion follows TF: a Python value next to a tensor takes the tensor's

@@ -91,10 +91,10 @@ class CompiledPartition(PartitionGraph):
                         # the least critical goes to the pool when one may go
                         # there (the one left runs inline), else the most critical
                         to_pool = (len(heavy_ready) > 1 and on_pool is not None
-                                   and kernel_pool.running_on_pool(on_pool) < kernel_pool.parallel_slots() and kernel_pool.spare_core())
-                        i = heavy_ready.pop(kernel_pool.pick_heavy(heavy_ready, self.priority, self.heavy,
-                                                  lowest=to_pool))
-                        await flush_channel(channel, early=True)   # the other task gets on meanwhile
+                                   and kernel_pool.may_offload(on_pool))
+                        i = heavy_ready.pop(kernel_pool.pick_heavy(
+                            heavy_ready, self.priority, self.heavy, lowest=to_pool))
+                        await flush_channel(channel, early=True)  # the other task gets on meanwhile
                     out = self._run_node(i, values, uses, feeds, variables, channel,
                                          clock, heavy_ready, on_pool, shapes)
                     if type(out) is not list:
@@ -117,7 +117,8 @@ class CompiledPartition(PartitionGraph):
                         raise UnknownError("partition stalled with no runnable op",
                                            task=self.task or None)
                     if pending.since and not pending.finished:
-                        await kernel_pool.spin_until(lambda: bool(pending.finished), self._eta(pending))
+                        await kernel_pool.spin_until(lambda: bool(pending.finished),
+                                                     self._eta(pending))
                     finished = await pending.wait()
                     if not finished:   # a receive's deadline passed
                         err = self._overdue(pending, channel)
@@ -141,7 +142,7 @@ class CompiledPartition(PartitionGraph):
                         done += 1
                         self._finished(i, remaining, ready, pending, channel)
                     finished = fut = None   # a finished future holds its result,
-                    kernel_pool.running_on_pool(on_pool)            # and so does a pool one
+                    kernel_pool.running_on_pool(on_pool)   # and so does a pool one
             await flush_channel(channel)
             if self.heavy != self._priced:   # costs learnt (the first step) or changed
                 self._priorities()
@@ -266,15 +267,15 @@ class CompiledPartition(PartitionGraph):
                 if self.alias[i]:
                     return [args[0]]
                 dev = self.devices[i]
-                args = args_to_device(args, dev) if dev[0] != "CPU" else [host_array(a) for a in args]
+                args = (args_to_device(args, dev) if dev[0] != "CPU"
+                        else [host_array(a) for a in args])
                 attrs = self.kernel_attrs[i]
                 weight, cost = kernel_pool.weigh(op, args, attrs)
                 self.heavy[i] = cost if weight > 0 else 0.0
-                if weight == 2 or (weight == 1 and on_pool is not None
-                                   and heavy_ready
-                                   and kernel_pool.running_on_pool(on_pool) < kernel_pool.parallel_slots()
-                                   and kernel_pool.spare_core()):
-                    fut = kernel_pool.thread_pool().submit(kernel_pool.timed_kernel, fn, args, attrs, clock)
+                if weight == 2 or (weight == 1 and on_pool is not None and heavy_ready
+                                   and kernel_pool.may_offload(on_pool)):
+                    fut = kernel_pool.thread_pool().submit(kernel_pool.timed_kernel, fn, args,
+                                                           attrs, clock)
                     if on_pool is not None:
                         on_pool.append(fut)
                     return asyncio.wrap_future(fut)
@@ -305,7 +306,8 @@ class CompiledPartition(PartitionGraph):
                 attrs = node["attrs"]
                 # (a read-only value, a folded constant say, reaches a receiver in
                 # this process as a copy: see the channel's send)
-                res = channel.send(attrs["key"], attrs["dst_task"], host_array(args[0]))  # type: ignore[union-attr]
+                res = channel.send(attrs["key"], attrs["dst_task"],  # type: ignore[union-attr]
+                                   host_array(args[0]))
                 return [] if res is None else res
             if op in RESOURCE_OPS:
                 # a waiting one (take, dequeue) returns a future, pending like a receive

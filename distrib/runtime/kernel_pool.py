@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 __all__ = ["SPIN_S", "spin_until", "spare_core", "core_idle_while_waiting", "runnable_threads",
            "inter_op_threads", "parallel_slots", "thread_pool", "timed_kernel",
-           "running_on_pool", "span_union", "pick_heavy", "weigh"]
+           "running_on_pool", "may_offload", "span_union", "pick_heavy", "weigh"]
 
 
 # A kernel above this many multiply-adds or bytes is "heavy": worth a thread hop
@@ -91,6 +91,12 @@ def spare_core() -> bool:
     is missing, assume a free core."""
     running = runnable_threads()
     return running is None or running < _CORES
+
+
+def may_offload(on_pool: list[Any]) -> bool:
+    """Whether a heavy kernel may go to the pool now: a slot is free among the
+    step's kernels there (``on_pool``) and the machine has an idle core."""
+    return running_on_pool(on_pool) < parallel_slots() and spare_core()
 
 
 def core_idle_while_waiting() -> bool:
@@ -191,7 +197,7 @@ def pick_heavy(heavy_ready: list[int], priority: list[float], cost: list[float],
 def weigh(op: str, args: list[Any], attrs: dict[str, Any]) -> tuple[int, float]:
     """(0: light; 1: heavy, worth a thread beside other heavy work; 2: too long
     for the event loop's thread) and the cost in units of the heavy threshold
-    (to order heavy kernels, see _priorities)."""
+    (to order heavy kernels, see PartitionGraph._priorities)."""
     if op == "MatMul" and len(args) == 2:
         a, b = args
         sa, sb = getattr(a, "shape", ()), getattr(b, "shape", ())

@@ -3,7 +3,7 @@
 A client sends its GraphDef once per graph version (``create_session`` /
 ``extend_session``), then steps (``run``). For each distinct (fetches,
 targets, fed tensors) the master prunes, places and partitions the graph once
-(``distrib.plan``), registers each partition on its task's worker once per
+(``distrib.runtime.plan``), registers each partition on its task's worker once per
 incarnation of that task, and from then on a step is one ``run_partition``
 call per involved task, all at once, under one step id. Only the tasks a step
 uses are contacted: a dead task that the step does not touch cannot hang it.

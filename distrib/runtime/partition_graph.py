@@ -131,7 +131,7 @@ class PartitionGraph:
         self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]
                         and not self.folded[i]]
         # the cost of each node's kernel if it was heavy in the last step, else 0
-        # (see _run_node and weigh)
+        # (see the executor's _run_node and kernel_pool.weigh)
         self.heavy = [0.0] * n
         # each node's heavy work from it to the end of the step, its own
         # included (by the costs in self.heavy; see _priorities)

@@ -52,7 +52,7 @@ class Device:
 
 def parse_device(spec: str) -> Device:
     """Parse any TensorFlow device string ("/job:ps/task:0", "/gpu:1", "GPU:0", "")
-    with the one device parser of distrib (:class:`distrib.device.DeviceSpec`)."""
+    with the one device parser of distrib (:class:`distrib.framework.device.DeviceSpec`)."""
     d = DeviceSpec.from_string(spec)
     return Device(d.job, d.replica, d.task, d.device_type, d.device_index)
 

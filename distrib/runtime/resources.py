@@ -201,7 +201,7 @@ class ResourceStore:
         self.queues.clear()
 
 
-# -- running the ops (called by distrib.executor) --------------------------------
+# -- running the ops (called by distrib.runtime.executor) --------------------------------
 
 def run_resource_op(node: dict[str, Any], args: list[Any], store: ResourceStore,
                     channel: Any, task: str) -> list[Any] | asyncio.Future:

@@ -26,7 +26,7 @@ from transports.shm import shared_empty
 __all__ = ["RESOURCE_OPS", "STATEFUL_OPS", "UPDATE_OPS", "run_stateful"]
 
 
-# ops on the task's accumulators and queues (distrib.resources), run by _run_resource
+# ops on the task's accumulators and queues, run by distrib.runtime.resources.run_resource_op
 RESOURCE_OPS = frozenset({
     "AccumulatorApplyGradient", "AccumulatorTakeGradient", "AccumulatorSetGlobalStep",
     "AccumulatorNumAccumulated", "QueueEnqueueMany", "QueueDequeue", "QueueSize", "QueueClose",

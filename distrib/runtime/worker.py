@@ -30,7 +30,8 @@ from distrib import errors
 from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
                             NotFoundError, OpError)
 from distrib.runtime import kernel_pool
-from distrib.runtime.actors import ActorRef, ActorSystem, in_process_system, caller_key, session_gc_s
+from distrib.runtime.actors import (ActorRef, ActorSystem, caller_key, in_process_system,
+                                    session_gc_s)
 from distrib.runtime.executor import CompiledPartition, RunStats
 from distrib.runtime.tensor_values import host_array
 from distrib.runtime.variable_store import VariableStore

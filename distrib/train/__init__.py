@@ -1,7 +1,7 @@
 """``dt.train``: optimizers, the global step, device setters, checkpoints and the Supervisor.
 
 The names a TF1 script reaches for as ``tf.train.X``; each lives in a module
-of :mod:`distrib.training`, this module only re-exports them.
+of :mod:`distrib.train`, this module only re-exports them.
 """
 from __future__ import annotations
 

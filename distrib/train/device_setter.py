@@ -15,7 +15,7 @@ called once per new op with that op and returns the op's device string:
 The op is anything with ``.type`` (the op type, e.g. ``"VariableV2"``) and
 ``.device`` (the device requested so far, maybe ``""``); TF's ``node_def.op``
 is accepted too. Device strings are parsed and merged by
-:class:`distrib.device.DeviceSpec`, like every device string in distrib.
+:class:`distrib.framework.device.DeviceSpec`, like every device string in distrib.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ DeviceFunction = Callable[[Any], str]
 
 
 def _parse(spec: str) -> DeviceSpec:
-    """The one device-string parser of distrib (``distrib.device``)."""
+    """The one device-string parser of distrib (``distrib.framework.device``)."""
     return DeviceSpec.from_string(spec)
 
 

@@ -9,7 +9,7 @@ How it works, and why:
 
 * **Save** fetches every variable's value in ONE ``sess.run`` (with the
   global step, so the file name and the values come from the same instant),
-  then writes one checksummed file with :mod:`distrib.training.checkpoint`
+  then writes one checksummed file with :mod:`distrib.train.checkpoint`
   (temporary file, fsync, rename), rotates old files and rewrites the
   ``checkpoint`` state file. The file write runs off the event loop, so a big
   checkpoint does not stall the process's other tasks.

@@ -24,7 +24,7 @@ replica does not stop training, and its late gradients are dropped.
 
 The ops (``docs/ops.md``, "Synchronous training resources") run on the tasks
 that own the resources; a waiting take or dequeue honours
-``operation_timeout_s`` and the step's abort (see ``distrib.executor``).
+``operation_timeout_s`` and the step's abort (see ``distrib.runtime.executor``).
 """
 from __future__ import annotations
 
