@@ -6,7 +6,8 @@
     sess.run(dt.constant("Hello, distributed world!"))
 
 The package namespace only re-exports; each idea lives in a module of its
-subpackage (docs/ARCHITECTURE.md): ``framework`` (the graph's data model),
+subpackage (docs/ARCHITECTURE.md): ``errors``, ``cluster`` (ClusterSpec,
+TF_CONFIG), ``framework`` (the graph's data model),
 ``ops`` (op builders, nn, variables, gradients), ``client`` (sessions),
 ``runtime`` (the task's services), ``server``, ``train`` (``dt.train``).
 Names follow ``tf.compat.v1``; ``bool``, ``abs`` and ``pow`` shadow builtins

@@ -1,6 +1,6 @@
 """GPU kernels for reductions, softmax and losses, MatMul and the update rules.
 
-Registered as part of :mod:`kernels.cuda` (which imports this module); same
+Registered beside :mod:`kernels.cuda` (kernels.gpu_loader imports both); same
 conventions: device arrays in and out, host arrays copied in, uncovered cases
 run on a host copy through the CPU kernel.
 """

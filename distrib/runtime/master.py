@@ -48,7 +48,7 @@ class _StepPlan:
     fetches: list[str]
     peers: dict[str, str] = field(default_factory=dict)   # task -> address
     # how long the other tasks took to answer after this one's part ended, last
-    # step (see executor.spin_until)
+    # step (see kernel_pool.spin_until)
     tail_s: float | None = None
 
     @property

@@ -3,9 +3,10 @@ variables and its rendezvous table.
 
 A step on this task: the master registers the partition once (compiled and
 cached by key), then calls ``run_partition`` with a step id per step. ``_Send``
-pushes a tensor straight to the consuming task's worker (``recv_tensor``,
-one-way, worker to worker); ``_Recv`` awaits it in the rendezvous table under
-(step id, key). Every pushed tensor carries its sender's incarnation: a tensor
+pushes a tensor straight to the consuming task's worker (one-way, worker to
+worker; the step's channel holds tensors back per destination and sends
+those ready together in one ``recv_tensors`` message); ``_Recv`` awaits it
+in the rendezvous table under (step id, key). Every pushed tensor carries its sender's incarnation: a tensor
 from a task that restarted since the step began fails the step instead of
 being mixed in. An aborted step fails every receive of it at once and drops
 whatever arrives for it later.
