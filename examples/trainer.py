@@ -89,6 +89,25 @@ class Model:
             self.read_done = self.done.read_value()
 
 
+class Progress:
+    """When a worker logs: at its first step, then once each time the global
+    step reaches the next multiple of ``every``.
+
+    The global step is shared: between two steps of this worker the others
+    add theirs, so it jumps by about the number of workers and a test for
+    an exact multiple would skip most of them (irregular lines, or none)."""
+
+    def __init__(self, every: int) -> None:
+        self.every = max(1, every)
+        self._next: int | None = None
+
+    def due(self, step: int) -> bool:
+        if self._next is not None and step < self._next:
+            return False
+        self._next = (step // self.every + 1) * self.every
+        return True
+
+
 async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.ClusterSpec) -> float:
     model = Model(args, cluster)
     is_chief = args.task_index == 0
@@ -103,12 +122,13 @@ async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.Cluster
         if is_chief and not await sess.run(model.done_ready):
             await sess.run(model.done_init)
         step, t0, seen = 0, time.perf_counter(), 0
+        progress = Progress(args.log_every)
         while not sv.should_stop() and step < args.train_steps:
             idx = rng.integers(0, len(X), args.batch_size)
             _, loss, step = await sess.run([model.train_op, model.loss, model.global_step],
                                            {model.x: X[idx], model.y: y[idx]})
             seen += args.batch_size
-            if step // args.log_every != (step - 1) // args.log_every or step >= args.train_steps:
+            if progress.due(step) or step >= args.train_steps:
                 rate = seen / (time.perf_counter() - t0)
                 log.info("worker %d: global step %d, loss %.4f, %.0f examples/s",
                          args.task_index, step, loss, rate)

@@ -61,6 +61,46 @@ def test_ready_line_names_task_and_bound_address(tmp_path) -> None:
         assert run_one_step(spec["worker"][1], "/job:worker/task:1") == 9.0
 
 
+def read_until_ready(p: subprocess.Popen, timeout: float = 30.0) -> list[str]:
+    """The lines ``p`` wrote (stdout and stderr merged) up to its ready line.
+    ``p.stdout`` is unbuffered bytes: a buffered reader could take the ready
+    line in with the one before it, where select no longer sees it."""
+    import selectors
+    sel = selectors.DefaultSelector()
+    sel.register(p.stdout, selectors.EVENT_READ)
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        if sel.select(timeout=0.1):
+            lines.append(p.stdout.readline().decode().rstrip("\n"))
+            if READY.match(lines[-1]):
+                return lines
+    raise AssertionError(f"no ready line within {timeout:g}s: {lines}")
+
+
+@pytest.mark.parametrize("level", [None, "DEBUG"])
+def test_ready_line_appears_once_on_stdout_and_stderr_together(level, tmp_path) -> None:
+    spec = cluster_spec(worker=1)
+    cfg = write_cluster(tmp_path, spec)
+    args = ["--cluster", cfg, "--job_name", "worker", "--task_index", "0"]
+    if level is not None:
+        args += ["--log_level", level]
+    p = subprocess.Popen([sys.executable, "-m", "distrib.server", *args], cwd=ROOT,
+                         env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         bufsize=0)
+    try:
+        lines = read_until_ready(p)
+        run_one_step(spec["worker"][0], "/job:worker/task:0")
+        p.send_signal(signal.SIGTERM)
+        lines += p.communicate(timeout=30)[0].decode().splitlines()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, lines
+    assert sum("serving /job:worker/task:0 at" in line for line in lines) == 1, lines
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_shuts_down_cleanly_with_exit_0(sig, tmp_path, shm_snapshot) -> None:
     spec = cluster_spec(worker=1)

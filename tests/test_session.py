@@ -298,3 +298,29 @@ async def test_a_server_told_training_is_over_returns_from_join():
     await request_stop(s.target)
     assert await asyncio.get_running_loop().run_in_executor(None, joined.wait, 10)
     t.join(5)
+
+
+def test_a_server_stopped_while_its_worker_lingers_leaves_no_pending_task(graph, monkeypatch,
+                                                                          caplog):
+    import gc
+    from distrib.runtime import kernel_pool
+    # after each remote step the worker polls for the next (WorkerService._linger);
+    # a long poll on a core said to be idle makes sure one is under way at stop
+    monkeypatch.setattr(kernel_pool, "SPIN_S", 2.0)
+    monkeypatch.setattr(kernel_pool, "core_idle_while_waiting", lambda: True)
+    out = dt.constant([1.0, 2.0]) * 3.0
+    s = dt.Server.create_local_server()
+    loop = s._loop.loop
+    try:
+        with dt.SyncSession(s.target) as sess:   # on the client loop: a remote caller
+            for _ in range(5):
+                sess.run(out)
+        assert s._core.worker._lingering, "no linger under way: the test proves nothing"
+        s.stop()
+    finally:
+        s.stop()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    assert not pending, pending
+    del s, loop, pending
+    gc.collect()   # a task still pending now would be "destroyed but pending"
+    assert "Task was destroyed but it is pending" not in caplog.text

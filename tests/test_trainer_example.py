@@ -18,11 +18,12 @@ from tests.helpers import ROOT, child_env
 TRAINER = os.path.join(ROOT, "examples", "trainer.py")
 
 
-def run_cluster(tmp_path, steps: int, workers: int = 2) -> list[subprocess.CompletedProcess]:
+def run_cluster(tmp_path, steps: int, workers: int = 2,
+                extra: tuple[str, ...] = ()) -> list[subprocess.CompletedProcess]:
     ports = free_ports(1 + workers)
     flags = [f"--ps_hosts=localhost:{ports[0]}",
              "--worker_hosts=" + ",".join(f"localhost:{p}" for p in ports[1:]),
-             f"--train_steps={steps}", f"--logdir={tmp_path / 'logs'}"]
+             f"--train_steps={steps}", f"--logdir={tmp_path / 'logs'}", *extra]
     env = child_env(OPENBLAS_NUM_THREADS="1")
     roles = [("ps", 0)] + [("worker", i) for i in range(workers)]
     procs = [subprocess.Popen([sys.executable, TRAINER, f"--job_name={j}", f"--task_index={i}",
@@ -63,6 +64,31 @@ def test_async_between_graph_training_reaches_target_accuracy(tmp_path):
     assert "restored" in again[1].stdout.lower(), again[1].stdout[-2000:]
     step2, acc2 = done_line(again[1].stdout)
     assert step2 >= 700 and acc2 >= 0.9
+
+
+def test_progress_is_due_once_per_multiple_the_global_step_reaches():
+    from examples.trainer import Progress
+    progress = Progress(10)
+    # a worker's view of the shared global step: the others' steps come between
+    steps = [0, 2, 5, 9, 11, 12, 17, 21, 22, 26, 29, 33, 41, 42]
+    assert [s for s in steps if progress.due(s)] == [0, 11, 21, 33, 41]
+
+
+def test_two_workers_log_progress_once_every_log_every_global_steps(tmp_path):
+    every = 100   # far more than the steps one worker makes while the other makes one
+    results = run_cluster(tmp_path, steps=600, extra=(f"--log_every={every}",))
+    for r in results:
+        assert r.returncode == 0, r.stdout[-3000:]
+        # a clean stop leaves no task of the ps or the workers pending on a loop
+        assert "Task was destroyed but it is pending" not in r.stdout, r.stdout[-3000:]
+    for i, r in enumerate(results[1:]):
+        steps = [int(s) for s in re.findall(
+            rf"worker {i}: global step (\d+), loss [0-9.]+, \d+ examples/s$", r.stdout, re.M)]
+        # one line per multiple of log_every that the global step passes, none skipped
+        assert steps, r.stdout[-3000:]
+        buckets = [s // every for s in steps]
+        assert buckets == list(range(buckets[0], buckets[0] + len(buckets))), steps
+        assert buckets[-1] >= 600 // every, steps
 
 
 def test_in_graph_replication_example_trains_one_tower_per_worker():

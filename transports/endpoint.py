@@ -110,7 +110,7 @@ class Listener:
         if self._server is not None:
             self._server.close()
         if self._fd_channels is not None:
-            self._fd_channels.close()
+            await self._fd_channels.close()
         for wire in list(self._pending):
             if wire.transport is not None:
                 wire.transport.abort()

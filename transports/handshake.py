@@ -86,6 +86,8 @@ class FdChannels:
         self._sock.listen(128)
         self._sock.setblocking(False)
         self._tickets: dict[bytes, asyncio.Future] = {}
+        # the accept loop and each pairing are owned here: close() ends them
+        self._pairing: set[asyncio.Task] = set()
         self._task = asyncio.get_running_loop().create_task(self._accept())
 
     def ticket(self) -> tuple[bytes, asyncio.Future]:
@@ -112,13 +114,18 @@ class FdChannels:
         while True:
             sock, _ = await loop.sock_accept(self._sock)
             sock.setblocking(False)
-            loop.create_task(self._pair(sock))
+            task = loop.create_task(self._pair(sock))
+            self._pairing.add(task)
+            task.add_done_callback(self._pairing.discard)
 
     async def _pair(self, sock: socket.socket) -> None:
         try:
             ticket = await asyncio.wait_for(asyncio.get_running_loop().sock_recv(sock, 64), 5.0)
         except (OSError, asyncio.TimeoutError):
             ticket = b""
+        except asyncio.CancelledError:
+            sock.close()   # the listener closed: nobody will take this socket
+            raise
         fut = self._tickets.get(ticket)
         if fut is None or fut.done():
             logger.warning("closing shared-memory side channel: unknown ticket")
@@ -126,8 +133,10 @@ class FdChannels:
             return
         fut.set_result(sock)
 
-    def close(self) -> None:
-        self._task.cancel()
+    async def close(self) -> None:
+        tasks = [self._task, *self._pairing]
+        for task in tasks:
+            task.cancel()
         self._sock.close()
         for fut in self._tickets.values():
             if fut.done() and not fut.cancelled():
@@ -135,6 +144,8 @@ class FdChannels:
             else:
                 fut.cancel()
         self._tickets.clear()
+        # ended, not just told to: a loop stopped next must not find them pending
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _open_fd_channel(name: Any, ticket: Any) -> socket.socket:

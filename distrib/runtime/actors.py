@@ -42,6 +42,9 @@ logger = logging.getLogger(__name__)
 
 CALL, TELL, OK, ERR = 0, 1, 2, 3
 DEFAULT_TIMEOUT_S = 60.0
+# How long a shutdown waits for the tasks it cancelled to end (one that
+# swallows its cancellation must not hold the shutdown forever)
+_SHUTDOWN_WAIT_S = 5.0
 
 
 class ActorRef:
@@ -198,8 +201,22 @@ class ActorSystem:
         self._out.clear()
         self._inbound.clear()
         self._inbound_by_name.clear()
-        for t in list(self._tasks):
+        await self._cancel_tasks()
+
+    async def _cancel_tasks(self) -> None:
+        """Cancel the calls and tells still running, and wait (boundedly) until
+        they have ended: a loop stopped right after the shutdown (a Server's
+        loop thread) would otherwise destroy them while pending."""
+        me = asyncio.current_task()
+        tasks = [t for t in self._tasks if t is not me]
+        for t in tasks:
             t.cancel()
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=_SHUTDOWN_WAIT_S)
+        if stuck:
+            logger.warning("%s: %d task(s) still running %gs after the shutdown cancelled "
+                           "them", self.name, len(stuck), _SHUTDOWN_WAIT_S)
 
     # -- actors --------------------------------------------------------------
     def spawn(self, name: str, actor: Any) -> ActorRef:

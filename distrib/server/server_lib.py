@@ -121,7 +121,9 @@ class ServerCore:
         self.system.spawn("server", _ServerControl(self))
         self.started = True
         self._stop_requested = asyncio.Event()
-        logger.info("serving %s at %s", self.task, self.system.address)
+        # debug, and not the CLI's wording: `python -m distrib.server` prints
+        # its one ready line itself, which this would have doubled
+        logger.debug("started %s at %s", self.task, self.system.address)
         return self
 
     async def stop(self) -> None:
