@@ -228,6 +228,9 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 if __name__ == "__main__":
+    # Ctrl-C stops the demo even when it was started with SIGINT ignored (a
+    # background job of a script): Python would keep the ignore
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         sys.exit(main())

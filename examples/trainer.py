@@ -202,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # Ctrl-C and SIGTERM stop the task cleanly even when it was started with
+    # SIGINT ignored (a background job of a script, nohup): Python then keeps
+    # the ignore, asyncio installs no handler, and _terminate's SIGINT was lost
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         if args.job_name == "ps":

@@ -226,7 +226,10 @@ async def test_restarted_ps_has_uninitialized_variables_until_init(tmp_path) -> 
 # -- a task that stops answering (SIGSTOP): the operation timeout ends the step -------------
 
 async def test_stuck_task_fails_the_step_within_the_operation_timeout_naming_it(
-        tmp_path) -> None:
+        tmp_path, monkeypatch) -> None:
+    # the operation timeout's path: heartbeats (test_failure_detection) would
+    # declare the task dead first, so they are slowed down here
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "30")
     config = dt.ConfigProto(operation_timeout_s=2)
     with cluster(tmp_path, worker=2) as (c, server):
         c.start("worker", 0)
@@ -261,9 +264,12 @@ async def test_list_devices_skips_down_tasks_and_lists_the_live_ones(tmp_path) -
         assert not any(n.startswith("/job:worker/") and "/task:0/" not in n for n in names)
 
 
-async def test_a_master_that_stops_answering_fails_the_run_within_the_timeout(tmp_path) -> None:
+async def test_a_master_that_stops_answering_fails_the_run_within_the_timeout(
+        tmp_path, monkeypatch) -> None:
     # the client's session talks to a master in another process; with
     # operation_timeout_s set, a stuck master cannot hold a run for ever
+    # (heartbeats slowed down: this is the operation timeout's path)
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "30")
     spec = cluster_spec(worker=1)
     cfg = write_cluster(tmp_path, spec)
     config = dt.ConfigProto(operation_timeout_s=0.5)

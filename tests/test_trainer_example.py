@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -100,12 +101,16 @@ def test_in_graph_replication_example_trains_one_tower_per_worker():
     assert step == 200 and acc >= 0.85
 
 
-def _start(role: tuple[str, int], flags: list[str], out_path, **env: str) -> subprocess.Popen:
+def _start(role: tuple[str, int], flags: list[str], out_path, sigint_ignored: bool = False,
+           **env: str) -> subprocess.Popen:
     job, i = role
+    # a background job of a non-interactive shell starts with SIGINT ignored
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
     with open(out_path, "w") as out:
         return subprocess.Popen([sys.executable, TRAINER, f"--job_name={job}", f"--task_index={i}",
                                  *flags], stdout=out, stderr=subprocess.STDOUT, text=True,
-                                env=child_env(OPENBLAS_NUM_THREADS="1", **env))
+                                env=child_env(OPENBLAS_NUM_THREADS="1", **env),
+                                preexec_fn=ignore)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -149,8 +154,10 @@ def test_a_chief_started_before_its_ps_waits_for_it(tmp_path):
         _stop(procs)
 
 
-def test_sigterm_to_the_chief_still_writes_its_final_checkpoint(tmp_path):
-    import signal
+@pytest.mark.parametrize("sigint_ignored", [False, True])
+def test_sigterm_to_the_chief_still_writes_its_final_checkpoint(tmp_path, sigint_ignored):
+    # also when started as a background job (SIGINT ignored): the SIGTERM
+    # handler's SIGINT was lost then, and the chief trained on
     from distrib.train import latest_checkpoint
     ps, w0 = free_ports(2)
     logdir = tmp_path / "logs"
@@ -158,7 +165,7 @@ def test_sigterm_to_the_chief_still_writes_its_final_checkpoint(tmp_path):
              "--train_steps=1000000", "--log_every=50", f"--logdir={logdir}"]
     procs = [_start(("ps", 0), flags, tmp_path / "ps.log")]
     try:
-        chief = _start(("worker", 0), flags, tmp_path / "chief.log")
+        chief = _start(("worker", 0), flags, tmp_path / "chief.log", sigint_ignored)
         procs.append(chief)
         log = tmp_path / "chief.log"
         for _ in range(1200):   # training is under way past the first checkpoint (step 0)

@@ -93,6 +93,16 @@ class Connection:
     def closed(self) -> bool:
         return self._wire.closed
 
+    @property
+    def bytes_received(self) -> int:
+        """Bytes read from the peer so far (a frame still arriving counts)."""
+        return self._wire.bytes_in
+
+    def fail(self, exc: BaseException) -> None:
+        """Drop the connection at once because of ``exc``, which its close
+        callback then receives (a peer declared dead, say)."""
+        self._wire.fail(exc)
+
     def start(self, on_message: Callable[[Any], None],
               on_close: Callable[[BaseException | None], None]) -> None:
         """Deliver every message to ``on_message`` (on the loop, in order) from now on."""

@@ -84,6 +84,8 @@ class Wire(asyncio.BufferedProtocol):
         self._paused = False
         self._drain: asyncio.Future | None = None
         self.closed = False
+        # bytes read so far: liveness that also shows a big frame still arriving
+        self.bytes_in = 0
         self.close_exc: BaseException | None = None
         self._error: BaseException | None = None
         self.lost = asyncio.get_running_loop().create_future()
@@ -111,6 +113,7 @@ class Wire(asyncio.BufferedProtocol):
         return self._mv[self._end:]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.bytes_in += nbytes
         try:
             if self._dmv is not None:
                 self._doff += nbytes

@@ -18,10 +18,13 @@ Design choices, each for a measured reason:
   by reference then: callers must not mutate what they sent.)
 - One pooled connection per peer; a lost connection fails every call pending
   on it with UnavailableError naming the peer, and the next call reconnects.
+- Every connection carries heartbeats both ways; one silent for three of
+  them is dropped as dead, which fails the calls pending on it
+  (:mod:`distrib.runtime.failure_detector`).
 
 Wire format of a message (a msgpack-able list, arrays out of band):
 ``[CALL, id, actor, method, args]``, ``[TELL, actor, method, args]``,
-``[OK, id, result]``, ``[ERR, id, error-dict]``.
+``[OK, id, result]``, ``[ERR, id, error-dict]``, ``[HEARTBEAT]``.
 """
 from __future__ import annotations
 
@@ -37,10 +40,11 @@ import transports
 from distrib import errors
 from distrib.errors import (DeadlineExceededError, NotFoundError, OpError, UnauthenticatedError,
                             UnavailableError)
+from distrib.runtime.failure_detector import MISSED_HEARTBEATS, FailureDetector, heartbeat_s
 
 logger = logging.getLogger(__name__)
 
-CALL, TELL, OK, ERR = 0, 1, 2, 3
+CALL, TELL, OK, ERR, HEARTBEAT = 0, 1, 2, 3, 4
 DEFAULT_TIMEOUT_S = 60.0
 # How long a shutdown waits for the tasks it cancelled to end (one that
 # swallows its cancellation must not hold the shutdown forever)
@@ -173,7 +177,14 @@ class ActorSystem:
             self.address = f"{self.host}:{self.port}"
             self._loop = asyncio.get_running_loop()
             _IN_PROCESS[_norm(self.address)] = self
+        every = heartbeat_s()
+        if every > 0:
+            detector = FailureDetector(self.name, self._connections, [HEARTBEAT], every)
+            self._spawn_task(detector.run(), "heartbeats")
         return self
+
+    def _connections(self) -> list[transports.Connection]:
+        return [peer.conn for peer in (*self._out.values(), *self._inbound)]
 
     async def shutdown(self) -> None:
         """Stop listening, close every connection, fail every pending call."""
@@ -408,6 +419,8 @@ class ActorSystem:
                 self._serve_call(peer, msg[1], msg[2], msg[3], msg[4])
             elif kind == TELL:
                 self._tell_local(msg[1], msg[2], msg[3])
+            elif kind == HEARTBEAT:
+                pass   # its bytes are what the failure detector counts
             else:
                 raise ValueError(f"unknown message kind {kind!r}")
         except Exception as e:  # a malformed message closes only this connection
@@ -520,7 +533,9 @@ def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: fl
 def default_transport_config() -> transports.TransportConfig:
     """The transport settings of this process: ``DISTRIB_TRANSPORT`` = auto | tcp | shm
     forces the transport (benchmarks compare the two this way);
-    ``DISTRIB_CONNECT_TIMEOUT_S`` is the deadline for reaching a peer (default 10)."""
+    ``DISTRIB_CONNECT_TIMEOUT_S`` is the deadline for reaching a peer (default 10).
+    A peer that accepts the connection but does not answer the handshake
+    within three heartbeats is hung, as one that goes silent later is."""
     mode = os.environ.get("DISTRIB_TRANSPORT", "auto") or "auto"
     if mode not in ("auto", "tcp", "shm"):
         raise ValueError(f"DISTRIB_TRANSPORT must be auto, tcp or shm, not {mode!r}")
@@ -530,7 +545,10 @@ def default_transport_config() -> transports.TransportConfig:
     except ValueError:
         raise ValueError(f"DISTRIB_CONNECT_TIMEOUT_S must be a number of seconds, "
                          f"not {deadline!r}") from None
-    return transports.TransportConfig(mode=mode, connect_timeout_s=connect_timeout)
+    every = heartbeat_s()
+    handshake = 5.0 if every == 0 else min(5.0, MISSED_HEARTBEATS * every)
+    return transports.TransportConfig(mode=mode, connect_timeout_s=connect_timeout,
+                                      handshake_timeout_s=handshake)
 
 
 def client_name() -> str:
