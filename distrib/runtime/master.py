@@ -293,6 +293,7 @@ class MasterService:
                         opts: dict[str, Any]) -> list[Any]:
         soft = bool(opts.get("allow_soft_placement", False))
         timeout = opts.get("operation_timeout_s")
+        term = opts.get("fencing_term")   # a chief-only write (see runtime/fencing.py)
         tasks = plan.tasks
         incarnations = self._ready_incarnations(plan)
         if incarnations is None:
@@ -307,7 +308,7 @@ class MasterService:
             part = plan.parts[self.task]
             out = await self._local_worker.run_partition(
                 plan.key, step, {n: feeds[n] for n in part.feeds}, incarnations,
-                plan.peers, timeout)
+                plan.peers, timeout, term)
             return self._collect(plan, feeds, {self.task: out})
         calls = {}
         for t in tasks:
@@ -315,12 +316,12 @@ class MasterService:
             local_feeds = {n: feeds[n] for n in part.feeds}
             if t == self.task:
                 calls[t] = asyncio.ensure_future(self._local_worker.run_partition(
-                    plan.key, step, local_feeds, incarnations, plan.peers, timeout))
+                    plan.key, step, local_feeds, incarnations, plan.peers, timeout, term))
             else:
                 self.counters["remote_calls"] += 1
                 calls[t] = self.worker(t).request(
                     "run_partition", plan.key, step, local_feeds, incarnations, plan.peers,
-                    timeout, timeout=call_timeout)
+                    timeout, term, timeout=call_timeout)
         if len(calls) == 1:
             (t, fut), = calls.items()
             return self._collect(plan, feeds, {t: await fut})
@@ -417,6 +418,10 @@ def _check_options(options: Any, what: str) -> None:
                                 or not timeout > 0):
         raise InvalidArgumentError(f"{what}: operation_timeout_s must be a positive number of "
                                    f"seconds or None, not {timeout!r}")
+    term = options.get("fencing_term")
+    if term is not None and (isinstance(term, bool) or not isinstance(term, int) or term < 0):
+        raise InvalidArgumentError(f"{what}: fencing_term must be a chief term (an int >= 0) "
+                                   f"or None, not {term!r}")
 
 
 def _index(graph_def: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -34,6 +34,7 @@ from distrib.runtime import kernel_pool
 from distrib.runtime.actors import (ActorRef, ActorSystem, caller_key, in_process_system,
                                     session_gc_s)
 from distrib.runtime.executor import CompiledPartition, RunStats
+from distrib.runtime.fencing import Fence
 from distrib.runtime.tensor_values import host_array
 from distrib.runtime.variable_store import VariableStore
 from transports.shm import ARENA
@@ -257,6 +258,7 @@ class WorkerService:
         self.devices = devices
         self.variables = variables or VariableStore(task)
         self.rendezvous = Rendezvous(task)
+        self.fencing = Fence(task)   # the newest chief term seen (chief-only writes)
         self._partitions: dict[str, CompiledPartition] = {}
         # session handle -> generators of its seeded random ops (see register_partition)
         self._generators: dict[str, dict] = {}
@@ -317,7 +319,13 @@ class WorkerService:
     # -- messages --------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:
         return {"task": self.task, "incarnation": self.system.incarnation,
-                "devices": self.devices, "address": self.system.address}
+                "devices": self.devices, "address": self.system.address,
+                "term": self.fencing.term}
+
+    def fence(self, term: int) -> int:
+        """A new chief's announcement of its term: later writes of older
+        chiefs are refused here (AbortedError if ``term`` is older itself)."""
+        return self.fencing.admit(term)
 
     def register_partition(self, key: str, nodes: list, fetches: list,
                            soft_placement: bool = False) -> bool:
@@ -381,7 +389,11 @@ class WorkerService:
 
     async def run_partition(self, key: str, step: int, feeds: dict[str, Any],
                             incarnations: dict[str, int], peers: dict[str, str],
-                            timeout: float | None = None) -> list[Any]:
+                            timeout: float | None = None, term: int | None = None) -> list[Any]:
+        """Run one step of a registered partition; ``term``: the chief term of
+        a chief-only write, refused if a newer chief was seen (fencing)."""
+        if term is not None:
+            self.fencing.admit(term)
         if self._gone:
             owner = caller_key()
             if owner is not None:

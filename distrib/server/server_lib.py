@@ -22,6 +22,7 @@ from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.errors import InvalidArgumentError
 from distrib.runtime import master_channel  # noqa: F401  (sessions reach masters through it)
 from distrib.runtime.actors import ActorSystem, client_name
+from distrib.runtime.chief_lease import ChiefLease
 from distrib.runtime.master import MasterService
 from distrib.runtime.worker import WorkerService
 from transports.shm import ARENA
@@ -119,6 +120,8 @@ class ServerCore:
         self.system.spawn("worker", self.worker)
         self.system.spawn("master", self.master)
         self.system.spawn("server", _ServerControl(self))
+        # the chief role's lease: asked on the arbiter task only (runtime/chief_lease.py)
+        self.system.spawn("chief_lease", ChiefLease(self.task))
         self.started = True
         self._stop_requested = asyncio.Event()
         # debug, and not the CLI's wording: `python -m distrib.server` prints
