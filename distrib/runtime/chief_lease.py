@@ -11,10 +11,10 @@ or a candidate has seen, so terms never repeat even across an arbiter's
 restart, and fencing (``runtime/fencing.py``) can refuse older chiefs.
 
 Who gets a vacant lease is decided here, not by who asks first:
-- the preferred chief (``Supervisor(is_chief=True)``) while it lives: during
-  the first lease period after the arbiter starts, only the preferred chief,
-  or the candidate that held the newest term before an arbiter restart, may
-  take it;
+- the first chief is the preferred one (``Supervisor(is_chief=True)``): the
+  others wait for it, as TensorFlow's workers do; after a restart of the
+  arbiter, the candidate that held the newest term gets it back during the
+  first lease period;
 - after that, when the holder stops renewing, the live candidate that has
   been with the cluster longest (one that joined after the current term was
   granted ranks last: a restarted worker rejoins as a non-chief), then the
@@ -132,13 +132,18 @@ class ChiefLease:
         live = [m for m in self._members.values() if now - m.seen < self.lease_s]
         if not live:
             return None
-        if now - self._started < self.lease_s and not self.grants:
-            # just started: the preferred chief, or the chief from before a restart of
-            # this arbiter, gets it; the others wait out the first lease period
-            # (a candidate that knows a term means the cluster had a chief: a restart)
-            restarted = any(m.known_term > 0 for m in live)
-            first = [m for m in live if (m.was_holder if restarted else m.preferred)]
-            return min(first, key=lambda m: task_rank(m.name)) if first else None
+        if not self.grants:
+            # a candidate that knows a term means the cluster had a chief before
+            # this arbiter (re)started: that chief gets it back during the first
+            # lease period, anyone after. A cluster that never had a chief waits
+            # for its preferred chief, as TensorFlow's workers wait for theirs.
+            if any(m.known_term > 0 for m in live):
+                if now - self._started < self.lease_s:
+                    live = [m for m in live if m.was_holder]
+            else:
+                live = [m for m in live if m.preferred]
+            if not live:
+                return None
         return min(live, key=lambda m: (m.joined_term >= self.term and self.term > 0,
                                         not m.preferred, task_rank(m.name)))
 
