@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import distrib as dt  # noqa: E402
+from distrib.cluster import parse_tf_config  # noqa: E402
 from distrib.errors import FailedPreconditionError  # noqa: E402
 from distrib.server import request_stop  # noqa: E402
 from examples.datasets import load_digits  # noqa: E402
@@ -40,11 +41,14 @@ log = logging.getLogger("trainer")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--ps_hosts", required=True, help="comma-separated host:port of the ps job")
-    p.add_argument("--worker_hosts", required=True, help="comma-separated host:port of workers")
-    p.add_argument("--job_name", required=True, choices=["ps", "worker"])
-    p.add_argument("--task_index", type=int, required=True)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                epilog="Without --ps_hosts/--worker_hosts/--job_name/--task_index "
+                                       "the cluster and task come from TF_CONFIG (as "
+                                       "python -m distrib.launch sets it).")
+    p.add_argument("--ps_hosts", help="comma-separated host:port of the ps job")
+    p.add_argument("--worker_hosts", help="comma-separated host:port of workers")
+    p.add_argument("--job_name", choices=["ps", "worker"])
+    p.add_argument("--task_index", type=int)
     p.add_argument("--train_steps", type=int, default=1500, help="global steps to train")
     p.add_argument("--logdir", default=None, help="checkpoint folder (chief saves here)")
     p.add_argument("--batch_size", type=int, default=64)
@@ -53,7 +57,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log_every", type=int, default=200)
     p.add_argument("--wait_workers_secs", type=float, default=120,
                    help="how long the chief waits for the other workers to finish")
-    return p.parse_args(argv)
+    p.add_argument("--save_model_secs", type=float, default=600,
+                   help="seconds between the chief's checkpoints")
+    args = p.parse_args(argv)
+    try:
+        fill_from_tf_config(args)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def fill_from_tf_config(args: argparse.Namespace) -> None:
+    """Take the cluster and the task from TF_CONFIG where their flags are absent."""
+    flags = (args.ps_hosts, args.worker_hosts, args.job_name, args.task_index)
+    if None not in flags:
+        return
+    if not os.environ.get("TF_CONFIG"):
+        raise ValueError("--ps_hosts, --worker_hosts, --job_name and --task_index are "
+                         "required unless TF_CONFIG gives the cluster and the task")
+    tf = parse_tf_config()
+    if args.ps_hosts is None and args.worker_hosts is None:
+        if set(tf.cluster.jobs) != {"ps", "worker"}:
+            raise ValueError(f"TF_CONFIG's cluster has jobs {tf.cluster.jobs}; this trainer "
+                             "needs a ps and a worker job, and no other")
+        hosts = {job: tf.cluster.job_tasks(job) for job in ("ps", "worker")}
+        if any(None in tasks for tasks in hosts.values()):
+            raise ValueError("TF_CONFIG's ps and worker jobs must list every task (no gaps)")
+        args.ps_hosts, args.worker_hosts = (",".join(hosts[j]) for j in ("ps", "worker"))
+    if args.job_name is None:
+        if tf.task_type not in ("ps", "worker"):
+            raise ValueError(f"TF_CONFIG's task type is {tf.task_type!r}: "
+                             "this trainer runs 'ps' or 'worker' tasks")
+        args.job_name = tf.task_type
+    if args.task_index is None:
+        if tf.task_id is None:
+            raise ValueError("TF_CONFIG gives no task index")
+        args.task_index = tf.task_id
+    if args.ps_hosts is None or args.worker_hosts is None:
+        raise ValueError("give both --ps_hosts and --worker_hosts, or neither (TF_CONFIG)")
 
 
 class Model:
@@ -116,7 +157,8 @@ async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.Cluster
     rng = np.random.default_rng(1000 + args.task_index)
     sv = dt.train.Supervisor(graph=model.graph, is_chief=is_chief, logdir=args.logdir,
                              init_op=model.init_op, saver=model.saver,
-                             global_step=model.global_step, save_model_secs=600,
+                             global_step=model.global_step,
+                             save_model_secs=args.save_model_secs,
                              recovery_wait_secs=0.2)
     async with sv.managed_session(server.target) as sess:
         if is_chief and not await sess.run(model.done_ready):

@@ -58,11 +58,13 @@ async def _serve(cluster: ClusterSpec, job: str | None, index: int | None) -> in
         print(f"error: cannot listen on {addr} for {core.task}: {e.strerror or e}",
               file=sys.stderr)
         return EXIT_USAGE
-    print(f"serving {core.task} at {core.system.address}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # before the ready line: whoever saw it may signal at once (a launcher did,
+    # and the default handlers killed the server uncleanly)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    print(f"serving {core.task} at {core.system.address}", flush=True)
     waiter = asyncio.ensure_future(core.wait_stop_requested())
     stopper = asyncio.ensure_future(stop.wait())
     await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)

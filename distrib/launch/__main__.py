@@ -1,0 +1,157 @@
+"""``python -m distrib.launch``: run a cluster's tasks on this host.
+
+    python -m distrib.launch --cluster cluster.json [--max_restarts 3] [--only ps,worker:1]
+                             [--logdir DIR] -- COMMAND [ARGS...]
+    python -m distrib.launch --ps 1 --workers 2 [...] -- COMMAND [ARGS...]  # free loopback ports
+    python -m distrib.launch --ps 1 --workers 2                             # bare servers only
+
+A thin CLI over :class:`distrib.launch.Launcher`: it reads the flags (each
+with a ``DISTRIB_LAUNCH_<FLAG>`` environment twin; the flag wins), builds the
+cluster and the list of tasks, and checks them all before any process
+starts, so a bad cluster file, an unknown ``--only`` name, no tasks or a
+COMMAND that is not found is one line on stderr and exit code 2. Then the
+launcher's exit code: 0 when training is over, 1 when a task failed past its
+restarts, 130 after SIGINT, 143 after SIGTERM.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from distrib.cluster import ClusterSpec
+from distrib.launch.launcher import LaunchConfig, Launcher
+from distrib.launch.tasks import loopback_cluster, select_tasks
+
+EXIT_USAGE = 2
+PROG = "python -m distrib.launch"
+USAGE = (f"{PROG} (--cluster FILE | --ps N --workers M) [--only NAMES] [--max_restarts N]\n"
+         f"       {' ' * len(PROG)} [--logdir DIR] [options] [-- COMMAND [ARGS...]]")
+EPILOG = """\
+Each task runs COMMAND (without one: python -m distrib.server) with TF_CONFIG
+set to the cluster and its task, in a process group of its own; its output
+lines are printed prefixed [job:index]. A task that dies is restarted after
+backoff * 1, 2, 4 ... s, up to --max_restarts times; one that exits 0 is done.
+When every chief/worker task is done, the ps tasks are told to stop
+(request_stop), the rest terminated after --ps_grace, and the exit code is 0.
+SIGINT/SIGTERM stop the workers first, then the rest: exit 130/143. A task
+that fails past its restarts stops the cluster: exit 1. Every flag has an
+environment twin DISTRIB_LAUNCH_<FLAG> (e.g. DISTRIB_LAUNCH_MAX_RESTARTS=5)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:   # one line, as every other usage error
+        self.exit(EXIT_USAGE, f"error: {message} (see {PROG} --help)\n")
+
+
+def _env(flag: str, default: object = None) -> object:
+    return os.environ.get("DISTRIB_LAUNCH_" + flag.upper(), default)
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, usage=USAGE, epilog=EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Run one process per task of a distrib cluster on this host.")
+    p.add_argument("--cluster", metavar="FILE", default=_env("cluster"),
+                   help='cluster file {"job": ["host:port", ...]}')
+    p.add_argument("--ps", type=_count, metavar="N", default=_env("ps"),
+                   help="N ps tasks on free loopback ports (with --workers)")
+    p.add_argument("--workers", type=_count, metavar="M", default=_env("workers"),
+                   help="M worker tasks on free loopback ports (with --ps)")
+    p.add_argument("--only", metavar="NAMES", default=_env("only"),
+                   help="start only these tasks: comma-separated job (all its tasks) or "
+                        "job:index, e.g. ps,worker:1")
+    p.add_argument("--max_restarts", type=_count, metavar="N", default=_env("max_restarts", 3),
+                   help="restarts allowed per task (default 3)")
+    p.add_argument("--restart_backoff", type=_seconds, metavar="S",
+                   default=_env("restart_backoff", 1.0),
+                   help="seconds before the first restart, doubled each time (default 1)")
+    p.add_argument("--max_backoff", type=_seconds, metavar="S", default=_env("max_backoff", 60.0),
+                   help="the longest wait before a restart (default 60)")
+    p.add_argument("--ps_grace", type=_seconds, metavar="S", default=_env("ps_grace", 5.0),
+                   help="after training, seconds the ps tasks get to stop when told, "
+                        "before SIGTERM (default 5)")
+    p.add_argument("--stop_timeout", type=_seconds, metavar="S",
+                   default=_env("stop_timeout", 30.0),
+                   help="seconds a task gets after SIGTERM, before SIGKILL (default 30)")
+    p.add_argument("--tail_lines", type=_count, metavar="N", default=_env("tail_lines", 20),
+                   help="last output lines kept per task, shown when it fails (default 20)")
+    p.add_argument("--threads_per_task", type=_count, metavar="N",
+                   default=_env("threads_per_task", 0),
+                   help="OMP/OPENBLAS/MKL_NUM_THREADS for each task where unset "
+                        "(default 0: the cores shared out among the tasks)")
+    p.add_argument("--logdir", metavar="DIR", default=_env("logdir"),
+                   help="also write each task's output to DIR/JOB-INDEX.log")
+    return p
+
+
+def _cluster(args: argparse.Namespace) -> ClusterSpec:
+    counted = args.ps is not None or args.workers is not None
+    if args.cluster and counted:
+        raise ValueError("give either --cluster FILE or --ps N --workers M, not both")
+    if args.cluster:
+        return ClusterSpec.from_json(args.cluster)
+    if counted:
+        return loopback_cluster(args.ps or 0, args.workers or 0)
+    raise ValueError("no cluster: pass --cluster FILE, or --ps N --workers M")
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the launcher's own arguments, COMMAND [ARGS...] after the first ``--``)."""
+    argv = list(argv)
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    own, command = split_command(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(own)
+    try:
+        cluster = _cluster(args)
+        tasks = select_tasks(cluster, args.only)
+        if not tasks:
+            raise ValueError("no tasks to launch: the cluster has none"
+                             + (f" that --only {args.only!r} names" if args.only else ""))
+        if command and shutil.which(command[0]) is None:
+            raise ValueError(f"command not found: {command[0]!r}")
+        if args.logdir:
+            os.makedirs(args.logdir, exist_ok=True)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    config = LaunchConfig(max_restarts=args.max_restarts, restart_backoff_s=args.restart_backoff,
+                          max_backoff_s=args.max_backoff,
+                          ps_grace_s=args.ps_grace, stop_timeout_s=args.stop_timeout,
+                          tail_lines=args.tail_lines, threads_per_task=args.threads_per_task,
+                          logdir=args.logdir)
+    try:
+        result = asyncio.run(Launcher(cluster, tasks, command or None, config).run())
+    except KeyboardInterrupt:   # before the launcher's own handler was in place
+        return 130
+    if result.message:
+        print(f"error: {result.message}", file=sys.stderr)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,423 @@
+"""The launcher's agent: one process per task, watched, restarted on a budget,
+stopped in order.
+
+torchrun's shape (a small agent object under a thin CLI), with one departure:
+only the task that failed is restarted. A distrib cluster rides through the
+loss of one task (a restarted worker rejoins, a restarted ps is restored from
+the last checkpoint by the chief), so restarting the others would only throw
+away their work.
+
+The rules it keeps, and why:
+
+- **Stop by pid, never leave one behind.** Each task runs in a process group
+  of its own (``start_new_session``), and every signal goes to that group by
+  the task's pid: a COMMAND that is a shell script takes its own children
+  down with it. On Linux each child also asks the kernel for SIGKILL when the
+  launcher dies (``PR_SET_PDEATHSIG``), so even ``kill -9`` of the launcher
+  leaves nothing running; every other exit path stops the children itself.
+- **Workers first.** A terminal's Ctrl-C reaches only the launcher (the tasks
+  are in other process groups), which sends SIGTERM to the ``chief``/``worker``
+  tasks, waits for them (bounded by ``stop_timeout_s``), and only then stops
+  the rest: the chief's final checkpoint save still finds its ps.
+- **Training over means the ps are told, not killed.** When every launched
+  ``chief``/``worker`` task exited 0, each ps still running gets
+  ``request_stop`` (its server's ``join()`` returns and it exits 0); what is
+  left after ``ps_grace_s`` is terminated.
+- **Output as it comes.** Every line a task writes (stdout to stdout, stderr
+  to stderr) is printed at once, prefixed ``[job:index] ``; children get
+  ``PYTHONUNBUFFERED=1`` so a Python task's lines are not held in its buffer.
+  The last ``tail_lines`` lines of each task are kept for the message that
+  names a task failing past its restarts.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from distrib.cluster import ClusterSpec, task_string
+from distrib.launch.tasks import TRAINING_JOBS, tf_config
+from distrib.server import request_stop
+
+__all__ = ["LaunchConfig", "LaunchResult", "Launcher", "TaskProcess"]
+
+PENDING, RUNNING, BACKOFF, DONE, FAILED, STOPPED = (
+    "pending", "running", "backoff", "done", "failed", "stopped")
+# the folder that holds the distrib package: a bare server task needs it on its path
+_SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
+_READ_CHUNK = 64 * 1024
+_PR_SET_PDEATHSIG = 1
+_PUMP_DRAIN_S = 2.0      # after a task exits, how long its pipes may still deliver
+_KILL_WAIT_S = 5.0       # after SIGKILL: the kernel needs no longer
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """The launcher's knobs; each is a CLI flag with a DISTRIB_LAUNCH_* twin."""
+
+    max_restarts: int = 3            # per task
+    restart_backoff_s: float = 1.0   # before restart n (from 0): backoff * 2**n
+    max_backoff_s: float = 60.0      # the longest wait before a restart
+    ps_grace_s: float = 5.0          # after request_stop, before SIGTERM
+    stop_timeout_s: float = 30.0     # after SIGTERM, before SIGKILL
+    tail_lines: int = 20
+    threads_per_task: int = 0        # BLAS/OpenMP threads; 0: the cores shared out
+    logdir: str | None = None        # also write each task's output to DIR/J-I.log
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a launch ended: the exit code, and for a failure the message to show."""
+
+    exit_code: int
+    message: str | None = None
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _pdeathsig_setup() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child die with the launcher (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def setup() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:   # the launcher died before the prctl took hold
+            os.kill(os.getpid(), signal.SIGKILL)
+    return setup
+
+
+class TaskProcess:
+    """One task across its restarts: its process, state, output tail and log."""
+
+    def __init__(self, job: str, index: int, argv: Sequence[str], env: dict[str, str],
+                 tail_lines: int, log_path: str | None) -> None:
+        self.job, self.index = job, index
+        self.name = f"{job}:{index}"
+        self.task = task_string(job, index)
+        self.argv = list(argv)
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.state = PENDING
+        self.restarts = 0
+        self.returncode: int | None = None
+        self.tail: collections.deque[str] = collections.deque(maxlen=max(1, tail_lines))
+        self.log: IO[str] | None = (open(log_path, "w", encoding="utf-8", errors="replace")
+                                    if log_path else None)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def send(self, sig: int) -> None:
+        """Signal the task's process group (named by its pid), if it runs."""
+        if self.running:
+            self.signal_group(sig)
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            if self.proc.returncode is None:
+                try:
+                    self.proc.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
+    def write_log(self, text: str) -> None:
+        if self.log is not None:
+            self.log.write(text + "\n")
+            self.log.flush()
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+
+class Launcher:
+    """Start the given tasks of ``cluster`` on this host, watch them, restart a
+    failed one up to ``max_restarts`` times, and stop them all in order.
+
+    ``command`` is the program each task runs with its ``TF_CONFIG``; without
+    one, each task runs ``python -m distrib.server``. ``await run()`` returns a
+    :class:`LaunchResult`: 0 when training is over, 1 when a task failed past
+    its restarts, 128 + the signal when SIGINT or SIGTERM stopped the launch.
+    """
+
+    def __init__(self, cluster: ClusterSpec, tasks: Sequence[tuple[str, int]],
+                 command: Sequence[str] | None = None, config: LaunchConfig = LaunchConfig(),
+                 *, env: dict[str, str] | None = None, stdout: IO[str] | None = None,
+                 stderr: IO[str] | None = None) -> None:
+        self.cluster = cluster
+        self.config = config
+        self._out = stdout or sys.stdout
+        self._err = stderr or sys.stderr
+        argv = list(command) if command else [sys.executable, "-m", "distrib.server"]
+        base = dict(os.environ if env is None else env)
+        threads = config.threads_per_task or max(1, (os.cpu_count() or 1) // max(1, len(tasks)))
+        self.tasks = [
+            TaskProcess(job, i, argv, self._task_env(base, job, i, not command, threads),
+                        config.tail_lines,
+                        os.path.join(config.logdir, f"{job}-{i}.log") if config.logdir else None)
+            for job, i in tasks]
+        self._wake = asyncio.Event()
+        self._stop_event = asyncio.Event()
+        self._stopping = False
+        self._signal: int | None = None
+        self._preexec = _pdeathsig_setup()
+
+    def _task_env(self, base: dict[str, str], job: str, index: int, bare: bool,
+                  threads: int) -> dict[str, str]:
+        env = dict(base, TF_CONFIG=tf_config(self.cluster, job, index))
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(name, str(threads))
+        if bare:
+            path = env.get("PYTHONPATH")
+            env["PYTHONPATH"] = _SOURCE_ROOT + (os.pathsep + path if path else "")
+        return env
+
+    # -- the run ------------------------------------------------------------
+
+    async def run(self) -> LaunchResult:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        watchers: list[asyncio.Task[None]] = []
+        try:
+            self.say(f"cluster {self.cluster.to_json()}; starting "
+                     + ", ".join(t.name for t in self.tasks))
+            watchers = [asyncio.create_task(self._watch(t)) for t in self.tasks]
+            outcome = await self._until_outcome()
+            if isinstance(outcome, TaskProcess):
+                self.say(f"{outcome.name} failed past its restarts: stopping the cluster")
+                await self._stop_all()
+                result = LaunchResult(1, self._failure_message(outcome))
+            elif outcome == "signal":
+                await self._stop_all()
+                result = LaunchResult(128 + (self._signal or signal.SIGTERM))
+            else:
+                await self._release_rest()
+                result = LaunchResult(0)
+            await asyncio.wait(watchers, timeout=_PUMP_DRAIN_S + 1)
+            if self._signal is not None:
+                result = LaunchResult(128 + self._signal, result.message)
+            return result
+        finally:
+            self._begin_stop()
+            for t in self.tasks:        # an error or cancellation above: leave nothing behind
+                t.send(signal.SIGKILL)
+            for w in watchers:
+                w.cancel()
+            for t in self.tasks:
+                t.close()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    async def _until_outcome(self) -> TaskProcess | str:
+        training = [t for t in self.tasks if t.job in TRAINING_JOBS] or self.tasks
+        while True:
+            if self._signal is not None:
+                return "signal"
+            failed = next((t for t in self.tasks if t.state == FAILED), None)
+            if failed is not None:
+                return failed
+            if all(t.state == DONE for t in training):
+                return "done"
+            await self._wake.wait()
+            self._wake.clear()
+
+    def _on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        if self._signal is None and not self._stopping:
+            self._signal = sig
+            self.say(f"{name}: stopping the workers, then the rest (again to kill at once)")
+            self._wake.set()
+            return
+        self._signal = self._signal or sig
+        self.say(f"{name} while stopping: killing every task now")
+        for t in self.tasks:
+            t.send(signal.SIGKILL)
+
+    # -- one task -----------------------------------------------------------
+
+    async def _watch(self, t: TaskProcess) -> None:
+        while not self._stopping:
+            returncode = await self._run_once(t)
+            t.returncode = returncode
+            if self._stopping:
+                t.state = DONE if returncode == 0 else STOPPED
+                self.say(f"{t.name} stopped ({describe_exit(returncode)})", t)
+                break
+            if returncode == 0:
+                t.state = DONE
+                self.say(f"{t.name} finished (exit code 0)", t)
+                break
+            if t.restarts >= self.config.max_restarts:
+                t.state = FAILED
+                self.say(f"{t.name} {describe_exit(returncode)}; no restarts left "
+                         f"({self.config.max_restarts} allowed)", t)
+                break
+            delay = min(self.config.restart_backoff_s * 2 ** t.restarts, self.config.max_backoff_s)
+            t.restarts += 1
+            t.state = BACKOFF
+            t.tail.append(f"[launch] {t.name} {describe_exit(returncode)}: restart {t.restarts}")
+            self.say(f"{t.name} {describe_exit(returncode)}; restart {t.restarts} of "
+                     f"{self.config.max_restarts} in {delay:g} s", t)
+            try:
+                await asyncio.wait_for(self._stop_event.wait(), delay)
+            except TimeoutError:
+                pass
+        if t.state in (PENDING, BACKOFF):
+            t.state = STOPPED
+        self._wake.set()
+
+    async def _run_once(self, t: TaskProcess) -> int:
+        try:
+            t.proc = await asyncio.create_subprocess_exec(
+                *t.argv, env=t.env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                start_new_session=True, preexec_fn=self._preexec)
+        except OSError as e:
+            self._emit(t, f"cannot start {t.argv[0]!r}: {e}", err=True)
+            return 127
+        t.state = RUNNING
+        self.say(f"{t.name} started (pid {t.proc.pid})", t)
+        if self._stopping:   # the stop began while it was starting: no one else will
+            t.send(signal.SIGTERM)
+        assert t.proc.stdout is not None and t.proc.stderr is not None
+        pumps = [asyncio.create_task(self._pump(t, t.proc.stdout, err=False)),
+                 asyncio.create_task(self._pump(t, t.proc.stderr, err=True))]
+        try:
+            returncode = await t.proc.wait()
+            # what the task left behind in its group (a shell's background job)
+            t.signal_group(signal.SIGKILL)
+            await asyncio.wait(pumps, timeout=_PUMP_DRAIN_S)
+        finally:
+            for p in pumps:
+                p.cancel()
+        return returncode
+
+    async def _pump(self, t: TaskProcess, stream: asyncio.StreamReader, err: bool) -> None:
+        pending = b""
+        while chunk := await stream.read(_READ_CHUNK):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                self._emit(t, line.rstrip(b"\r").decode("utf-8", "replace"), err)
+            if len(pending) >= _READ_CHUNK:   # a very long line: show it in pieces
+                self._emit(t, pending.decode("utf-8", "replace"), err)
+                pending = b""
+        if pending:
+            self._emit(t, pending.rstrip(b"\r").decode("utf-8", "replace"), err)
+
+    def _emit(self, t: TaskProcess, text: str, err: bool) -> None:
+        line = f"[{t.name}] {text}"
+        t.tail.append(line)
+        t.write_log(text)
+        _write(self._err if err else self._out, line)
+
+    def say(self, message: str, task: TaskProcess | None = None) -> None:
+        """A line of the launcher's own, on stderr (and in the task's log)."""
+        _write(self._err, f"[launch] {message}")
+        if task is not None:
+            task.write_log(f"[launch] {message}")
+
+    # -- stopping -----------------------------------------------------------
+
+    def _begin_stop(self) -> None:
+        self._stopping = True
+        self._stop_event.set()   # ends the backoff waits: no task starts again
+
+    async def _stop_all(self) -> None:
+        """Workers first (their SIGTERM lets the chief save to its ps), then the rest."""
+        self._begin_stop()
+        training = [t for t in self.tasks if t.job in TRAINING_JOBS]
+        await self._terminate(training)
+        await self._terminate([t for t in self.tasks if t not in training])
+
+    async def _release_rest(self) -> None:
+        """Training is over: ask each ps still running to stop, then terminate the rest."""
+        self._begin_stop()
+        rest = [t for t in self.tasks if t.running]
+        if not rest:
+            return
+        ps = [t for t in rest if t.job == "ps"]
+        if ps:
+            self.say("training is over: telling " + ", ".join(t.name for t in ps) + " to stop")
+        tells = [asyncio.create_task(self._tell_stop(t)) for t in ps]
+        await self._wait_exit(rest, self.config.ps_grace_s)
+        for tell in tells:
+            tell.cancel()
+        await asyncio.gather(*tells, return_exceptions=True)
+        await self._terminate(rest)
+
+    async def _tell_stop(self, t: TaskProcess) -> None:
+        try:
+            await request_stop(self.cluster.task_address(t.job, t.index),
+                               timeout=self.config.ps_grace_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:   # noqa: BLE001 - not a server, or gone: SIGTERM follows
+            self.say(f"could not tell {t.name} to stop ({type(e).__name__}: {e})", t)
+
+    async def _terminate(self, tasks: Sequence[TaskProcess]) -> None:
+        running = [t for t in tasks if t.running]
+        if not running:
+            return
+        self.say("stopping " + ", ".join(t.name for t in running))
+        for t in running:
+            t.send(signal.SIGTERM)
+        await self._wait_exit(running, self.config.stop_timeout_s)
+        left = [t for t in running if t.running]
+        for t in left:
+            self.say(f"{t.name} did not stop within {self.config.stop_timeout_s:g} s: "
+                     "killing it", t)
+            t.send(signal.SIGKILL)
+        await self._wait_exit(left, _KILL_WAIT_S)
+
+    async def _wait_exit(self, tasks: Sequence[TaskProcess], timeout: float) -> None:
+        waits = [asyncio.ensure_future(t.proc.wait()) for t in tasks if t.running and t.proc]
+        if not waits:
+            return
+        _, pending = await asyncio.wait(waits, timeout=timeout)
+        for w in pending:
+            w.cancel()
+
+    def _failure_message(self, t: TaskProcess) -> str:
+        ended = describe_exit(t.returncode) if t.returncode is not None else "did not run"
+        lines = "\n".join("  " + line for line in t.tail) or "  (no output)"
+        return (f"{t.task} ({t.name}) failed: {ended} after {t.restarts} restart(s); "
+                f"the cluster was stopped. Its last lines:\n{lines}")
+
+
+def _write(stream: IO[str], line: str) -> None:
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except UnicodeEncodeError:
+        enc = getattr(stream, "encoding", None) or "ascii"
+        _write(stream, line.encode(enc, "replace").decode(enc))
+    except (OSError, ValueError):
+        pass   # a closed or broken stdout must not stop the tasks' supervision

@@ -1,0 +1,87 @@
+"""Which tasks the launcher starts on this host, and what each one is told.
+
+A launch is a ``ClusterSpec`` (from a cluster file, or ``--ps N --workers M``
+on free loopback ports) and the tasks of it that run here (all, or those
+``--only`` names). Each task learns its place the way a scheduler would tell
+it: ``TF_CONFIG`` in its environment, ``{"cluster": {...}, "task": {"type":
+J, "index": I}}``, so the same program runs unchanged under the launcher,
+SLURM or Kubernetes.
+
+Everything here is a pure function of its arguments (``free_ports`` aside,
+which asks the kernel), so the CLI can reject a bad cluster or ``--only``
+name with one line before any process starts.
+"""
+from __future__ import annotations
+
+import json
+import socket
+
+from distrib.cluster import ClusterSpec
+
+__all__ = ["TRAINING_JOBS", "free_ports", "loopback_cluster", "select_tasks", "tf_config"]
+
+# The jobs whose end is the end of training: when every launched task of
+# these is done, the launcher releases the rest (ps tasks, evaluators).
+TRAINING_JOBS = ("chief", "worker")
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """``n`` distinct ports that were free on ``host`` a moment ago.
+
+    All sockets are bound before any is closed, so the kernel hands out ``n``
+    different ports; another process may still take one before our task
+    binds it (the task then exits 2 and the launcher restarts it)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def loopback_cluster(ps: int, workers: int) -> ClusterSpec:
+    """``ps`` ps tasks and ``workers`` worker tasks on free loopback ports."""
+    if ps < 0 or workers < 0:
+        raise ValueError(f"--ps and --workers count tasks: got --ps {ps} --workers {workers}")
+    ports = iter(free_ports(ps + workers))
+    jobs = {job: [f"{LOOPBACK}:{next(ports)}" for _ in range(n)]
+            for job, n in (("ps", ps), ("worker", workers)) if n}
+    return ClusterSpec(jobs)
+
+
+def select_tasks(cluster: ClusterSpec, only: str | None = None) -> list[tuple[str, int]]:
+    """The ``(job, index)`` pairs to start, in cluster order.
+
+    ``only`` is a comma-separated list of ``job`` (every task of it) or
+    ``job:index`` names; ``None`` or empty means every task. An unknown job or
+    index is a ``ValueError`` that lists what the cluster has."""
+    every = [(job, i) for job in cluster.jobs for i in cluster.task_indices(job)]
+    if not only or not only.strip():
+        return every
+    wanted: set[tuple[str, int]] = set()
+    for name in (part.strip() for part in only.split(",")):
+        if not name:
+            continue
+        job, sep, index = name.partition(":")
+        if job not in cluster.jobs:
+            raise ValueError(f"--only {name!r}: no job {job!r} in the cluster; "
+                             f"its jobs are {', '.join(cluster.jobs) or 'none'}")
+        if not sep:
+            wanted.update((job, i) for i in cluster.task_indices(job))
+            continue
+        if not index.strip().isdigit() or int(index) not in cluster.task_indices(job):
+            raise ValueError(f"--only {name!r}: job {job!r} has no task {index.strip()!r}; "
+                             f"its tasks are {cluster.task_indices(job)}")
+        wanted.add((job, int(index)))
+    return [task for task in every if task in wanted]
+
+
+def tf_config(cluster: ClusterSpec, job: str, index: int) -> str:
+    """The ``TF_CONFIG`` value for task ``index`` of ``job``."""
+    return json.dumps({"cluster": json.loads(cluster.to_json()),
+                       "task": {"type": job, "index": index}}, sort_keys=True)
