@@ -153,6 +153,19 @@ def test_state_appends_latest_like_tf_and_keeps_outside_paths_absolute(tmp_path)
     assert state.all_model_checkpoint_paths == (str(tmp_path / "ckpt" / "m-1"), outside)
 
 
+def test_state_file_refuses_to_name_itself_as_the_checkpoint(tmp_path) -> None:
+    # TF: "Save path ... conflicts with path used for checkpoint state"; the
+    # state file would replace the very checkpoint it names
+    ckpt = write_checkpoint(str(tmp_path / "checkpoint"), {"x": np.ones(2)})
+    with pytest.raises(InvalidArgumentError, match="conflicts with"):
+        update_checkpoint_state(str(tmp_path), ckpt)
+    with pytest.raises(InvalidArgumentError, match="conflicts with"):
+        update_checkpoint_state(str(tmp_path), str(tmp_path / "mine"), latest_filename="mine")
+    np.testing.assert_array_equal(read_checkpoint(ckpt)["x"], np.ones(2))   # left intact
+    update_checkpoint_state(str(tmp_path), ckpt, latest_filename="state")   # another name: fine
+    assert get_checkpoint_state(str(tmp_path), "state").model_checkpoint_path == ckpt
+
+
 def test_relative_checkpoint_dir_gives_paths_under_it(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     path = write_checkpoint("ckpt/model", {"w": np.ones(1)}, global_step=5)

@@ -100,7 +100,8 @@ def test_adam_first_steps_follow_the_rule_and_advance_beta_powers():
     opt = AdamOptimizer(0.01, beta1=0.8, beta2=0.99, epsilon=1e-7)
     stepper = Stepper(opt)
     check_steps(stepper.steps(), adam_reference(0.01, 0.8, 0.99, 1e-7))
-    names = {v.op.name: v for v in opt.variables()}
+    with stepper.graph.as_default():   # variables() lists the default graph's (TF)
+        names = {v.op.name: v for v in opt.variables()}
     assert set(names) == {"beta1_power", "beta2_power", "w/Adam", "w/Adam_1"}
     b1p, b2p = stepper.run([names["beta1_power"], names["beta2_power"]])
     np.testing.assert_allclose([b1p, b2p], [0.8 ** 4, 0.99 ** 4], rtol=1e-12)
@@ -143,7 +144,8 @@ def test_slots_and_update_ops_are_colocated_with_their_variable():
         assert updates[0].get_attr("m") == opt.get_slot(var, "m").shared_name
     assert opt.get_slot(w, "m").op.name == "w/Adam" and opt.get_slot(w, "v").op.name == "w/Adam_1"
     # beta powers live beside the first variable by name ("b"), on ps task 0
-    powers = [v for v in opt.variables() if v.op.name.startswith("beta")]
+    with graph.as_default():
+        powers = [v for v in opt.variables() if v.op.name.startswith("beta")]
     assert [p.device for p in powers] == [b.device, b.device]
     assert opt.get_slot_names() == ["m", "v"]
     assert train.type == "NoOp"
@@ -273,6 +275,41 @@ def test_a_global_step_made_by_name_is_counted():
     evaluate(train, graph=graph, variables=store)
     evaluate(train, graph=graph, variables=store)
     assert evaluate(gs, graph=graph, variables=store) == 2
+
+
+def test_variables_lists_only_those_of_the_current_default_graph():
+    # TF's Optimizer.variables(): slots and non-slot variables "in the current
+    # default graph"; one optimizer applied in two graphs (two replicas' graphs)
+    opt = AdamOptimizer(0.1)
+    graphs = [dt.Graph(), dt.Graph()]
+    for graph in graphs:
+        with graph.as_default():
+            w = dt.Variable(np.ones(2), name="w")
+            opt.minimize(dt.reduce_sum(w * w))
+    for graph in graphs:
+        with graph.as_default():
+            found = opt.variables()
+        assert [v.op.name for v in found] == ["beta1_power", "beta2_power", "w/Adam", "w/Adam_1"]
+        assert all(v.graph is graph for v in found)
+    with dt.Graph().as_default():
+        assert opt.variables() == []
+
+
+def test_get_global_step_wants_a_scalar_but_the_supervisor_finds_a_step_of_shape_one():
+    # TF: training_util.get_global_step refuses a fully defined non-scalar
+    # (TypeError), while the Supervisor takes the GLOBAL_STEP collection's first
+    # ("an integer Tensor of size 1"), and Saver.save names files by its value
+    from distrib.train.global_step import find_global_step
+    graph = dt.Graph()
+    with graph.as_default():
+        gs = dt.Variable(np.array([0], np.int64), trainable=False, name="global_step",
+                         collections=[dt.GraphKeys.GLOBAL_VARIABLES, dt.GraphKeys.GLOBAL_STEP])
+        with pytest.raises(TypeError, match="not a scalar"):
+            get_or_create_global_step()
+    assert find_global_step(graph) is gs
+    with dt.Graph().as_default() as other:
+        dt.Variable(0.5, name="global_step")   # not an integer: no global step
+    assert find_global_step(other) is None and find_global_step(dt.Graph()) is None
 
 
 @pytest.mark.parametrize("cls, kwargs", [

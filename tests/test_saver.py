@@ -259,3 +259,73 @@ async def test_an_unwritable_folder_is_a_typed_error(server, tmp_path):
         with pytest.raises(dt.errors.OpError, match="could not write checkpoint"):
             await model.saver.save(sess, str(tmp_path / "model"))
     assert os.listdir(tmp_path) == ["model"]   # no temporary file left
+
+
+# -- TF 1.x compatibility ---------------------------------------------------------------
+
+async def test_a_checkpoint_named_like_the_state_file_is_refused(server, tmp_path):
+    # TF: "'latest_filename' collides with 'save_path'" (a ValueError); before, the
+    # checkpoint overwrote the state file and the state file then the checkpoint
+    model = Model()
+    async with dt.Session(server.target, graph=model.graph) as sess:
+        await sess.run(model.init)
+        good = await model.saver.save(sess, str(tmp_path / "model"))
+        with pytest.raises(ValueError, match="collides with"):
+            await model.saver.save(sess, str(tmp_path / "checkpoint"))
+        with pytest.raises(InvalidArgumentError, match="collides with"):
+            await model.saver.save(sess, str(tmp_path / "state"), latest_filename="state")
+        # with a global step the file is checkpoint-<step>: no collision (TF)
+        numbered = await model.saver.save(sess, str(tmp_path / "checkpoint"), global_step=3)
+    assert numbered == str(tmp_path / "checkpoint-3")
+    assert latest_checkpoint(str(tmp_path)) == numbered
+    assert checkpoint.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == (
+        good, numbered)
+
+
+def test_one_variable_under_two_names_is_refused():
+    # TF: "The same saveable will be restored with two names" (a ValueError)
+    g = dt.Graph()
+    with g.as_default():
+        v = dt.Variable(1.0, name="v")
+        w = dt.Variable(2.0, name="w")
+        with pytest.raises(ValueError, match=r"specified more than once.*'a'.*'b'"):
+            Saver({"a": v, "b": v})
+        with pytest.raises(InvalidArgumentError, match="two names"):
+            Saver({"a": v, "b": w, "c": v})
+        assert set(Saver({"a": v, "b": w}).var_list) == {"a", "b"}
+
+
+async def test_an_empty_saver_saves_and_restores_nothing(server, tmp_path):
+    # TF: Saver(allow_empty=True) without variables builds; save returns None
+    # and writes nothing, restore does nothing (even with save_path=None)
+    g = dt.Graph()
+    with g.as_default():
+        saver = Saver(allow_empty=True)
+        with pytest.raises(ValueError, match="no variables"):
+            Saver()
+    async with dt.Session(server.target, graph=g) as sess:
+        assert await saver.save(sess, str(tmp_path / "model"), global_step=4) is None
+        await saver.restore(sess, str(tmp_path / "model-4"))
+        await saver.restore(sess, None)
+        with pytest.raises(ValueError, match="collides with"):   # checked first, as in TF
+            await saver.save(sess, str(tmp_path / "checkpoint"))
+    assert os.listdir(tmp_path) == []
+
+
+async def test_a_global_step_of_shape_one_numbers_the_checkpoints(server, tmp_path):
+    # TF's Saver.save takes int(sess.run(global_step)): a one-element step counts
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable(np.ones(2, np.float32), name="w")
+        gs = dt.Variable(np.array([7], np.int64), trainable=False, name="global_step")
+        init = dt.global_variables_initializer()
+        saver = Saver()
+    async with dt.Session(server.target, graph=g) as sess:
+        await sess.run(init)
+        path = await saver.save(sess, str(tmp_path / "model"), global_step=gs)
+        assert path == str(tmp_path / "model-7")
+        assert await saver.save(sess, str(tmp_path / "model"),
+                                global_step=np.array([9])) == str(tmp_path / "model-9")
+        with pytest.raises(InvalidArgumentError, match="one integer"):
+            await saver.save(sess, str(tmp_path / "model"), global_step=w)
+    np.testing.assert_array_equal(checkpoint.read_checkpoint(path)["global_step"], [7])

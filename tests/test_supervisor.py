@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -26,9 +27,9 @@ BOUND_S = 30  # no test waits longer than this for a condition
 class Model:
     """``w`` pulled towards 0 by gradient descent, counted by a global step; its own graph."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str | None = None) -> None:
         self.graph = dt.Graph()
-        with self.graph.as_default():
+        with self.graph.as_default(), dt.device(device):
             self.w = dt.Variable(W_INIT, name="w")
             self.gs = get_or_create_global_step()
             loss = dt.reduce_sum(dt.square(self.w))
@@ -121,7 +122,8 @@ async def test_restart_falls_back_past_a_corrupted_newest_checkpoint(tmp_path):
 
 async def test_non_chief_waits_until_the_chief_has_initialized(server):
     events: list[str] = []
-    chief_model, worker_model = Model(), Model()  # between-graph replication: one graph each
+    # between-graph replication: one graph each; a replica's variables are pinned (TF's rule)
+    chief_model, worker_model = Model(), Model(device="/job:local/task:0")
     worker_sv = worker_model.supervisor(is_chief=False, recovery_wait_secs=0.02)
     chief_sv = chief_model.supervisor()  # no logdir: no checkpoints
 
@@ -269,3 +271,76 @@ async def test_a_failing_queue_runner_stops_training_with_its_error(server):
                 sv.start_queue_runners(sess, [ChiefQueueRunner(bad)])
                 while not sv.should_stop():
                     await asyncio.sleep(0.01)
+
+
+# -- TF 1.x compatibility ---------------------------------------------------------------
+
+def _refused(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(2.0)
+        return sock.connect_ex((host, port)) != 0
+
+
+async def test_an_empty_master_runs_on_an_in_process_server(tmp_path, shm_snapshot):
+    # TF: managed_session("") is an in-process session. Here: a local server made on
+    # first use and stopped when the managed session ends; the next one restores
+    logdir = str(tmp_path / "logs")
+    model = Model()
+    sv = model.supervisor(logdir=logdir, save_model_secs=3600)
+    async with asyncio.timeout(BOUND_S):
+        async with sv.managed_session("") as sess:
+            for _ in range(3):
+                await sess.run(model.train)
+            assert await sess.run(model.gs) == 3
+            host, _, port = sess.target.removeprefix("distrib://").rpartition(":")
+        assert _refused(host, int(port)), "the in-process server must stop with the session"
+        assert latest_checkpoint(logdir).endswith("model.ckpt-3")
+        async with sv.managed_session("") as sess:   # a fresh in-process server
+            assert await sess.run(model.gs) == 3      # restored from logdir
+            await sess.run(model.train)
+    assert latest_checkpoint(logdir).endswith("model.ckpt-4")
+    assert set(os.listdir("/dev/shm")) - shm_snapshot == set()
+
+
+async def test_an_empty_master_server_stops_also_when_the_block_fails():
+    model = Model()
+    sv = model.supervisor()
+    with pytest.raises(ZeroDivisionError):
+        async with asyncio.timeout(BOUND_S):
+            async with sv.managed_session("") as sess:
+                await sess.run(model.train)
+                host, _, port = sess.target.removeprefix("distrib://").rpartition(":")
+                1 / 0
+    assert _refused(host, int(port))
+
+
+def test_a_non_chief_refuses_variables_without_a_device():
+    # TF's _verify_setup: "When using replicas, all Variables must have their device set"
+    model = Model()
+    with pytest.raises(ValueError, match=r"must have their device set.*'w'.*'global_step'"):
+        model.supervisor(is_chief=False)
+    with pytest.raises(dt.errors.InvalidArgumentError, match="replica_device_setter"):
+        Supervisor(graph=Model().graph, is_chief=False)
+    Model().supervisor(is_chief=True)                              # the chief may leave them unpinned
+    Model(device="/job:ps/task:0").supervisor(is_chief=False)      # pinned: fine
+
+
+async def test_a_global_step_of_shape_one_numbers_the_supervisors_checkpoints(server, tmp_path):
+    # TF's Supervisor takes the GLOBAL_STEP collection's first ("an integer Tensor of
+    # size 1"); the checkpoints are named by its value
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable(W_INIT, name="w")
+        gs = dt.Variable(np.array([0], np.int64), trainable=False, name="global_step",
+                         collections=[dt.GraphKeys.GLOBAL_VARIABLES, dt.GraphKeys.GLOBAL_STEP])
+        train = dt.group(GradientDescentOptimizer(0.1).minimize(dt.reduce_sum(dt.square(w))),
+                         gs.assign_add(np.array([1], np.int64)))
+    sv = Supervisor(graph=g, logdir=str(tmp_path), save_model_secs=3600)
+    assert sv.global_step is gs
+    async with asyncio.timeout(BOUND_S):
+        async with sv.managed_session(server.target) as sess:
+            for _ in range(2):
+                await sess.run(train)
+    assert latest_checkpoint(str(tmp_path)) == os.path.join(str(tmp_path), "model.ckpt-2")
+    np.testing.assert_array_equal(
+        checkpoint.read_checkpoint(latest_checkpoint(str(tmp_path)))["global_step"], [2])

@@ -236,6 +236,59 @@ async def test_an_aborted_take_is_released_and_leaves_the_gradients_to_the_next_
             np.testing.assert_allclose(out, [2.0, 2.0])
 
 
+async def test_closing_a_session_fails_its_waiting_dequeue_and_frees_its_place():
+    # a step blocked in a QueueDequeue (on the ps, fetched through a worker) when its
+    # session closes fails with UnavailableError saying so, and its waiter is gone:
+    # a token enqueued later stays in the queue for the next dequeue
+    from distrib.train.sync_replicas import TokenQueue
+    async with cluster(1) as spec:
+        g = dt.Graph()
+        with g.as_default():
+            with dt.device("/job:ps/task:0"):
+                q = TokenQueue(get_or_create_global_step())
+                token, size = q.dequeue(), q.size()
+                put = q.enqueue_many(dt.constant(np.array([7], np.int64)))
+            with dt.device("/job:worker/task:0"):
+                doubled = token * 2
+        sess = dt.Session(f"distrib://{spec['worker'][0]}", graph=g)
+        waiting = asyncio.create_task(sess.run(doubled))
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "the dequeue must wait: the queue is empty"
+        await asyncio.wait_for(sess.close(), GUARD)
+        with pytest.raises(dt.errors.UnavailableError, match="closed while the step waited"):
+            await asyncio.wait_for(waiting, 10)
+        async with dt.Session(f"distrib://{spec['worker'][0]}", graph=g) as again:
+            await again.run(put)
+            assert await again.run(size) == 1   # the closed step's waiter did not take it
+            assert await asyncio.wait_for(again.run(doubled), GUARD) == 14
+
+
+async def test_closing_a_session_fails_its_waiting_take_on_a_server_thread(server):
+    # the same for an AccumulatorTakeGradient on a blocking dt.Server (its own loop
+    # thread, reached over a connection): the error names the close, not the channel
+    from distrib.train.sync_replicas import _Accumulator
+    g = dt.Graph()
+    with g.as_default():
+        v = dt.Variable(np.zeros(2, np.float32), name="v")
+        acc = _Accumulator(v, dt.float32, [2])
+        grad = dt.placeholder(dt.float32, [2], name="grad")
+        apply = acc.apply_grad(grad, dt.constant(np.int64(0)))
+        take, count = acc.take_grad(2), acc.num_accumulated()
+    sess = dt.Session(server.target, graph=g)
+    waiting = asyncio.create_task(sess.run(take))
+    await asyncio.sleep(0.3)
+    assert not waiting.done(), "the take must wait: no gradient was applied"
+    await asyncio.wait_for(sess.close(), GUARD)
+    with pytest.raises(dt.errors.UnavailableError,
+                       match="AccumulatorTakeGradient.*closed while the step waited"):
+        await asyncio.wait_for(waiting, 10)
+    async with dt.Session(server.target, graph=g) as again:
+        await again.run(apply, {grad: np.ones(2, np.float32)})
+        await again.run(apply, {grad: 3 * np.ones(2, np.float32)})
+        assert await again.run(count) == 2   # the closed step's take did not swallow them
+        np.testing.assert_allclose(await asyncio.wait_for(again.run(take), GUARD), [2.0, 2.0])
+
+
 def test_argument_checks_follow_tf():
     g = dt.Graph()
     with g.as_default():

@@ -34,11 +34,15 @@ from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, O
 from distrib.runtime.actors import ActorRef, ActorSystem, caller_key, session_gc_s
 from distrib.runtime.kernel_pool import spin_until
 from distrib.runtime.plan import Partition, partition, place, prune, tensor_op
+from distrib.runtime.resources import SESSION_CLOSED
 from distrib.runtime.worker import RESTARTED, UNREGISTERED
 
 logger = logging.getLogger(__name__)
 
 _WAIT_LOG_S = 1.0  # a task slower than this to answer is named in a warning
+# how long closing a session waits for its aborted steps to end (a client's
+# close_session call gives up after 5 s)
+_CLOSE_WAIT_S = 2.0
 
 
 @dataclass
@@ -65,6 +69,12 @@ class _SessionState:
     plans: dict[tuple, _StepPlan] = field(default_factory=dict)
     owner: tuple[str, int] | None = None        # the remote client that opened it
     collect: asyncio.TimerHandle | None = None  # set while that client is gone
+    # steps in flight (step id -> their tasks) and runs in flight, so that
+    # closing the session ends them instead of leaving them waiting forever
+    steps: dict[int, list[str]] = field(default_factory=dict)
+    runs: int = 0
+    closed: bool = False
+    drained: asyncio.Event | None = None
 
 
 @dataclass
@@ -95,6 +105,15 @@ class MasterService:
 
     def reset_stats(self) -> None:
         self.counters = _zero_counters()
+
+    def cluster_info(self) -> dict[str, Any]:
+        """This task's name and its cluster ({job: {index: address}}): what a
+        Supervisor on this task needs to find the chief's arbiter and the ps
+        tasks."""
+        return {"task": self.task,
+                "cluster": {j: {str(i): self.address_of(f"/job:{j}/task:{i}")
+                                for i in self.cluster.task_indices(j)}
+                            for j in self.cluster.jobs}}
 
     # -- addresses -------------------------------------------------------------
     def address_of(self, task: str) -> str:
@@ -148,6 +167,7 @@ class MasterService:
             return False
         if s.collect is not None:
             s.collect.cancel()
+        await self._end_steps(s)
         for task, st in list(self._tasks.items()):
             keys = [k for k in st.registered if k.startswith(handle)]
             if not keys:
@@ -158,6 +178,25 @@ class MasterService:
             except OpError as e:
                 logger.debug("could not deregister on %s: %s", task, e)
         return True
+
+    async def _end_steps(self, s: _SessionState) -> None:
+        """Abort the steps of a closing session (a step blocked in a queue or
+        accumulator wait would otherwise wait forever, and take the next token
+        or gradient sum with it), then wait a little for their runs to end, so
+        that each run's error reaches its caller before the close returns."""
+        s.closed = True
+        if s.runs == 0:
+            return
+        wire = errors.to_wire(UnavailableError(
+            f"{SESSION_CLOSED} (session {s.handle})", task=self.task))
+        await asyncio.gather(*(self._tell_abort(t, step, wire)
+                               for step, tasks in list(s.steps.items()) for t in tasks))
+        s.drained = asyncio.Event()
+        try:
+            await asyncio.wait_for(s.drained.wait(), _CLOSE_WAIT_S)
+        except asyncio.TimeoutError:
+            logger.warning("%s: %d step(s) of closed session %s still running after %gs",
+                           self.task, s.runs, s.handle, _CLOSE_WAIT_S)
 
     def _session(self, handle: str) -> _SessionState:
         if not isinstance(handle, str):
@@ -209,6 +248,23 @@ class MasterService:
         c = self.counters
         c["steps"] += 1
         c["feed_bytes"] += sum(getattr(v, "nbytes", 0) for v in feeds.values())
+        s.runs += 1
+        try:
+            return await self._run_attempts(s, plan, feeds, opts)
+        except OpError as e:
+            if not s.closed or isinstance(e, UnavailableError):
+                raise
+            # whatever the step saw first (an aborted receive, say), the cause is the close
+            raise UnavailableError(f"{SESSION_CLOSED}: {e.message}", task=e.task,
+                                   op=e.op) from None
+        finally:
+            s.runs -= 1
+            if s.runs == 0 and s.drained is not None:
+                s.drained.set()
+
+    async def _run_attempts(self, s: _SessionState, plan: _StepPlan, feeds: dict[str, Any],
+                            opts: dict[str, Any]) -> list[Any]:
+        c = self.counters
         for attempt in range(2):
             try:
                 out = await self._run_step(s, plan, feeds, opts)
@@ -301,7 +357,19 @@ class MasterService:
             # a step for the 30-60 s defaults of get_status/register_partition
             incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout) for t in tasks))
             incarnations = dict(zip(tasks, incs))
+        if s.closed:   # closed while this step was being prepared: nobody would end it
+            raise UnavailableError(f"{SESSION_CLOSED} (session {s.handle})", task=self.task)
         step = random.getrandbits(62)
+        s.steps[step] = tasks
+        try:
+            return await self._dispatch(plan, feeds, step, incarnations, timeout, term)
+        finally:
+            s.steps.pop(step, None)
+
+    async def _dispatch(self, plan: _StepPlan, feeds: dict[str, Any], step: int,
+                        incarnations: dict[str, int], timeout: float | None,
+                        term: Any) -> list[Any]:
+        tasks = plan.tasks
         call_timeout = None if timeout is None else timeout + 5.0
         if len(tasks) == 1 and tasks[0] == self.task:
             # the common local step: no fan-out, no task, straight into the worker

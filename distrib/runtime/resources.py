@@ -13,6 +13,11 @@ enough gradients arrived, ``dequeue`` until a token is there) returns a
 future instead of blocking; waiters are served first come, first served, and
 a waiter whose future was cancelled (its step timed out or was aborted) is
 skipped, so it never swallows a gradient sum or a token.
+
+Closing a session aborts its steps (the master tells their tasks, as when a
+peer fails), with :data:`SESSION_CLOSED` in the reason: a waiting op then
+fails with ``UnavailableError`` saying so, not with the ``AbortedError`` of a
+failed peer, and its place in the queue is given up.
 """
 from __future__ import annotations
 
@@ -25,11 +30,16 @@ from typing import Any
 import numpy as np
 
 from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
-                            OutOfRangeError)
+                            OutOfRangeError, UnavailableError)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ConditionalAccumulator", "FIFOQueue", "ResourceStore", "run_resource_op"]
+__all__ = ["ConditionalAccumulator", "FIFOQueue", "ResourceStore", "run_resource_op",
+           "SESSION_CLOSED"]
+
+# The reason a master gives when it aborts the steps of a session being closed
+# (runtime.master); a waiting op that sees it in its abort names the close.
+SESSION_CLOSED = "the session was closed while the step waited"
 
 # a waiting op (take_grad, dequeue) without a deadline says so in the log this often
 _WAIT_WARN_S = 30.0
@@ -256,6 +266,10 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str, channel: A
                 return [fut.result()]
             if abort is not None and abort in done:
                 cause = abort.exception()
+                if SESSION_CLOSED in str(cause):
+                    raise UnavailableError(
+                        f"{node['op']} stopped waiting for {what}: {SESSION_CLOSED}; open a "
+                        "new session to run more steps", task=task or None, op=node["name"])
                 raise AbortedError(f"{node['op']} stopped waiting for {what}: {cause}",
                                    task=task or None, op=node["name"])
             if deadline is not None and time.monotonic() >= deadline:

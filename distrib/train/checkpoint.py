@@ -374,13 +374,19 @@ def update_checkpoint_state(save_dir: str, model_checkpoint_path: str,
     ``model_checkpoint_path`` is appended to ``all_model_checkpoint_paths``
     when it is not already last (TF's rule).
     """
+    state_path = os.path.join(save_dir, latest_filename or STATE_FILENAME)
+    if os.path.abspath(state_path) == os.path.abspath(model_checkpoint_path):
+        # the state file would replace the checkpoint it names (TF refuses this too)
+        raise InvalidArgumentError(
+            f"Save path {model_checkpoint_path!r} conflicts with the path used for the "
+            f"checkpoint state; name the checkpoint otherwise than {os.path.basename(state_path)!r}")
     all_paths = list(all_model_checkpoint_paths or [])
     if not all_paths or all_paths[-1] != model_checkpoint_path:
         all_paths.append(model_checkpoint_path)
     lines = [f"model_checkpoint_path: {json.dumps(_relative_to(save_dir, model_checkpoint_path))}"]
     lines += [f"all_model_checkpoint_paths: {json.dumps(_relative_to(save_dir, p))}" for p in all_paths]
     text = ("\n".join(lines) + "\n").encode("utf-8")
-    _atomic_write(os.path.join(save_dir, latest_filename or STATE_FILENAME), lambda f: f.write(text))
+    _atomic_write(state_path, lambda f: f.write(text))
 
 
 def _parse_state(text: str) -> CheckpointState:

@@ -21,7 +21,7 @@ from distrib.train.optimizers import OptimizerArgumentError
 logger = logging.getLogger(__name__)
 
 __all__ = ["get_global_step", "create_global_step", "get_or_create_global_step",
-           "GLOBAL_STEP_NAME"]
+           "find_global_step", "GLOBAL_STEP_NAME"]
 
 GLOBAL_STEP_NAME = "global_step"
 
@@ -53,6 +53,28 @@ def get_global_step(graph: Graph | None = None) -> Any:
     return step
 
 
+def find_global_step(graph: Graph | None = None) -> Any:
+    """The global step as TF's Supervisor finds it, or None: the first of the
+    ``GLOBAL_STEP`` collection, else ``global_step`` by name when it is an
+    integer. Unlike :func:`get_global_step` it does not insist on a scalar: TF's
+    Supervisor counts with a global step of shape ``[1]`` too (Saver names the
+    checkpoints by its one value)."""
+    graph = _graph(graph)
+    found = graph.get_collection(GraphKeys.GLOBAL_STEP)
+    if len(found) > 1:
+        logger.info("%d tensors in the global_step collection; using the first, %s",
+                    len(found), getattr(found[0], "name", found[0]))
+    step = found[0] if found else _by_name(graph)
+    if step is None:
+        return None
+    dtype = getattr(step, "dtype", None)
+    if dtype is None or not dtype.is_integer:
+        logger.warning("found global step %s, but it is not an integer (%s); not counting with it",
+                       getattr(step, "name", step), getattr(dtype, "name", dtype))
+        return None
+    return step
+
+
 def _by_name(graph: Graph) -> Any:
     # the TF1 idiom Variable(0, name="global_step", trainable=False) puts it in
     # no GLOBAL_STEP collection: the variable itself, so optimizers can count
@@ -71,8 +93,12 @@ def _assert_integer(step: Any) -> None:
     if dtype is None or not dtype.is_integer:
         raise TypeError(f"Existing {getattr(step, 'name', step)} does not have integer type: "
                         f"{getattr(dtype, 'name', dtype)}; the global step must be an integer scalar")
-    if shape is not None and shape.rank not in (None, 0):
-        raise TypeError(f"Existing {step.name} is not a scalar: {shape}")
+    # TF's rule, shape [1] included: get_global_step wants a scalar, although
+    # Saver.save and the Supervisor count with a one-element step too
+    if shape is not None and shape.rank not in (None, 0) and shape.is_fully_defined():
+        raise TypeError(f"Existing {step.name} is not a scalar: {shape}; the global step of "
+                        "get_global_step() must be an integer scalar (TF's rule). Pass a step "
+                        "of shape [1] to Saver.save / Supervisor(global_step=...) directly")
 
 
 def create_global_step(graph: Graph | None = None) -> Variable:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from distrib.errors import InvalidArgumentError
-from distrib.framework.graph import GraphKeys, Operation, Tensor
+from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, trainable_variables
 
@@ -148,10 +148,17 @@ class Optimizer:
         return sorted(self._slots)
 
     def variables(self) -> list[Variable]:
-        """Every variable this optimizer created (slots and non-slot variables), sorted by name."""
+        """The variables this optimizer created in the current default graph (slots and
+        non-slot variables such as Adam's ``beta1_power``), sorted by name.
+
+        As in TF: one optimizer may have been applied in several graphs (one per
+        replica, say), and a variable of another graph cannot be run, saved or
+        initialized with this graph's session.
+        """
+        graph = get_default_graph()
         found = [v for slots in self._slots.values() for v in slots.values()]
         found += list(self._non_slot_dict.values())
-        return sorted(found, key=lambda v: v.name)
+        return sorted((v for v in found if v.graph is graph), key=lambda v: v.name)
 
     # -- the pieces subclasses fill in ------------------------------------------------
     def _create_slots(self, var_list: list[Variable]) -> None:

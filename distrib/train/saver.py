@@ -44,7 +44,12 @@ from distrib.train.checkpoint import latest_checkpoint
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Saver", "latest_checkpoint"]
+__all__ = ["Saver", "SaverArgumentError", "latest_checkpoint"]
+
+
+class SaverArgumentError(InvalidArgumentError, ValueError):
+    """A bad argument to ``Saver`` or ``Saver.save``. It is also a ``ValueError``,
+    which is what TF1 raises, so ported ``except ValueError`` code keeps working."""
 
 
 def _var_name(var: Any) -> str:
@@ -66,14 +71,24 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
         for var in var_list:
             name = _var_name(var)
             if name in named:
-                raise InvalidArgumentError(f"Saver: at least two variables have the same name: {name}")
+                raise SaverArgumentError(f"Saver: at least two variables have the same name: {name}")
             named[name] = var
-    for name, var in named.items():
+    first_name: dict[str, str] = {}   # shared name -> the first checkpoint name it was given
+    for name, var in sorted(named.items(), key=lambda item: str(item[0])):
         if not isinstance(var, Variable):
             raise InvalidArgumentError(f"Saver: {name!r} maps to {var!r}, not a dt.Variable")
+        # one variable under two names would be restored twice from two different
+        # tensors, and the later assign silently wins (TF refuses it too)
+        earlier = first_name.setdefault(var.shared_name, name)
+        if earlier != name:
+            raise SaverArgumentError(
+                f"Saver: the same saveable will be restored with two names: variable "
+                f"{var.op.name!r} is specified more than once in var_list (as {earlier!r} and "
+                f"{name!r}); give each variable one checkpoint name")
     if not named and not allow_empty:
-        raise InvalidArgumentError("Saver: no variables to save; create variables before the "
-                                   "Saver, or pass var_list")
+        raise SaverArgumentError("Saver: no variables to save; create variables before the "
+                                 "Saver, pass var_list, or pass allow_empty=True for a Saver "
+                                 "that saves nothing")
     return named
 
 
@@ -168,17 +183,29 @@ class Saver:
     async def save(self, sess: Any, save_path: str, global_step: Any = None,
                    latest_filename: str | None = None, meta_graph_suffix: str = "meta",
                    write_meta_graph: bool = True, write_state: bool = True,
-                   strip_default_attrs: bool = False, save_debug_info: bool = False) -> str:
+                   strip_default_attrs: bool = False, save_debug_info: bool = False) -> str | None:
         """Write the variables to ``save_path`` (``save_path-<step>`` with ``global_step``).
 
-        ``global_step`` is an int or a variable/tensor whose value is fetched
-        with the variables. Returns the path written.
+        ``global_step`` is an int or a variable/tensor (a scalar or of shape
+        ``[1]``, as TF allows) whose value is fetched with the variables.
+        Returns the path written, or None for an empty Saver
+        (``allow_empty=True`` and no variables), which writes nothing (TF).
         """
-        if not self._named:
-            raise InvalidArgumentError("this Saver has no variables to save")
         if latest_filename is not None and os.path.basename(latest_filename) != latest_filename:
-            raise InvalidArgumentError(f"latest_filename {latest_filename!r} must be a file name, "
-                                       "not a path: the state file lives beside the checkpoints")
+            raise SaverArgumentError(f"latest_filename {latest_filename!r} must be a file name, "
+                                     "not a path: the state file lives beside the checkpoints")
+        state_name = latest_filename or checkpoint.STATE_FILENAME
+        if global_step is None and os.path.basename(os.fspath(save_path)) == state_name:
+            # the checkpoint would be written over the state file (and the state
+            # file then over the checkpoint): TF refuses this name, so do we
+            raise SaverArgumentError(
+                f"'latest_filename' collides with 'save_path': {state_name!r} and "
+                f"{os.fspath(save_path)!r}; the state file {state_name!r} lives beside the "
+                "checkpoints, so name the checkpoint otherwise (e.g. 'dir/model')")
+        if not self._named:
+            logger.debug("Saver has no variables (allow_empty=True): nothing saved to %s",
+                         save_path)
+            return None
         # One save at a time, from its fetch to its state file (a user's beside
         # the Supervisor's periodic one, maybe from another thread's loop):
         # otherwise two rotations interleave, and the state file may name an
@@ -214,12 +241,12 @@ class Saver:
 
     async def _fetch(self, sess: Any, global_step: Any) -> tuple[dict[str, np.ndarray], int | None]:
         reads = {name: var.value() for name, var in self._named.items()}
-        if global_step is None or isinstance(global_step, (int, np.integer)):
+        if global_step is None or isinstance(global_step, (int, np.integer, np.ndarray)):
             values = await _run(sess, reads)
-            step = None if global_step is None else int(global_step)
+            step = None if global_step is None else _step_number(global_step, global_step)
         else:
             values, step = await _run(sess, [reads, global_step])
-            step = int(np.asarray(step))
+            step = _step_number(step, global_step)
         # a fetched string tensor comes back as str or fixed-width unicode:
         # stored as the variable's own (string) dtype, it restores into it
         for name, var in self._named.items():
@@ -252,13 +279,14 @@ class Saver:
         """Set every variable to its value in the checkpoint ``save_path``.
 
         A missing file or variable is a ``NotFoundError`` naming it; a
-        corrupted file is a ``DataLossError`` naming the file.
+        corrupted file is a ``DataLossError`` naming the file. An empty Saver
+        (``allow_empty=True``, no variables) does nothing.
         """
-        if save_path is None:
-            raise InvalidArgumentError("Can't load save_path when it is None; pass a checkpoint "
-                                       "path (dt.train.latest_checkpoint(folder) finds the newest)")
         if not self._named:
-            raise InvalidArgumentError("this Saver has no variables to restore")
+            return   # an empty Saver (allow_empty=True) restores nothing, as in TF
+        if save_path is None:
+            raise SaverArgumentError("Can't load save_path when it is None; pass a checkpoint "
+                                     "path (dt.train.latest_checkpoint(folder) finds the newest)")
         self.build()
         assert self._restorer is not None
         values = await asyncio.to_thread(self._read, os.fspath(save_path))
@@ -279,7 +307,7 @@ class Saver:
 
     # -- blocking twins --------------------------------------------------------------------
     def save_sync(self, sess: Any, save_path: str, global_step: Any = None,
-                  latest_filename: str | None = None, write_state: bool = True) -> str:
+                  latest_filename: str | None = None, write_state: bool = True) -> str | None:
         """``save`` for blocking code (e.g. with a ``SyncSession``)."""
         return _run_blocking(self.save(sess, save_path, global_step=global_step,
                                        latest_filename=latest_filename, write_state=write_state))
@@ -290,6 +318,17 @@ class Saver:
 
     def __repr__(self) -> str:
         return f"<dt.train.Saver {len(self._named)} variables, keeping {self.last_checkpoints}>"
+
+
+def _step_number(value: Any, what: Any) -> int:
+    """The global step as an int: TF takes ``int(sess.run(step))``, so a scalar
+    or a one-element tensor (a global step of shape ``[1]``) both count."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "biuf":
+        raise SaverArgumentError(
+            f"global_step {getattr(what, 'name', what)!r} has value {value!r}; it must be one "
+            "integer (a scalar or a one-element tensor, e.g. dt.train.get_or_create_global_step())")
+    return int(array.reshape(-1)[0])
 
 
 def _file_error(exc: OSError, save_path: Any) -> Exception:

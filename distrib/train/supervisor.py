@@ -22,6 +22,10 @@ or crashes in Python loses nothing. An exception raised inside the block
 requests a stop and is re-raised after that final save; ``OutOfRangeError``
 (input exhausted) just stops, as in TF.
 
+Master ``""`` is TF's in-process session: a local server the Supervisor starts
+on first use and stops in ``stop()`` (so at the end of a managed session).
+As in TF, a non-chief refuses variables with no device (replicas would not share them).
+
 The chief's steps are small methods (``_prepare_chief``, ``_restore_latest``,
 ``_initialize``, ``_start_checkpoint_service``) so that chief election and
 restart can reuse them. Summaries are not implemented: the summary arguments
@@ -42,18 +46,25 @@ import numpy as np
 
 from distrib.client.session import ConfigProto, Session
 from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
-                            FailedPreconditionError, OpError, OutOfRangeError,
-                            UnavailableError)
+                            FailedPreconditionError, InvalidArgumentError, OpError,
+                            OutOfRangeError, UnavailableError)
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
 from distrib.ops.variables import (Variable, global_variables_initializer, is_variable_initialized,
                                    local_variables_initializer)
+from distrib.server.server_lib import Server
 from distrib.train import checkpoint
-from distrib.train.global_step import get_global_step
+from distrib.train.global_step import find_global_step
 from distrib.train.saver import Saver
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Supervisor"]
+__all__ = ["Supervisor", "SupervisorSetupError"]
+
+
+class SupervisorSetupError(InvalidArgumentError, ValueError):
+    """A Supervisor built over a graph it cannot supervise. It is also a
+    ``ValueError``, which is what TF1 raises, so ported code keeps working."""
+
 
 # Errors a non-chief keeps waiting through: the ps or the chief may still be starting.
 _TRANSIENT = (UnavailableError, AbortedError, DeadlineExceededError)
@@ -127,6 +138,7 @@ class Supervisor:
             self._init_init_op(init_op, local_init_op)
             self._init_saver(saver)
             self._init_global_step(global_step)
+        self._verify_setup()
         # As in TF: every op the supervisor needs exists now; later additions are bugs.
         self._graph.finalize()
         self._stop_requested = False
@@ -137,6 +149,9 @@ class Supervisor:
         self._runner_tasks: list[asyncio.Task] = []
         self._save_lock: asyncio.Lock | None = None
         self._sess: Any = None
+        # the in-process server of master "" and the sessions opened on it (see _target)
+        self._local_server: Server | None = None
+        self._local_sessions: list[Session] = []
 
     # -- construction ----------------------------------------------------------------
     def _init_ready_ops(self, ready_op: Any, ready_for_local_init_op: Any) -> None:
@@ -176,13 +191,27 @@ class Supervisor:
         self._saver = saver
 
     def _init_global_step(self, global_step: Any) -> None:
+        # TF's Supervisor: the GLOBAL_STEP collection's first, else an integer
+        # "global_step"; a step of shape [1] counts as well as a scalar
         if global_step is Supervisor.USE_DEFAULT:
-            try:
-                global_step = get_global_step(self._graph)
-            except (TypeError, ValueError) as exc:
-                logger.warning("Supervisor: no usable global step (%s)", exc)
-                global_step = None
+            global_step = find_global_step(self._graph)
         self._global_step = global_step
+
+    def _verify_setup(self) -> None:
+        """TF's check: a non-chief means replicas, and replicas share a variable only
+        when it is pinned to a task (a ps); an unpinned one would be placed on
+        each replica's own task, a private copy that silently never syncs."""
+        if self._is_chief:
+            return
+        unpinned = list(dict.fromkeys(
+            op.attrs.get("var") or op.name for op in self._graph.get_operations()
+            if op.type == "VariableV2" and not op.device))
+        if unpinned:
+            raise SupervisorSetupError(
+                f"When using replicas (is_chief=False), all variables must have their device "
+                f"set; these have none: {unpinned}. Build them under "
+                "dt.device(dt.train.replica_device_setter(cluster=...)) or dt.device("
+                "'/job:ps/task:0') so that every replica shares them")
 
     # -- properties ------------------------------------------------------------------
     is_chief = property(lambda self: self._is_chief)
@@ -205,10 +234,15 @@ class Supervisor:
                               start_standard_services: bool = True,
                               close_summary_writer: bool = True,
                               max_wait_secs: float = 7200) -> AsyncIterator[Session]:
-        """``async with sv.managed_session(target) as sess:`` (see the module header)."""
-        sess = await self.prepare_or_wait_for_session(
-            master, config, max_wait_secs=max_wait_secs,
-            start_standard_services=start_standard_services)
+        """``async with sv.managed_session(target) as sess:`` (see the module header);
+        ``master=""`` runs on an in-process server that ends with the block."""
+        try:
+            sess = await self.prepare_or_wait_for_session(
+                master, config, max_wait_secs=max_wait_secs,
+                start_standard_services=start_standard_services)
+        except BaseException:
+            await self._stop_local_server()   # nothing else would stop the one it started
+            raise
         try:
             yield sess
         except Exception as exc:  # recorded, then re-raised by stop() after the final save
@@ -223,9 +257,15 @@ class Supervisor:
                                           wait_for_checkpoint: bool = False,
                                           max_wait_secs: float = 7200,
                                           start_standard_services: bool = True) -> Session:
-        """An open Session on ``master``: the chief initializes or restores, others wait."""
+        """An open Session on ``master``: the chief initializes or restores, others wait.
+
+        ``master=""`` is TF's in-process session: a local server started now (once
+        per Supervisor) and stopped, with this session, by :meth:`stop`."""
         self._clear_stop()
-        sess = Session(master, graph=self._graph, config=config)
+        target = await self._target(master)
+        sess = Session(target, graph=self._graph, config=config)
+        if self._local_server is not None and target == self._local_server.target:
+            self._local_sessions.append(sess)
         await sess.__aenter__()
         try:
             if self._is_chief:
@@ -239,6 +279,29 @@ class Supervisor:
         if self._is_chief and start_standard_services:
             self.start_standard_services(sess)
         return sess
+
+    async def _target(self, master: str | None) -> str:
+        """``master``, or for "" (TF: an in-process session) the target of this
+        Supervisor's local server, started on first use."""
+        if master:
+            return master
+        if self._local_server is None:
+            # it starts on a loop thread of its own and blocks until it serves:
+            # not on this loop, whose other tasks must go on meanwhile
+            self._local_server = await asyncio.to_thread(Server.create_local_server)
+            logger.info("master '': started an in-process server at %s (stopped by "
+                        "Supervisor.stop)", self._local_server.target)
+        return self._local_server.target
+
+    async def _stop_local_server(self) -> None:
+        """Close the sessions on the in-process server of master "" and stop it."""
+        server, self._local_server = self._local_server, None
+        sessions, self._local_sessions = self._local_sessions, []
+        for sess in sessions:
+            await _close_quietly(sess)
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+            logger.info("stopped the in-process server of master ''")
 
     # -- the chief ------------------------------------------------------------------------
     async def _prepare_chief(self, sess: Session, wait_for_checkpoint: bool,
@@ -479,10 +542,14 @@ class Supervisor:
 
     async def stop(self, threads: Any = None, close_summary_writer: bool = True,
                    ignore_live_threads: bool = False) -> None:
-        """Stop the services, let the chief save a last checkpoint, and re-raise a recorded error."""
+        """Stop the services, let the chief save a last checkpoint, end the in-process
+        server of master "" (if any), and re-raise a recorded error."""
         self.request_stop()
-        await self._stop_services()
-        await self._final_save()
+        try:
+            await self._stop_services()
+            await self._final_save()
+        finally:
+            await self._stop_local_server()
         exc, self._stop_exception = self._stop_exception, None
         if exc is not None:
             raise exc
