@@ -40,6 +40,7 @@ from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, global_variables, is_variable_initialized
 from distrib.train.optimizers import (GradsAndVars, Optimizer, OptimizerArgumentError,
                                       _checked_pairs, _gradient_tensor)
+from distrib.train.session_run_hooks import SessionRunHook
 
 logger = logging.getLogger(__name__)
 
@@ -333,8 +334,53 @@ class SyncReplicasOptimizer(Optimizer):
         self._check_applied("num_accumulated")
         return [acc.num_accumulated() for acc in self._accumulators]
 
-    def make_session_run_hook(self, is_chief: bool, num_tokens: int = -1) -> Any:
-        raise NotImplementedError(
-            "session run hooks are not implemented in distrib; with a Supervisor, run "
-            "chief_init_op and get_init_tokens_op() on the chief and start "
-            "get_chief_queue_runner().run(sess, sv.should_stop) beside the training loop")
+    def make_session_run_hook(self, is_chief: bool, num_tokens: int = -1) -> SessionRunHook:
+        """A hook for ``MonitoredTrainingSession`` that sets up sync training (TF1's).
+
+        After each session is created: every replica runs its local init (the
+        chief ``chief_init_op``, the others ``local_step_init_op``) once the
+        global variables are ready; the chief then enqueues ``num_tokens``
+        initial tokens (see :meth:`get_init_tokens_op`) and starts the chief
+        queue runner, which stops when the session closes."""
+        return _SyncReplicasOptimizerHook(self, is_chief, num_tokens)
+
+
+class _SyncReplicasOptimizerHook(SessionRunHook):
+    """What ``make_session_run_hook`` returns (see there)."""
+
+    def __init__(self, sync_optimizer: SyncReplicasOptimizer, is_chief: bool,
+                 num_tokens: int) -> None:
+        self._opt = sync_optimizer
+        self._is_chief = bool(is_chief)
+        self._num_tokens = num_tokens
+        self._local_init_op: Any = None
+        self._init_tokens_op: Operation | None = None
+        self._runner: ChiefQueueRunner | None = None
+
+    def begin(self) -> None:
+        opt = self._opt
+        if opt._chief_queue_runner is None:
+            raise OptimizerArgumentError("SyncReplicasOptimizer.apply_gradients should be "
+                                         "called before using the hook")
+        if self._is_chief:
+            self._local_init_op = opt.chief_init_op
+            self._runner = opt.get_chief_queue_runner()
+            # built here: the monitored session finalizes the graph after begin()
+            self._init_tokens_op = opt.get_init_tokens_op(self._num_tokens)
+        else:
+            self._local_init_op = opt.local_step_init_op
+
+    async def after_create_session(self, session: Any, coord: Any) -> None:
+        flags = self._opt.ready_for_local_init_op or []
+        if flags:
+            values = await _run(session, flags)
+            missing = [t.op.get_attr("var") for t, ok in zip(flags, values) if not bool(ok)]
+            if missing:
+                raise RuntimeError("Init operations did not make model ready for "
+                                   f"SyncReplicasOptimizer local_init: uninitialized {missing}")
+        await _run(session, self._local_init_op)
+        if self._init_tokens_op is not None:
+            await _run(session, self._init_tokens_op)
+        if self._runner is not None:
+            task = self._runner.start(session, coord.should_stop)
+            coord.register_thread(task)
