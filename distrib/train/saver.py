@@ -92,9 +92,11 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
     return named
 
 
-async def _run(sess: Any, fetches: Any, feed_dict: dict | None = None) -> Any:
+async def _run(sess: Any, fetches: Any, feed_dict: dict | None = None,
+               options: dict | None = None) -> Any:
     """``sess.run`` of an async Session (awaited) or a SyncSession (already a value)."""
-    result = sess.run(fetches, feed_dict=feed_dict)
+    result = (sess.run(fetches, feed_dict=feed_dict) if options is None
+              else sess.run(fetches, feed_dict=feed_dict, options=options))
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -275,12 +277,14 @@ class Saver:
         return path
 
     # -- restore ------------------------------------------------------------------------
-    async def restore(self, sess: Any, save_path: str | None) -> None:
+    async def restore(self, sess: Any, save_path: str | None,
+                      options: dict | None = None) -> None:
         """Set every variable to its value in the checkpoint ``save_path``.
 
         A missing file or variable is a ``NotFoundError`` naming it; a
         corrupted file is a ``DataLossError`` naming the file. An empty Saver
-        (``allow_empty=True``, no variables) does nothing.
+        (``allow_empty=True``, no variables) does nothing. ``options``: the
+        run's options (a chief's restore carries its ``fencing_term``).
         """
         if not self._named:
             return   # an empty Saver (allow_empty=True) restores nothing, as in TF
@@ -290,7 +294,8 @@ class Saver:
         self.build()
         assert self._restorer is not None
         values = await asyncio.to_thread(self._read, os.fspath(save_path))
-        await _run(sess, self._restorer.op, feed_dict=self._restorer.feeds(values))
+        await _run(sess, self._restorer.op, feed_dict=self._restorer.feeds(values),
+                   options=options)
         logger.info("restored %d variables from %s", len(values), save_path)
 
     def _read(self, path: str) -> dict[str, np.ndarray]:

@@ -42,18 +42,20 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import numpy as np
 
 from distrib.client.session import ConfigProto, Session
 from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
                             FailedPreconditionError, InvalidArgumentError, OpError,
                             OutOfRangeError, UnavailableError)
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
-from distrib.ops.variables import (Variable, global_variables_initializer, is_variable_initialized,
-                                   local_variables_initializer)
+from distrib.ops.variables import (global_variables_initializer, local_variables_initializer)
 from distrib.server.server_lib import Server
 from distrib.train import checkpoint
+from distrib.runtime.fencing import FENCED
+from distrib.train.checkpoint_fence import fence_directory
+from distrib.train.chief_role import ChiefRole
 from distrib.train.global_step import find_global_step
+from distrib.train.readiness import ReadyCheck, close_quietly, run_fetches
 from distrib.train.saver import Saver
 
 logger = logging.getLogger(__name__)
@@ -68,44 +70,6 @@ class SupervisorSetupError(InvalidArgumentError, ValueError):
 
 # Errors a non-chief keeps waiting through: the ps or the chief may still be starting.
 _TRANSIENT = (UnavailableError, AbortedError, DeadlineExceededError)
-
-
-class _ReadyCheck:
-    """Whether a set of variables is initialized: one ``IsVariableInitialized`` per variable.
-
-    TF1's default ready op is ``report_uninitialized_variables()`` (a string
-    vector of names); a user-supplied op of that kind works here too (ready
-    when it returns an empty vector), as does a bool tensor (ready when all true).
-    """
-
-    def __init__(self, fetch: Any, names: Sequence[str] | None = None) -> None:
-        self.fetch = fetch
-        self._names = list(names) if names is not None else None
-
-    @classmethod
-    def of_variables(cls, graph: Graph, variables: Sequence[Variable]) -> _ReadyCheck:
-        with graph.as_default():
-            flags = [is_variable_initialized(v) for v in variables]
-        return cls(flags, [v.op.name for v in variables])
-
-    async def not_ready(self, sess: Any) -> list[str]:
-        """Names (or a description) of what is not ready; empty when ready."""
-        if self.fetch is None or (isinstance(self.fetch, list) and not self.fetch):
-            return []
-        value = await _run(sess, self.fetch)
-        if self._names is not None:
-            return [name for name, ok in zip(self._names, value) if not bool(ok)]
-        array = np.asarray(value)
-        if array.dtype.kind == "b":
-            return [] if bool(array.all()) else ["(ready_op returned False)"]
-        return [str(x) for x in array.reshape(-1)]
-
-
-async def _run(sess: Any, fetches: Any, feed_dict: dict | None = None) -> Any:
-    result = sess.run(fetches, feed_dict=feed_dict)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 class Supervisor:
@@ -124,7 +88,9 @@ class Supervisor:
                  session_manager: Any = None, summary_writer: Any = USE_DEFAULT,
                  init_fn: Any = None, local_init_run_options: Any = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
-        self._is_chief = bool(is_chief)
+        self._is_chief = bool(is_chief)   # the preferred chief (the role itself: _role)
+        self._role = ChiefRole(self._is_chief, on_change=self._role_changed)
+        self._services_wanted = False
         self._logdir = os.fspath(logdir) if logdir else None
         self._save_model_secs = save_model_secs
         self._recovery_wait_secs = recovery_wait_secs
@@ -159,13 +125,13 @@ class Supervisor:
         global_vars = graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
         all_vars = global_vars + graph.get_collection(GraphKeys.LOCAL_VARIABLES)
         if ready_op is Supervisor.USE_DEFAULT:
-            self._ready = _ReadyCheck.of_variables(graph, all_vars)
+            self._ready = ReadyCheck.of_variables(graph, all_vars)
         else:
-            self._ready = _ReadyCheck(ready_op)
+            self._ready = ReadyCheck(ready_op)
         if ready_for_local_init_op is Supervisor.USE_DEFAULT:
-            self._ready_for_local_init = _ReadyCheck.of_variables(graph, global_vars)
+            self._ready_for_local_init = ReadyCheck.of_variables(graph, global_vars)
         else:
-            self._ready_for_local_init = _ReadyCheck(ready_for_local_init_op)
+            self._ready_for_local_init = ReadyCheck(ready_for_local_init_op)
 
     def _init_init_op(self, init_op: Any, local_init_op: Any) -> None:
         graph = self._graph
@@ -214,7 +180,8 @@ class Supervisor:
                 "'/job:ps/task:0') so that every replica shares them")
 
     # -- properties ------------------------------------------------------------------
-    is_chief = property(lambda self: self._is_chief)
+    # live: in an elected cluster the role can move during training (train/chief_role.py)
+    is_chief = property(lambda self: self._role.is_chief)
     saver = property(lambda self: self._saver)
     global_step = property(lambda self: self._global_step)
     init_op = property(lambda self: self._init_op)
@@ -251,7 +218,7 @@ class Supervisor:
             try:
                 await self.stop(close_summary_writer=close_summary_writer)
             finally:
-                await _close_quietly(sess)
+                await close_quietly(sess)
 
     async def prepare_or_wait_for_session(self, master: str = "", config: ConfigProto | None = None,
                                           wait_for_checkpoint: bool = False,
@@ -268,17 +235,33 @@ class Supervisor:
             self._local_sessions.append(sess)
         await sess.__aenter__()
         try:
-            if self._is_chief:
+            if await self._role.start(target):
                 await self._prepare_chief(sess, wait_for_checkpoint, max_wait_secs)
             else:
                 await self._wait_until_ready(sess, max_wait_secs)
         except BaseException:
-            await _close_quietly(sess)
+            await close_quietly(sess)
+            await self._role.stop()
             raise
         self._sess = sess
-        if self._is_chief and start_standard_services:
+        self._services_wanted = start_standard_services
+        if self.is_chief and start_standard_services:
             self.start_standard_services(sess)
         return sess
+
+    async def _role_changed(self, chief: bool) -> None:
+        """The chief role moved: chief-only work moves with it. A new chief
+        takes over the periodic checkpoints (the variables on the ps are
+        live: it restores nothing); a former one stops writing at once."""
+        sess = self._sess
+        if chief:
+            if sess is not None and self._services_wanted and self._checkpoint_task is None \
+                    and not self._stop_requested:
+                self.start_standard_services(sess)
+            return
+        task, self._checkpoint_task = self._checkpoint_task, None
+        if task is not None:
+            task.cancel()
 
     async def _target(self, master: str | None) -> str:
         """``master``, or for "" (TF: an in-process session) the target of this
@@ -298,7 +281,7 @@ class Supervisor:
         server, self._local_server = self._local_server, None
         sessions, self._local_sessions = self._local_sessions, []
         for sess in sessions:
-            await _close_quietly(sess)
+            await close_quietly(sess)
         if server is not None:
             await asyncio.to_thread(server.stop)
             logger.info("stopped the in-process server of master ''")
@@ -307,6 +290,13 @@ class Supervisor:
     async def _prepare_chief(self, sess: Session, wait_for_checkpoint: bool,
                              max_wait_secs: float) -> None:
         await self._wait_for_tasks(sess, max_wait_secs)
+        if not await self._ready.not_ready(sess):
+            # the variables on the ps are live (a chief restarted, or elected, while
+            # they trained on): a checkpoint is older than they are, never restore it
+            logger.info("chief: the model's variables are initialized already; "
+                        "not restoring or initializing them")
+            await self._run_local_init(sess)
+            return
         restored = await self._restore_latest(sess)
         if restored is None and wait_for_checkpoint:
             restored = await self._wait_for_checkpoint(sess, max_wait_secs)
@@ -351,7 +341,7 @@ class Supervisor:
         """Restore the newest checkpoint that reads back intact; None if there is none."""
         for path in self._checkpoint_candidates():
             try:
-                await self._saver.restore(sess, path)
+                await self._saver.restore(sess, path, options=self._role.run_options())
             except DataLossError as exc:
                 logger.warning("checkpoint %s is unusable (%s); trying an older one", path, exc)
                 continue
@@ -380,7 +370,8 @@ class Supervisor:
 
     async def _initialize(self, sess: Session) -> None:
         if self._init_op is not None:
-            await _run(sess, self._init_op, feed_dict=self._init_feed_dict)
+            await run_fetches(sess, self._init_op, feed_dict=self._init_feed_dict,
+                              options=self._role.run_options())
         if self._init_fn is not None:
             result = self._init_fn(sess)
             if inspect.isawaitable(result):
@@ -389,7 +380,7 @@ class Supervisor:
 
     async def _run_local_init(self, sess: Session) -> None:
         if self._local_init_op is not None:
-            await _run(sess, self._local_init_op)
+            await run_fetches(sess, self._local_init_op)
 
     # -- non-chiefs ---------------------------------------------------------------------
     async def _wait_until_ready(self, sess: Session, max_wait_secs: float) -> None:
@@ -420,7 +411,7 @@ class Supervisor:
     # -- background services ----------------------------------------------------------
     def start_standard_services(self, sess: Session) -> list[asyncio.Task]:
         """Start the chief's periodic checkpoint task (when there is a saver and a logdir)."""
-        if not self._is_chief:
+        if not self.is_chief:
             raise FailedPreconditionError("only the chief runs the standard services")
         self._bind_loop()
         if self._saver is not None and self._save_path and self._save_model_secs:
@@ -435,8 +426,19 @@ class Supervisor:
         # Like TF's SVTimerCheckpointThread: save at once, then every save_model_secs.
         assert self._stop_event is not None
         while not self._stop_event.is_set():
+            if not self.is_chief:   # the role moved (or its lease ran out): stop saving
+                self._checkpoint_task = None
+                return
             try:
                 await self._save_checkpoint(sess)
+            except AbortedError as exc:
+                if FENCED not in exc.message:
+                    raise
+                # a newer chief saved here: this task lost the role while paused;
+                # it trains on as a non-chief instead of failing
+                logger.warning("no longer chief, checkpoints stop: %s", exc)
+                self._checkpoint_task = None
+                return
             except Exception as exc:  # a failed save stops training, as in TF
                 logger.error("periodic checkpoint failed: %s", exc)
                 self.request_stop(exc)
@@ -447,6 +449,9 @@ class Supervisor:
     async def _save_checkpoint(self, sess: Session) -> str:
         assert self._save_lock is not None and self._save_path is not None
         async with self._save_lock:  # the final save never overlaps a periodic one
+            term = self._role.term
+            if term is not None:   # the folder refuses an older chief's checkpoints
+                await asyncio.to_thread(fence_directory, self._logdir, term)
             return await self._saver.save(sess, self._save_path, global_step=self._global_step)
 
     def _bind_loop(self) -> None:
@@ -549,6 +554,7 @@ class Supervisor:
             await self._stop_services()
             await self._final_save()
         finally:
+            await self._role.stop()   # a chief resigns: a successor takes over at once
             await self._stop_local_server()
         exc, self._stop_exception = self._stop_exception, None
         if exc is not None:
@@ -557,7 +563,7 @@ class Supervisor:
     async def _final_save(self) -> None:
         sess, self._sess = self._sess, None
         # save_model_secs=0 turns checkpoints off, the last one included (TF)
-        if not (self._is_chief and sess is not None and self._saver is not None
+        if not (self.is_chief and sess is not None and self._saver is not None
                 and self._save_path and self._save_model_secs):
             return
         if self._save_lock is None:
@@ -578,13 +584,3 @@ class Supervisor:
             yield
         except Exception as exc:
             self.request_stop(exc)
-
-
-async def _close_quietly(sess: Any) -> None:
-    try:
-        result = sess.close()
-        if inspect.isawaitable(result):
-            await result
-    except Exception as exc:  # closing must not hide the real outcome
-        logger.debug("closing the session failed: %s", exc)
-

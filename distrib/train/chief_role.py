@@ -1,0 +1,100 @@
+"""Which worker is chief, as a Supervisor sees it: elected, or fixed.
+
+In a training cluster with a ps job and two or more workers, the chief is
+elected (``distrib.runtime.chief_election``): the arbiter is the first ps
+task, the preferred chief is the worker whose Supervisor says
+``is_chief=True``, and the role moves to another live worker when the chief
+dies or stops answering. Anywhere else (one worker, no ps job, an in-process
+server) there is nothing to elect and the role is what the script said, as
+in TensorFlow.
+
+``ChiefRole`` hides the difference from the Supervisor: ``is_chief`` is live
+either way, ``run_options()`` gives the fencing term that a chief-only write
+carries (see ``distrib.runtime.fencing``), and ``on_change(is_chief)`` runs
+on every change of role.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, Awaitable, Callable
+
+from distrib.client.session import parse_target
+from distrib.runtime.actors import ActorSystem, client_name
+from distrib.runtime.chief_election import ChiefElection
+from distrib.runtime.chief_lease import lease_seconds
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ChiefRole", "WORKER_JOBS"]
+
+# the jobs whose tasks may be chief (TF's "chief" job, and "worker")
+WORKER_JOBS = ("chief", "worker")
+
+
+class ChiefRole:
+    """The chief role of one Supervisor's task."""
+
+    def __init__(self, preferred: bool,
+                 on_change: Callable[[bool], Awaitable[None] | None] | None = None) -> None:
+        self.preferred = bool(preferred)
+        self.on_change = on_change
+        self.election: ChiefElection | None = None
+        self.task: str | None = None
+        self._system: ActorSystem | None = None
+
+    @property
+    def is_chief(self) -> bool:
+        return self.election.is_chief if self.election is not None else self.preferred
+
+    @property
+    def term(self) -> int | None:
+        """The current chief term (None where the role is fixed)."""
+        return self.election.term if self.election is not None else None
+
+    def run_options(self) -> dict[str, Any] | None:
+        """Run options of a chief-only write: it carries the chief's term, so
+        the ps tasks refuse it once a newer chief was elected."""
+        term = self.term
+        return None if term is None else {"fencing_term": term}
+
+    async def start(self, target: str, decide_within: float | None = None) -> bool:
+        """Learn the cluster from the master at ``target`` and, where there is
+        something to elect, campaign. Returns ``is_chief`` once the role is
+        known (or ``decide_within`` seconds passed, default two leases)."""
+        if self._system is not None:
+            return self.is_chief
+        self._system = await ActorSystem(client_name(), listen=False).start()
+        info = await self._system.ref(parse_target(target), "master").call(
+            "cluster_info", timeout=30.0)
+        self.task = info["task"]
+        cluster: dict[str, dict[str, str]] = info["cluster"]
+        ps = cluster.get("ps") or {}
+        workers = sum(len(cluster.get(j) or {}) for j in WORKER_JOBS)
+        job = self.task.split("/")[1].split(":", 1)[1]
+        if not ps or workers < 2 or job not in WORKER_JOBS:
+            return self.is_chief   # nothing to elect: TF's fixed role
+        first = min(ps, key=int)
+        self.election = ChiefElection(
+            self._system, self.task, ps[first], {f"/job:ps/task:{i}": a for i, a in ps.items()},
+            self.preferred, on_change=self._changed)
+        self.election.start()
+        if not self.preferred:
+            return False   # the first chief is the preferred one; the role may come later
+        wait = decide_within if decide_within is not None else 2 * lease_seconds()
+        return await self.election.wait_decided(wait)
+
+    async def stop(self) -> None:
+        """End the campaign (a chief resigns: a successor takes over at once)."""
+        election, self.election = self.election, None
+        if election is not None:
+            await election.stop()
+        system, self._system = self._system, None
+        if system is not None:
+            await system.shutdown()
+
+    async def _changed(self, chief: bool, term: int) -> None:
+        if self.on_change is not None:
+            res = self.on_change(chief)
+            if inspect.isawaitable(res):
+                await res

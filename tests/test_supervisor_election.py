@@ -1,0 +1,157 @@
+"""The Supervisor's chief role is elected in a cluster of a ps and workers:
+it moves when the chief dies, chief-only work (checkpoints) moves with it,
+an old chief is fenced off, and a restarted chief rejoins as a non-chief
+without restoring a checkpoint over the live variables.
+
+Real servers (one per task, in this process) on loopback; the heartbeat is
+0.3 s, so a lease lasts 0.9 s. Waits are bounded (hang guards, not timings).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.demo import free_ports
+from distrib.errors import AbortedError
+from distrib.runtime.fencing import FENCED
+from distrib.train.checkpoint_fence import directory_term
+
+GUARD_S = 30
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")   # read when each server starts
+    p, w0, w1 = free_ports(3)
+    spec = dt.ClusterSpec({"ps": [f"localhost:{p}"],
+                           "worker": [f"localhost:{w0}", f"localhost:{w1}"]})
+    servers = {}
+    try:
+        for job, n in (("ps", 1), ("worker", 2)):
+            for i in range(n):
+                servers[(job, i)] = dt.Server(spec, job_name=job, task_index=i)
+        yield spec, servers
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+def model(cluster: dt.ClusterSpec, index: int):
+    g = dt.Graph()
+    with g.as_default(), dt.device(dt.train.replica_device_setter(
+            cluster=cluster, worker_device=f"/job:worker/task:{index}")):
+        w = dt.Variable(np.zeros(4, np.float32), name="w")
+        gs = dt.train.get_or_create_global_step()
+        loss = dt.reduce_sum(dt.square(w - 1.0))
+        train = dt.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        saver = dt.train.Saver(max_to_keep=50)
+    return g, gs, train, saver
+
+
+def supervisor(cluster, index: int, logdir: str, preferred: bool) -> tuple:
+    g, gs, train, saver = model(cluster, index)
+    sv = dt.train.Supervisor(graph=g, is_chief=preferred, logdir=logdir, saver=saver,
+                             global_step=gs, save_model_secs=0.3, recovery_wait_secs=0.1)
+    return sv, gs, train
+
+
+async def until(cond, what: str) -> None:
+    for _ in range(int(GUARD_S / 0.05)):
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def test_the_chief_role_moves_when_the_chief_dies_and_the_old_chief_is_fenced(
+        cluster, tmp_path) -> None:
+    spec, servers = cluster
+    logdir = str(tmp_path / "logs")
+    sv0, gs0, train0 = supervisor(spec, 0, logdir, preferred=True)
+    sv1, gs1, train1 = supervisor(spec, 1, logdir, preferred=False)
+    target = {i: servers[("worker", i)].target for i in range(2)}
+    async with sv0.managed_session(target[0]) as s0:
+        async with sv1.managed_session(target[1]) as s1:
+            assert sv0.is_chief and not sv1.is_chief
+            for _ in range(5):
+                await s0.run(train0)
+                await s1.run(train1)
+            await until(lambda: directory_term(logdir) == 1, "the chief's first checkpoint")
+            # worker 0 "dies": its campaign stops without resigning, its steps stop
+            sv0._role.election._task.cancel()
+            await until(lambda: sv1.is_chief, "a new chief")
+            assert not sv0.is_chief           # its lease ran out by its own clock
+            assert sv1._role.term == 2
+            step = int(await s1.run(gs1))
+            await until(lambda: directory_term(logdir) == 2, "the new chief's checkpoint")
+            latest = dt.train.latest_checkpoint(logdir)
+            assert latest is not None and int(latest.rsplit("-", 1)[1]) >= step
+            for _ in range(3):
+                await s1.run(train1)
+            # the old chief wakes up and tries its chief-only writes: both fenced
+            with pytest.raises(AbortedError, match=FENCED):
+                await sv0._save_checkpoint(s0)
+            with pytest.raises(AbortedError, match=FENCED):
+                await s0.run(sv0.init_op, options={"fencing_term": 1})
+            assert int(await s1.run(gs1)) >= step + 3   # the fenced init wrote nothing
+
+
+async def test_a_restarted_chief_rejoins_as_a_non_chief_and_restores_nothing(
+        cluster, tmp_path) -> None:
+    spec, servers = cluster
+    logdir = str(tmp_path / "logs")
+    sv0, gs0, train0 = supervisor(spec, 0, logdir, preferred=True)
+    sv1, gs1, train1 = supervisor(spec, 1, logdir, preferred=False)
+    target = {i: servers[("worker", i)].target for i in range(2)}
+    async with sv1_session(sv1, sv0, target) as (s0, s1):
+        for _ in range(10):
+            await s0.run(train0)
+        await until(lambda: dt.train.latest_checkpoint(logdir) is not None, "a checkpoint")
+        sv0._role.election._task.cancel()              # the chief dies...
+        await until(lambda: sv1.is_chief, "a new chief")
+        for _ in range(20):                            # ...training goes on past the checkpoint
+            await s1.run(train1)
+        live = int(await s1.run(gs1))
+        # worker 0 restarts: a new Supervisor (a new incarnation), preferred as before
+        sv0b, gs0b, train0b = supervisor(spec, 0, logdir, preferred=True)
+        async with sv0b.managed_session(target[0]) as s0b:
+            assert not sv0b.is_chief and sv1.is_chief
+            assert int(await s0b.run(gs0b)) >= live   # the live variables, not a checkpoint
+            await s0b.run(train0b)
+        assert int(await s1.run(gs1)) >= live + 1
+
+
+class sv1_session:
+    """Both workers' managed sessions, worker 0 (the chief) first."""
+
+    def __init__(self, sv1, sv0, target) -> None:
+        self.sv0, self.sv1, self.target = sv0, sv1, target
+
+    async def __aenter__(self):
+        self.c0 = self.sv0.managed_session(self.target[0])
+        s0 = await self.c0.__aenter__()
+        self.c1 = self.sv1.managed_session(self.target[1])
+        s1 = await self.c1.__aenter__()
+        return s0, s1
+
+    async def __aexit__(self, *exc):
+        await self.c1.__aexit__(*exc)
+        await self.c0.__aexit__(*exc)
+
+
+def test_the_role_is_fixed_without_a_ps_job(tmp_path) -> None:
+    # one task, no ps: nothing to elect, the role is what the script says (TF)
+    async def run() -> None:
+        g = dt.Graph()
+        with g.as_default():
+            v = dt.Variable(1.0, name="v")
+        sv = dt.train.Supervisor(graph=g, is_chief=True, logdir=str(tmp_path))
+        async with sv.managed_session("") as sess:
+            assert sv.is_chief and sv._role.election is None
+            assert float(await sess.run(v)) == 1.0
+        assert not os.path.exists(os.path.join(str(tmp_path), "chief_term"))
+    asyncio.run(run())
