@@ -264,3 +264,26 @@ async def test_a_message_over_the_frame_limit_is_a_typed_error_and_the_link_surv
         assert await ref.call("echo", 2) == 2
     finally:
         await sys_.shutdown()
+
+
+async def test_a_connection_lost_just_before_a_send_is_unavailable_not_a_transport_error(
+        peer, mode, monkeypatch):
+    # the connection closes between the lookup of the pooled connection and
+    # the write: the caller gets the typed error (a transport error leaked before)
+    import transports
+    from distrib.errors import UnavailableError
+    sys_ = await client(mode)
+    try:
+        ref = sys_.ref(peer.line, "echo")
+        assert await ref.call("echo", 1) == 1
+        conn = sys_._out[peer.line].conn       # white-box: the pooled connection
+
+        async def closed_send(obj):
+            raise transports.ConnectionClosed(f"connection {conn!r} is closed")
+        monkeypatch.setattr(conn, "send", closed_send)
+        with pytest.raises(UnavailableError, match="not sent"):
+            await ref.call("echo", 2)
+        with pytest.raises(UnavailableError, match="not sent"):
+            await ref.tell("echo", 3)
+    finally:
+        await sys_.shutdown()

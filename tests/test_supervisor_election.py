@@ -155,3 +155,52 @@ def test_the_role_is_fixed_without_a_ps_job(tmp_path) -> None:
             assert float(await sess.run(v)) == 1.0
         assert not os.path.exists(os.path.join(str(tmp_path), "chief_term"))
     asyncio.run(run())
+
+
+# -- a ps that restarts: the chief restores it, every managed session rides through ----------
+
+async def test_a_restarted_ps_is_restored_by_the_chief_and_both_workers_ride_through(
+        tmp_path, monkeypatch) -> None:
+    from tests.peers.cli_cluster import cli_task, write_cluster
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
+    monkeypatch.setenv("DISTRIB_CONNECT_TIMEOUT_S", "2")
+    p, w0, w1 = free_ports(3)
+    spec_dict = {"ps": [f"localhost:{p}"], "worker": [f"localhost:{w0}", f"localhost:{w1}"]}
+    spec = dt.ClusterSpec(spec_dict)
+    cfg = write_cluster(tmp_path, spec_dict)
+    logdir = str(tmp_path / "logs")
+    ps = cli_task(cfg, "ps", 0)
+    workers = [dt.Server(spec, job_name="worker", task_index=i) for i in range(2)]
+    try:
+        sv0, gs0, train0 = supervisor(spec, 0, logdir, preferred=True)
+        sv1, gs1, train1 = supervisor(spec, 1, logdir, preferred=False)
+        target = {i: workers[i].target for i in range(2)}
+        async with sv1_session(sv1, sv0, target) as (s0, s1):
+            for _ in range(10):
+                await s0.run(train0)
+                await s1.run(train1)
+            await until(lambda: _ckpt_step(logdir) >= 10, "a checkpoint past step 10")
+            before = int(await s0.run(gs0))
+            saved = _ckpt_step(logdir)
+            ps.kill()
+            ps = cli_task(cfg, "ps", 0)              # a new, empty process on the same port
+
+            async def train_on(sess, op, n: int) -> None:
+                for _ in range(n):
+                    await asyncio.wait_for(sess.run(op), GUARD_S)
+
+            await asyncio.gather(train_on(s0, train0, 5), train_on(s1, train1, 5))
+            after = int(await s1.run(gs1))
+            # the ps came back from the newest checkpoint (at most one interval old),
+            # and the ten steps after the restart all counted
+            assert saved + 10 <= after <= before + 10, (saved, before, after)
+            assert sv0.is_chief and not sv1.is_chief
+    finally:
+        ps.stop()
+        for s in workers:
+            s.stop()
+
+
+def _ckpt_step(logdir: str) -> int:
+    latest = dt.train.latest_checkpoint(logdir)
+    return -1 if latest is None else int(latest.rsplit("-", 1)[1])

@@ -101,6 +101,9 @@ class ActorRef:
             await conn.send([TELL, self.name, method, list(args)])
         except transports.FrameError as e:
             raise _too_big(method, self.address, e) from e
+        except transports.ConnectionClosed as e:   # lost between lookup and send
+            raise UnavailableError(f"message {self.name}.{method} to {self.address} not "
+                                   f"sent: {e}; the task may have stopped or crashed") from None
 
 
 # The peer (its handshake identity) whose call a method is serving; None for
@@ -366,6 +369,10 @@ class ActorSystem:
                 await peer.conn.send([CALL, req, actor, method, list(args)])
             except transports.FrameError as e:   # nothing was sent: the connection is fine
                 raise _too_big(method, address, e) from e
+            except transports.ConnectionClosed as e:   # lost between lookup and send
+                raise UnavailableError(f"call {actor}.{method} to {peer.name} at {address} "
+                                       f"not sent: {e}; the task may have stopped or "
+                                       "crashed") from None
             return await fut
         finally:
             peer.pending.pop(req, None)

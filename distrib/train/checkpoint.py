@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "write_checkpoint", "read_checkpoint", "list_checkpoint_tensors", "verify_checkpoint",
     "checkpoint_exists", "CheckpointState", "update_checkpoint_state", "get_checkpoint_state",
-    "latest_checkpoint", "CheckpointRotation",
+    "latest_checkpoint", "CheckpointRotation", "checkpoint_candidates",
 ]
 
 _MAGIC = b"DTCKPT\x00\x01"          # name + format version 1
@@ -524,3 +524,15 @@ def _delete_checkpoint(path: str) -> None:
         logger.debug("deleted old checkpoint %s", path)
     except FileNotFoundError:
         logger.warning("old checkpoint %s was already gone", path)
+
+
+def checkpoint_candidates(checkpoint_dir: str | None) -> list[str]:
+    """The checkpoints of ``checkpoint_dir`` that exist, newest first (from
+    its state file): where a restore tries the next when one is corrupt."""
+    if checkpoint_dir is None:
+        return []
+    state = get_checkpoint_state(checkpoint_dir)
+    if state is None:
+        return []
+    ordered = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
+    return [p for p in dict.fromkeys(ordered) if os.path.exists(p)]

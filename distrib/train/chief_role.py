@@ -15,11 +15,13 @@ on every change of role.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from typing import Any, Awaitable, Callable
 
 from distrib.client.session import parse_target
+from distrib.errors import OpError
 from distrib.runtime.actors import ActorSystem, client_name
 from distrib.runtime.chief_election import ChiefElection
 from distrib.runtime.chief_lease import lease_seconds
@@ -41,6 +43,7 @@ class ChiefRole:
         self.on_change = on_change
         self.election: ChiefElection | None = None
         self.task: str | None = None
+        self.ps: dict[str, str] = {}   # ps task -> address
         self._system: ActorSystem | None = None
 
     @property
@@ -70,6 +73,7 @@ class ChiefRole:
         self.task = info["task"]
         cluster: dict[str, dict[str, str]] = info["cluster"]
         ps = cluster.get("ps") or {}
+        self.ps = {f"/job:ps/task:{i}": a for i, a in ps.items()}
         workers = sum(len(cluster.get(j) or {}) for j in WORKER_JOBS)
         job = self.task.split("/")[1].split(":", 1)[1]
         if not ps or workers < 2 or job not in WORKER_JOBS:
@@ -83,6 +87,24 @@ class ChiefRole:
             return False   # the first chief is the preferred one; the role may come later
         wait = decide_within if decide_within is not None else 2 * lease_seconds()
         return await self.election.wait_decided(wait)
+
+    async def ps_incarnations(self) -> dict[str, int | None]:
+        """Each ps task's incarnation now (None: it does not answer)."""
+        assert self._system is not None
+        async def one(address: str) -> int | None:
+            try:
+                status = await self._system.ref(address, "worker").call("get_status",
+                                                                        timeout=5.0)
+                return int(status["incarnation"])
+            except OpError:
+                return None
+        found = await asyncio.gather(*(one(a) for a in self.ps.values()))
+        return dict(zip(self.ps, found))
+
+    async def fence(self, task: str) -> None:
+        """Announce the chief's term to ``task`` (a restarted ps has seen none)."""
+        if self.term is not None and self._system is not None:
+            await self._system.ref(self.ps[task], "worker").call("fence", self.term, timeout=5.0)
 
     async def stop(self) -> None:
         """End the campaign (a chief resigns: a successor takes over at once)."""

@@ -117,14 +117,14 @@ class _Restorer:
 
     def __init__(self, graph: Graph, named: dict[str, Variable], scope: str) -> None:
         self.placeholders: dict[str, Tensor] = {}
-        assigns: list[Operation] = []
+        self.assigns: dict[str, Operation] = {}
         with graph.as_default(), graph.name_scope(None), graph.name_scope(scope):
             for name, var in named.items():
                 with graph.colocate_with(var.op):
                     ph = ops.placeholder(var.dtype, var.shape.as_list(), name="restore_value")
-                    assigns.append(var.assign(ph, name="restore", read_value=False))
+                    self.assigns[name] = var.assign(ph, name="restore", read_value=False)
                 self.placeholders[name] = ph
-            self.op = ops.group(*assigns, name="restore_all")
+            self.op = ops.group(*self.assigns.values(), name="restore_all")
 
     def feeds(self, values: Mapping[str, np.ndarray]) -> dict[Tensor, np.ndarray]:
         return {self.placeholders[name]: value for name, value in values.items()}
@@ -278,14 +278,21 @@ class Saver:
 
     # -- restore ------------------------------------------------------------------------
     async def restore(self, sess: Any, save_path: str | None,
-                      options: dict | None = None) -> None:
+                      options: dict | None = None,
+                      only_task: str | None = None) -> None:
         """Set every variable to its value in the checkpoint ``save_path``.
 
         A missing file or variable is a ``NotFoundError`` naming it; a
         corrupted file is a ``DataLossError`` naming the file. An empty Saver
         (``allow_empty=True``, no variables) does nothing. ``options``: the
         run's options (a chief's restore carries its ``fencing_term``).
+        ``only_task`` (a distrib extension, e.g. ``"/job:ps/task:1"``):
+        restore only the variables placed on that task (a restarted ps), and
+        leave the live ones elsewhere as they are.
         """
+        if only_task is not None:
+            await self._restore_task(sess, save_path, options, only_task)
+            return
         if not self._named:
             return   # an empty Saver (allow_empty=True) restores nothing, as in TF
         if save_path is None:
@@ -297,6 +304,23 @@ class Saver:
         await _run(sess, self._restorer.op, feed_dict=self._restorer.feeds(values),
                    options=options)
         logger.info("restored %d variables from %s", len(values), save_path)
+
+    def variables_on(self, task: str) -> dict[str, Variable]:
+        """This Saver's variables placed on ``task`` (``/job:J/task:T``), by checkpoint name."""
+        return {n: v for n, v in self._named.items() if device_task(v.device) == task}
+
+    async def _restore_task(self, sess: Any, save_path: str | None, options: dict | None,
+                            task: str) -> None:
+        names = self.variables_on(task)
+        if not names or save_path is None:
+            return
+        self.build()
+        assert self._restorer is not None
+        values = await asyncio.to_thread(self._read, os.fspath(save_path))
+        values = {n: values[n] for n in names}
+        await _run(sess, [self._restorer.assigns[n] for n in names],
+                   feed_dict=self._restorer.feeds(values), options=options)
+        logger.info("restored the %d variables of %s from %s", len(values), task, save_path)
 
     def _read(self, path: str) -> dict[str, np.ndarray]:
         stored = checkpoint.list_checkpoint_tensors(path)
@@ -323,6 +347,15 @@ class Saver:
 
     def __repr__(self) -> str:
         return f"<dt.train.Saver {len(self._named)} variables, keeping {self.last_checkpoints}>"
+
+
+def device_task(device: str | None) -> str | None:
+    """The task of a device string: ``"/job:ps/replica:0/task:1/device:CPU:0"``
+    -> ``"/job:ps/task:1"`` (None when it names no job)."""
+    parts = dict(p.split(":", 1) for p in (device or "").strip("/").split("/") if ":" in p)
+    if "job" not in parts:
+        return None
+    return f"/job:{parts['job']}/task:{parts.get('task', '0')}"
 
 
 def _step_number(value: Any, what: Any) -> int:

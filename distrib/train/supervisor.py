@@ -49,12 +49,14 @@ from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
                             OutOfRangeError, UnavailableError)
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
 from distrib.ops.variables import (global_variables_initializer, local_variables_initializer)
-from distrib.server.server_lib import Server
 from distrib.train import checkpoint
 from distrib.runtime.fencing import FENCED
 from distrib.train.checkpoint_fence import fence_directory
+from distrib.runtime.failure_detector import heartbeat_s
 from distrib.train.chief_role import ChiefRole
 from distrib.train.global_step import find_global_step
+from distrib.train.local_master import LocalMaster
+from distrib.train.ps_recovery import PsRecovery, RecoveringSession, recoverable
 from distrib.train.readiness import ReadyCheck, close_quietly, run_fetches
 from distrib.train.saver import Saver
 
@@ -91,6 +93,8 @@ class Supervisor:
         self._is_chief = bool(is_chief)   # the preferred chief (the role itself: _role)
         self._role = ChiefRole(self._is_chief, on_change=self._role_changed)
         self._services_wanted = False
+        self._ps_recovery: PsRecovery | None = None   # the chief's restore of a restarted ps
+        self._ps_watch: asyncio.Task | None = None
         self._logdir = os.fspath(logdir) if logdir else None
         self._save_model_secs = save_model_secs
         self._recovery_wait_secs = recovery_wait_secs
@@ -115,9 +119,7 @@ class Supervisor:
         self._runner_tasks: list[asyncio.Task] = []
         self._save_lock: asyncio.Lock | None = None
         self._sess: Any = None
-        # the in-process server of master "" and the sessions opened on it (see _target)
-        self._local_server: Server | None = None
-        self._local_sessions: list[Session] = []
+        self._local = LocalMaster()   # the in-process server of master ""
 
     # -- construction ----------------------------------------------------------------
     def _init_ready_ops(self, ready_op: Any, ready_for_local_init_op: Any) -> None:
@@ -208,10 +210,11 @@ class Supervisor:
                 master, config, max_wait_secs=max_wait_secs,
                 start_standard_services=start_standard_services)
         except BaseException:
-            await self._stop_local_server()   # nothing else would stop the one it started
+            await self._local.stop()   # nothing else would stop the one it started
             raise
         try:
-            yield sess
+            # its run rides through a ps restart (train/ps_recovery.py)
+            yield RecoveringSession(sess, self._recover_step, max_wait_secs)
         except Exception as exc:  # recorded, then re-raised by stop() after the final save
             self.request_stop(exc)
         finally:
@@ -229,14 +232,17 @@ class Supervisor:
         ``master=""`` is TF's in-process session: a local server started now (once
         per Supervisor) and stopped, with this session, by :meth:`stop`."""
         self._clear_stop()
-        target = await self._target(master)
+        target = await self._local.target(master)
         sess = Session(target, graph=self._graph, config=config)
-        if self._local_server is not None and target == self._local_server.target:
-            self._local_sessions.append(sess)
+        self._local.track(sess, target)
         await sess.__aenter__()
         try:
-            if await self._role.start(target):
+            chief = await self._role.start(target)
+            self._ps_recovery = PsRecovery(self._role, self._saver, self._logdir, self._ready,
+                                           heartbeat_s() or 1.0)
+            if chief:
                 await self._prepare_chief(sess, wait_for_checkpoint, max_wait_secs)
+                await self._ps_recovery.remember()
             else:
                 await self._wait_until_ready(sess, max_wait_secs)
         except BaseException:
@@ -255,36 +261,32 @@ class Supervisor:
         live: it restores nothing); a former one stops writing at once."""
         sess = self._sess
         if chief:
+            if self._ps_recovery is not None and self._role.ps:
+                await self._ps_recovery.remember()   # the ps tasks' variables are live now
             if sess is not None and self._services_wanted and self._checkpoint_task is None \
                     and not self._stop_requested:
                 self.start_standard_services(sess)
             return
-        task, self._checkpoint_task = self._checkpoint_task, None
-        if task is not None:
-            task.cancel()
+        for task in (self._checkpoint_task, self._ps_watch):
+            if task is not None:
+                task.cancel()
+        self._checkpoint_task = self._ps_watch = None
 
-    async def _target(self, master: str | None) -> str:
-        """``master``, or for "" (TF: an in-process session) the target of this
-        Supervisor's local server, started on first use."""
-        if master:
-            return master
-        if self._local_server is None:
-            # it starts on a loop thread of its own and blocks until it serves:
-            # not on this loop, whose other tasks must go on meanwhile
-            self._local_server = await asyncio.to_thread(Server.create_local_server)
-            logger.info("master '': started an in-process server at %s (stopped by "
-                        "Supervisor.stop)", self._local_server.target)
-        return self._local_server.target
-
-    async def _stop_local_server(self) -> None:
-        """Close the sessions on the in-process server of master "" and stop it."""
-        server, self._local_server = self._local_server, None
-        sessions, self._local_sessions = self._local_sessions, []
-        for sess in sessions:
-            await close_quietly(sess)
-        if server is not None:
-            await asyncio.to_thread(server.stop)
-            logger.info("stopped the in-process server of master ''")
+    async def _recover_step(self, sess: Session) -> None:
+        """A managed session's step failed while the cluster recovers: the
+        chief restores a restarted ps; everyone waits until the model is
+        ready again (polled at most every second), then the step is retried."""
+        if self.is_chief and self._ps_recovery is not None:
+            with contextlib.suppress(OpError):
+                await self._ps_recovery.recover(sess)
+        wait = min(self._recovery_wait_secs, 1.0)
+        for _ in range(30):
+            try:
+                if not await self._ready.not_ready(sess):
+                    return
+            except OpError as exc:
+                logger.info("waiting for the cluster to recover: %s", exc)
+            await asyncio.sleep(wait)
 
     # -- the chief ------------------------------------------------------------------------
     async def _prepare_chief(self, sess: Session, wait_for_checkpoint: bool,
@@ -328,14 +330,7 @@ class Supervisor:
 
     def _checkpoint_candidates(self) -> list[str]:
         """Checkpoints of ``logdir`` that exist, newest first (from the state file)."""
-        if self._saver is None or self._logdir is None:
-            return []
-        state = checkpoint.get_checkpoint_state(self._logdir)
-        if state is None:
-            return []
-        ordered = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
-        unique = list(dict.fromkeys(ordered))
-        return [p for p in unique if os.path.exists(p)]
+        return [] if self._saver is None else checkpoint.checkpoint_candidates(self._logdir)
 
     async def _restore_latest(self, sess: Session) -> str | None:
         """Restore the newest checkpoint that reads back intact; None if there is none."""
@@ -416,6 +411,9 @@ class Supervisor:
         self._bind_loop()
         if self._saver is not None and self._save_path and self._save_model_secs:
             self._start_checkpoint_service(sess)
+        if self._ps_recovery is not None and self._role.ps and self._ps_watch is None:
+            self._ps_watch = asyncio.get_running_loop().create_task(
+                self._ps_recovery.watch(sess, self.should_stop), name="distrib-ps-watch")
         return [self._checkpoint_task] if self._checkpoint_task else []
 
     def _start_checkpoint_service(self, sess: Session) -> None:
@@ -431,14 +429,19 @@ class Supervisor:
                 return
             try:
                 await self._save_checkpoint(sess)
-            except AbortedError as exc:
-                if FENCED not in exc.message:
-                    raise
-                # a newer chief saved here: this task lost the role while paused;
-                # it trains on as a non-chief instead of failing
-                logger.warning("no longer chief, checkpoints stop: %s", exc)
-                self._checkpoint_task = None
-                return
+            except OpError as exc:
+                if isinstance(exc, AbortedError) and FENCED in exc.message:
+                    # a newer chief saved here: this task lost the role while paused;
+                    # it trains on as a non-chief instead of failing
+                    logger.warning("no longer chief, checkpoints stop: %s", exc)
+                    self._checkpoint_task = None
+                    return
+                if not recoverable(exc):
+                    logger.error("periodic checkpoint failed: %s", exc)
+                    self.request_stop(exc)
+                    return
+                # a ps restarting: never save its empty variables; try next time
+                logger.warning("periodic checkpoint skipped while the cluster recovers: %s", exc)
             except Exception as exc:  # a failed save stops training, as in TF
                 logger.error("periodic checkpoint failed: %s", exc)
                 self.request_stop(exc)
@@ -487,6 +490,10 @@ class Supervisor:
             self.request_stop(exc)
 
     async def _stop_services(self) -> None:
+        watch, self._ps_watch = self._ps_watch, None
+        if watch is not None:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
         runners, self._runner_tasks = self._runner_tasks, []
         for t in runners:  # each returns once should_stop() is true (polled)
             try:
@@ -555,7 +562,7 @@ class Supervisor:
             await self._final_save()
         finally:
             await self._role.stop()   # a chief resigns: a successor takes over at once
-            await self._stop_local_server()
+            await self._local.stop()
         exc, self._stop_exception = self._stop_exception, None
         if exc is not None:
             raise exc
