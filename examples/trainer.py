@@ -149,9 +149,12 @@ class Progress:
         return True
 
 
-async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.ClusterSpec) -> float:
+async def train(args: argparse.Namespace, server: dt.Server,
+                cluster: dt.ClusterSpec) -> tuple[float, bool]:
+    """Train; returns the accuracy and whether this task ended as the chief
+    (the role is elected: it moves to another worker when the chief dies)."""
     model = Model(args, cluster)
-    is_chief = args.task_index == 0
+    is_chief = args.task_index == 0   # the preferred chief
     X, y = load_digits("train")
     Xt, yt = load_digits("test")
     rng = np.random.default_rng(1000 + args.task_index)
@@ -161,7 +164,7 @@ async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.Cluster
                              save_model_secs=args.save_model_secs,
                              recovery_wait_secs=0.2)
     async with sv.managed_session(server.target) as sess:
-        if is_chief and not await sess.run(model.done_ready):
+        if sv.is_chief and not await sess.run(model.done_ready):
             await sess.run(model.done_init)
         step, t0, seen = 0, time.perf_counter(), 0
         progress = Progress(args.log_every)
@@ -179,23 +182,28 @@ async def train(args: argparse.Namespace, server: dt.Server, cluster: dt.Cluster
         # read before reporting done: once every worker did, the chief may
         # release the ps at any moment
         step = await sess.run(model.global_step)
-        await mark_done(sess, model)
-        if is_chief:
+        await mark_done(sess, model, sv)
+        chief = sv.is_chief
+        if chief:
             await wait_for_workers(sess, model, cluster.num_tasks("worker"),
                                    args.wait_workers_secs)
             step = await sess.run(model.global_step)   # with every worker's last steps
     # the Supervisor's final checkpoint is written when the block above ends
     print(f"done global_step={int(step)} accuracy={accuracy:.4f}", flush=True)
-    return accuracy
+    return accuracy, chief
 
 
-async def mark_done(sess: dt.Session, model: Model, limit_s: float = 30) -> None:
+async def mark_done(sess: dt.Session, model: Model, sv: dt.train.Supervisor,
+                    limit_s: float = 30) -> None:
     deadline = time.monotonic() + limit_s
     while True:  # the chief may not have initialized the counter yet
         try:
             await sess.run(model.mark_done)
             return
         except FailedPreconditionError:
+            if sv.is_chief:   # not checkpointed: a restarted ps lost it; the chief starts it again
+                await sess.run(model.done_init)
+                continue
             if time.monotonic() > deadline:
                 log.warning("could not report this worker done: the chief never initialized "
                             "the counter on /job:ps/task:0")
@@ -255,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             server.join()
             log.info("ps %d: training is over", args.task_index)
             return 0
-        asyncio.run(train(args, server, cluster))
-        if args.task_index == 0:
+        _, chief = asyncio.run(train(args, server, cluster))
+        if chief:
             asyncio.run(release_ps(cluster))
         return 0
     except KeyboardInterrupt:

@@ -204,3 +204,21 @@ async def test_a_restarted_ps_is_restored_by_the_chief_and_both_workers_ride_thr
 def _ckpt_step(logdir: str) -> int:
     latest = dt.train.latest_checkpoint(logdir)
     return -1 if latest is None else int(latest.rsplit("-", 1)[1])
+
+
+def test_an_uninitialized_variable_outside_the_model_fails_the_step_at_once(tmp_path) -> None:
+    # the managed session retries a step only while the model itself recovers:
+    # a variable the Supervisor does not manage stays a FailedPreconditionError
+    from distrib.errors import FailedPreconditionError
+
+    async def run() -> None:
+        g = dt.Graph()
+        with g.as_default():
+            dt.Variable(1.0, name="v")
+            outside = dt.Variable(2.0, name="outside", collections=[])
+            read = outside.read_value()
+        sv = dt.train.Supervisor(graph=g, is_chief=True, logdir=str(tmp_path))
+        async with sv.managed_session("") as sess:
+            with pytest.raises(FailedPreconditionError, match="outside"):
+                await asyncio.wait_for(sess.run(read), GUARD_S)
+    asyncio.run(run())

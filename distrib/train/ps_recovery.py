@@ -112,7 +112,7 @@ class RecoveringSession:
     """A Session whose ``run`` rides through a cluster's recovery (see the
     module header); everything else is the session's own."""
 
-    def __init__(self, sess: Any, recover: Callable[[Any], Awaitable[None]],
+    def __init__(self, sess: Any, recover: Callable[[Any], Awaitable[bool]],
                  max_wait_secs: float) -> None:
         self._sess = sess
         self._recover = recover
@@ -133,7 +133,9 @@ class RecoveringSession:
                     raise
                 logger.warning("step failed (%s: %s); waiting for the cluster to recover",
                                type(e).__name__, e.message)
-                await self._recover(self._sess)
+                recovering = await self._recover(self._sess)
+                if isinstance(e, FailedPreconditionError) and not recovering:
+                    raise   # the model is ready: this variable is outside it, not recovering
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sess, name)

@@ -272,21 +272,25 @@ class Supervisor:
                 task.cancel()
         self._checkpoint_task = self._ps_watch = None
 
-    async def _recover_step(self, sess: Session) -> None:
+    async def _recover_step(self, sess: Session) -> bool:
         """A managed session's step failed while the cluster recovers: the
         chief restores a restarted ps; everyone waits until the model is
-        ready again (polled at most every second), then the step is retried."""
+        ready again (polled at most every second), then the step is retried.
+        Returns whether anything was recovering (False: the model was ready)."""
+        recovering = False
         if self.is_chief and self._ps_recovery is not None:
             with contextlib.suppress(OpError):
-                await self._ps_recovery.recover(sess)
+                recovering = bool(await self._ps_recovery.recover(sess))
         wait = min(self._recovery_wait_secs, 1.0)
         for _ in range(30):
             try:
                 if not await self._ready.not_ready(sess):
-                    return
+                    return recovering
             except OpError as exc:
                 logger.info("waiting for the cluster to recover: %s", exc)
+            recovering = True
             await asyncio.sleep(wait)
+        return recovering
 
     # -- the chief ------------------------------------------------------------------------
     async def _prepare_chief(self, sess: Session, wait_for_checkpoint: bool,
