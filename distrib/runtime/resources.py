@@ -14,6 +14,16 @@ future instead of blocking; waiters are served first come, first served, and
 a waiter whose future was cancelled (its step timed out or was aborted) is
 skipped, so it never swallows a gradient sum or a token.
 
+A wait never ends by itself (only the step's ``operation_timeout_s`` or an
+abort ends it): without backup replicas the chief's take *should* wait for a
+dead replica until it restarts. So that such a stall is never silent, every
+``DISTRIB_STALL_S`` seconds (:func:`stall_s`) a waiting op logs what it waits
+for and which replicas have not contributed to the accumulator's current
+round: each gradient carries its replica's id (the ``replica`` attr of
+``AccumulatorApplyGradient``, the worker's ``/job:J/task:T``), and an
+accumulator remembers every replica it has heard from, so a replica that
+stopped, or restarted and has not sent again yet, is named.
+
 Closing a session aborts its steps (the master tells their tasks, as when a
 peer fails), with :data:`SESSION_CLOSED` in the reason: a waiting op then
 fails with ``UnavailableError`` saying so, not with the ``AbortedError`` of a
@@ -23,8 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import os
 import time
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,14 +48,31 @@ from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgument
 logger = logging.getLogger(__name__)
 
 __all__ = ["ConditionalAccumulator", "FIFOQueue", "ResourceStore", "run_resource_op",
-           "SESSION_CLOSED"]
+           "SESSION_CLOSED", "stall_s"]
 
 # The reason a master gives when it aborts the steps of a session being closed
 # (runtime.master); a waiting op that sees it in its abort names the close.
 SESSION_CLOSED = "the session was closed while the step waited"
 
-# a waiting op (take_grad, dequeue) without a deadline says so in the log this often
-_WAIT_WARN_S = 30.0
+# DESIGN.md's default: a waiting op (take_grad, dequeue) says what it waits for this often
+DEFAULT_STALL_S = 30.0
+
+
+def stall_s() -> float:
+    """``DISTRIB_STALL_S``: seconds between the warnings of a waiting take or
+    dequeue (default 30; a positive, finite float). Read when a wait starts, so
+    a server picks up its environment; a bad value is a ``ValueError`` naming
+    the variable rather than a silently ignored setting."""
+    raw = os.environ.get("DISTRIB_STALL_S")
+    if raw is None or raw.strip() == "":
+        return DEFAULT_STALL_S
+    try:
+        every = float(raw)
+    except ValueError:
+        every = math.nan
+    if not 0 < every < math.inf:
+        raise ValueError(f"DISTRIB_STALL_S must be a positive number of seconds, not {raw!r}")
+    return every
 
 
 class ConditionalAccumulator:
@@ -53,6 +83,12 @@ class ConditionalAccumulator:
     at least ``n`` gradients, returns their average, resets the sum and
     advances ``global_step`` by one, so late gradients of the step just taken
     are dropped from then on.
+
+    Each gradient may name its replica (``""`` when the graph did not say):
+    ``replicas`` is every replica heard from (in order of first contact),
+    ``contributors`` those counted in the current round, ``counted`` and
+    ``stale`` how many of each replica's gradients were counted and dropped,
+    so a stalled take can say whom it waits for.
     """
 
     def __init__(self, name: str, dtype: str, shape: list | None) -> None:
@@ -62,16 +98,26 @@ class ConditionalAccumulator:
         self.global_step = 0
         self.count = 0
         self.dropped = 0   # stale gradients ignored so far (for tests and tools)
+        self.num_replicas = 0   # total_num_replicas, once a take said it (0: unknown)
+        self.replicas: dict[str, None] = {}   # an ordered set
+        self.contributors: dict[str, int] = {}   # replica -> gradients this round
+        self.counted: Counter[str] = Counter()
+        self.stale: Counter[str] = Counter()
         self._sum: np.ndarray | None = None
         self._waiters: deque[tuple[int, asyncio.Future]] = deque()
 
-    def apply_grad(self, local_step: int, grad: Any) -> bool:
-        """Add ``grad``; False (and nothing added) when it is stale."""
+    def apply_grad(self, local_step: int, grad: Any, replica: str = "") -> bool:
+        """Add ``grad`` (from ``replica``); False (and nothing added) when it is stale."""
         grad = np.asarray(grad, dtype=self.dtype)
         self._check_shape(grad)
+        # a stale gradient still shows its replica is alive: it is not "never heard from"
+        self.replicas.setdefault(replica, None)
         if local_step < self.global_step:
             self.dropped += 1
+            self.stale[replica] += 1
             return False
+        self.contributors[replica] = self.contributors.get(replica, 0) + 1
+        self.counted[replica] += 1
         if self._sum is None:
             self._sum = grad.copy()
         else:
@@ -89,6 +135,27 @@ class ConditionalAccumulator:
         self._waiters.append((num_required, fut))
         self._serve()
         return fut
+
+    def waiting(self) -> bool:
+        """Whether a take is waiting for gradients."""
+        return any(not fut.done() for _, fut in self._waiters)
+
+    def missing(self) -> str:
+        """The replicas not yet counted in this round, in words (for stall warnings)."""
+        absent = [r or "<unnamed>" for r in self.replicas if r not in self.contributors]
+        unseen = self.num_replicas - len(self.replicas)
+        parts = []
+        if absent:
+            parts.append(", ".join(absent))
+        if unseen > 0:
+            parts.append(f"{unseen} replica(s) never heard from")
+        return "; ".join(parts) or "none known (every replica seen has contributed)"
+
+    def describe_wait(self, num_required: int) -> str:
+        got = ", ".join(f"{r or '<unnamed>'} x{n}" for r, n in self.contributors.items())
+        return (f"{num_required} gradients in accumulator {self.name} (step {self.global_step}: "
+                f"{self.count} so far{' from ' + got if got else ''}); not yet from: "
+                f"{self.missing()}")
 
     def set_global_step(self, step: int) -> None:
         # TF warns and ignores a step that goes backwards; a restored chief may
@@ -111,6 +178,7 @@ class ConditionalAccumulator:
         avg = self._sum / self.dtype.type(self.count) if self.dtype.kind == "f" \
             else self._sum // self.count
         self._sum, self.count = None, 0
+        self.contributors = {}
         self.global_step += 1
         return np.asarray(avg, dtype=self.dtype)
 
@@ -221,16 +289,20 @@ def run_resource_op(node: dict[str, Any], args: list[Any], store: ResourceStore,
     if op.startswith("Accumulator"):
         acc = store.accumulator(attrs["acc"], attrs["dtype"], attrs.get("shape"))
         if op == "AccumulatorApplyGradient":
-            acc.apply_grad(int(args[0]), args[1])
+            acc.apply_grad(int(args[0]), args[1], str(attrs.get("replica") or ""))
             return []
         if op == "AccumulatorSetGlobalStep":
             acc.set_global_step(int(args[0]))
             return []
         if op == "AccumulatorNumAccumulated":
             return [np.array(acc.count, dtype=np.int32)]
-        what = f"{int(args[0])} gradients in accumulator {acc.name}"
-        return asyncio.ensure_future(_wait(acc.take_grad(int(args[0])), node, what,
-                                           channel, task))
+        need = int(args[0])
+        if attrs.get("num_replicas"):
+            acc.num_replicas = int(attrs["num_replicas"])
+        every = stall_s()   # a bad setting fails the op before it waits
+        return asyncio.ensure_future(_wait(
+            acc.take_grad(need), node, f"{need} gradients in accumulator {acc.name}",
+            lambda: acc.describe_wait(need), every, channel, task))
     queue = store.queue(attrs["queue"], attrs["dtype"])
     if op == "QueueEnqueueMany":
         queue.enqueue_many(args[0])
@@ -240,15 +312,29 @@ def run_resource_op(node: dict[str, Any], args: list[Any], store: ResourceStore,
     if op == "QueueClose":
         queue.close()
         return []
-    return asyncio.ensure_future(_wait(queue.dequeue(), node, f"an element of queue {queue.name}",
-                                       channel, task, give_back=queue))
+    every = stall_s()
+    return asyncio.ensure_future(_wait(
+        queue.dequeue(), node, f"an element of queue {queue.name}",
+        lambda: _describe_dequeue(queue, store), every, channel, task, give_back=queue))
 
 
-async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str, channel: Any,
-                task: str, give_back: FIFOQueue | None = None) -> list[Any]:
+def _describe_dequeue(queue: FIFOQueue, store: ResourceStore) -> str:
+    # an empty token queue means the chief's aggregation has not finished; when
+    # that is because its takes on this task wait for replicas, say which
+    stalled = [f"{acc.name} waits for {acc.missing()}"
+               for acc in store.accumulators.values() if acc.waiting()]
+    why = ("; accumulator " + "; ".join(stalled)) if stalled else \
+        " (the chief enqueues tokens after each aggregation step: is it running?)"
+    return f"an element of queue {queue.name}, empty{why}"
+
+
+async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str,
+                describe: Callable[[], str], every: float, channel: Any, task: str,
+                give_back: FIFOQueue | None = None) -> list[Any]:
     """``fut``'s value, unless the step is aborted (AbortedError at once) or its
     ``operation_timeout_s`` passes (DeadlineExceededError naming the op). Without
-    a deadline it waits as long as TF would, but logs every ``_WAIT_WARN_S``."""
+    a deadline it waits as long as TF would. Either way it logs ``describe()``
+    (what it waits for, and from which replicas) every ``every`` seconds."""
     timeout = getattr(channel, "timeout", None)
     abort = _abort_signal(channel, f"{node['name']}/{id(fut)}")
     waits = {fut} if abort is None else {fut, abort}
@@ -258,8 +344,7 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str, channel: A
     waited = 0.0
     try:
         while True:
-            left = _WAIT_WARN_S if deadline is None else min(_WAIT_WARN_S,
-                                                            deadline - time.monotonic())
+            left = every if deadline is None else min(every, deadline - time.monotonic())
             done, _ = await asyncio.wait(waits, timeout=max(left, 0.0),
                                          return_when=asyncio.FIRST_COMPLETED)
             if fut in done:
@@ -274,13 +359,14 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str, channel: A
                                    task=task or None, op=node["name"])
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlineExceededError(
-                    f"{node['op']} timed out after {timeout:g}s waiting for {what} "
+                    f"{node['op']} timed out after {timeout:g}s waiting for {describe()} "
                     "(operation_timeout_s); the replicas or the chief that feed it may be "
                     "down, slow or not started", task=task or None, op=node["name"])
             waited += left
-            logger.warning("%s: op %s has waited %.0fs for %s; is the chief running its "
-                           "aggregation step and are enough replicas training?",
-                           task, node["name"], waited, what)
+            logger.warning("%s: %s %s has waited %.1fs for %s; it goes on waiting (a "
+                           "replica that restarts rejoins; DISTRIB_STALL_S sets how often "
+                           "this is logged)", task or "this task", node["op"], node["name"],
+                           waited, describe())
     except BaseException:
         if fut.done() and not fut.cancelled() and fut.exception() is None:
             if give_back is not None:   # the token was ours but the step is gone: return it

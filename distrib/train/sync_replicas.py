@@ -22,6 +22,17 @@ With ``replicas_to_aggregate < total_num_replicas`` the extra replicas are
 backups: the quota is met by whichever replicas are fastest, so a dead or slow
 replica does not stop training, and its late gradients are dropped.
 
+Without backup replicas a dead or stopped replica stalls the chief's take
+until the replica (or its restarted process) sends again (as in TF, a spare
+token left in the queue can let another replica contribute twice instead).
+That is TF's behaviour and the contract's, but it must not be silent, so
+every gradient names its replica: ``AccumulatorApplyGradient`` carries attr
+``replica``, the worker's ``/job:J/task:T`` taken from the device of the
+local step (which ``replica_device_setter`` puts on the worker). A task index survives a
+restart, so a restarted replica is recognised as the one that was missing.
+The ps then logs, every ``DISTRIB_STALL_S`` seconds, which replicas have not
+contributed to the current round (``distrib.runtime.resources``).
+
 The ops (``docs/ops.md``, "Synchronous training resources") run on the tasks
 that own the resources; a waiting take or dequeue honours
 ``operation_timeout_s`` and the step's abort (see ``distrib.runtime.executor``).
@@ -31,13 +42,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from distrib.framework import dtypes
+from distrib.framework.device import DeviceSpec
 from distrib.framework.graph import GraphKeys, Operation, Tensor
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, global_variables, is_variable_initialized
+from distrib.runtime.resources import stall_s
 from distrib.train.optimizers import (GradsAndVars, Optimizer, OptimizerArgumentError,
                                       _checked_pairs, _gradient_tensor)
 from distrib.train.session_run_hooks import SessionRunHook
@@ -57,21 +72,26 @@ class _Accumulator:
         self.name = var.op.name + "/grad_accum"
         self._attrs = {"acc": self.name, "dtype": dtypes.as_dtype(dtype).name, "shape": shape}
 
-    def _op(self, op_type: str, inputs: list, name: str, outputs: list | None = None) -> Operation:
+    def _op(self, op_type: str, inputs: list, name: str, outputs: list | None = None,
+            **extra: Any) -> Operation:
         graph = self.var.graph
         with graph.as_default(), graph.colocate_with(self.var.op):
-            return graph.create_op(op_type, inputs, dict(self._attrs), name,
+            return graph.create_op(op_type, inputs, {**self._attrs, **extra}, name,
                                    output_specs=outputs or [])
 
-    def apply_grad(self, grad: Tensor, local_step: Tensor) -> Operation:
-        return self._op("AccumulatorApplyGradient", [local_step, grad], "AccumulatorApplyGradient")
+    def apply_grad(self, grad: Tensor, local_step: Tensor, replica: str = "") -> Operation:
+        """``replica`` names the sender, so a stalled take can say who is missing."""
+        return self._op("AccumulatorApplyGradient", [local_step, grad],
+                        "AccumulatorApplyGradient", replica=replica)
 
-    def take_grad(self, num_required: int) -> Tensor:
+    def take_grad(self, num_required: int, num_replicas: int = 0) -> Tensor:
+        """``num_replicas`` (total_num_replicas; 0: unknown) lets a stalled take
+        count the replicas it has never heard from."""
         with self.var.graph.as_default(), self.var.graph.colocate_with(self.var.op):
             n = ops.constant(num_required, dtype=dtypes.int32, name="num_required")
         shape = self._attrs["shape"]
         op = self._op("AccumulatorTakeGradient", [n], "AccumulatorTakeGradient",
-                      [(self._attrs["dtype"], shape)])
+                      [(self._attrs["dtype"], shape)], num_replicas=num_replicas)
         return op.outputs[0]
 
     def set_global_step(self, step: Tensor, name: str = "SetGlobalStep") -> Operation:
@@ -131,14 +151,25 @@ class ChiefQueueRunner:
         A step still waiting for gradients when ``stop()`` turns true is left
         to finish on the ps (it completes when the gradients arrive)."""
         stop = stop or (lambda: False)
+        every = stall_s()
         while not stop():
             step = asyncio.ensure_future(_run(sess, self.step_op))
+            # the ps names the missing replicas; the chief's own log says it is stalled
+            started = warned = time.monotonic()
             try:
                 while not step.done():
                     await asyncio.wait([step], timeout=self._poll_s)
                     if not step.done() and stop():
                         step.cancel()
                         return self.steps
+                    now = time.monotonic()
+                    if not step.done() and now - warned >= every:
+                        warned = now
+                        logger.warning(
+                            "chief: the aggregation step has waited %.1fs for the replicas' "
+                            "gradients and goes on waiting (%d aggregated by this runner); "
+                            "the ps task's log names the replicas not heard from",
+                            now - started, self.steps)
                 step.result()
             finally:
                 if not step.done():
@@ -149,6 +180,17 @@ class ChiefQueueRunner:
     def start(self, sess: Any, stop: Callable[[], bool] | None = None) -> asyncio.Task:
         """``run`` as a background task of the running loop."""
         return asyncio.ensure_future(self.run(sess, stop))
+
+
+def _replica_id(device: str) -> str:
+    """What this replica's gradients are recorded under on the ps: its worker's
+    ``/job:J/task:T``, which a restarted process keeps. A graph whose worker
+    device names no task (no ``replica_device_setter``) gets a random id, unique
+    to this optimizer: a restart then shows up as a new replica."""
+    spec = DeviceSpec.from_string(device or None)
+    if spec.task is not None:
+        return (f"/job:{spec.job}" if spec.job else "") + f"/task:{spec.task}"
+    return f"{device or 'replica'}#{uuid.uuid4().hex[:8]}"
 
 
 async def _run(sess: Any, fetches: Any) -> Any:
@@ -176,6 +218,7 @@ class SyncReplicasOptimizer(Optimizer):
         self._replicas_to_aggregate = int(replicas_to_aggregate)
         self._total_num_replicas = int(total_num_replicas)
         self._tokens_per_step = max(self._total_num_replicas, self._replicas_to_aggregate)
+        stall_s()   # a bad DISTRIB_STALL_S fails here, not in the middle of training
         self._variable_averages = variable_averages
         self._variables_to_average = variables_to_average
         self._global_step: Variable | None = None
@@ -183,6 +226,7 @@ class SyncReplicasOptimizer(Optimizer):
         self._sync_token_queue: TokenQueue | None = None
         self._chief_queue_runner: ChiefQueueRunner | None = None
         self._accumulators: list[_Accumulator] = []
+        self.replica_id = ""
         self.local_step_init_op: Tensor | None = None
         self.chief_init_op: Operation | None = None
         self.ready_for_local_init_op: list[Tensor] | None = None
@@ -217,6 +261,7 @@ class SyncReplicasOptimizer(Optimizer):
         self._global_step = global_step
         with graph.as_default():
             self._local_step = self._make_local_step(graph, global_step)
+            self.replica_id = _replica_id(self._local_step.op.device)
             with graph.name_scope(name or self._name):
                 train_ops, aggregated = self._accumulate(pairs)
                 queue = self._sync_token_queue = TokenQueue(global_step)
@@ -250,8 +295,9 @@ class SyncReplicasOptimizer(Optimizer):
             shape = var.shape.as_list() if var.shape.rank is not None else None
             acc = _Accumulator(var, var.dtype, shape)
             self._accumulators.append(acc)
-            train_ops.append(acc.apply_grad(grad, self._local_step.value()))
-            aggregated.append(acc.take_grad(self._replicas_to_aggregate))
+            train_ops.append(acc.apply_grad(grad, self._local_step.value(), self.replica_id))
+            aggregated.append(acc.take_grad(self._replicas_to_aggregate,
+                                            self._total_num_replicas))
         return train_ops, aggregated
 
     def _worker_train_op(self, graph: Any, train_ops: list[Operation], queue: TokenQueue) -> Operation:
