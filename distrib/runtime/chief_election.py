@@ -107,9 +107,10 @@ class ChiefElection:
         term, holder = int(state["term"]), state["holder"]
         if state["granted"]:
             if not self._chief or term != self.term:
+                self.term = term   # first: a write racing the announcement carries it
                 if not await self._fence(term):
                     return False
-                self.term, self.holder = term, holder
+                self.holder = holder
                 self._valid_until = sent + float(state["lease_s"])
                 logger.info("%s: became chief (term %d)", self.task, term)
                 await self._set(True)

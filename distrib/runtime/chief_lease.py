@@ -1,8 +1,9 @@
 """Chief election, the arbiter's side: a lease with terms.
 
 One task of a training cluster holds the lease of the chief role: the first
-ps task (the one every worker already depends on), or the preferred chief's
-own task in a cluster without ps tasks. Its ``chief_lease`` actor (spawned on
+ps task, the one every worker already depends on (a cluster without a ps job
+has nothing to elect: its chief is fixed, see ``distrib.train.chief_role``).
+Its ``chief_lease`` actor (spawned on
 every server, used only there) grants the role to one candidate at a time,
 for ``lease_s`` (three heartbeats: the failure-detection bound), and the
 chief renews it every heartbeat (``distrib.runtime.chief_election``). Every
@@ -16,9 +17,10 @@ Who gets a vacant lease is decided here, not by who asks first:
   arbiter, the candidate that held the newest term gets it back during the
   first lease period;
 - after that, when the holder stops renewing, the live candidate that has
-  been with the cluster longest (one that joined after the current term was
-  granted ranks last: a restarted worker rejoins as a non-chief), then the
-  lowest task index. The others are told who holds it.
+  been with the cluster longest (its process first asked earliest: a
+  restarted worker is a new process and rejoins as a non-chief), then the
+  preferred one, then the lowest task index. The others are told who holds
+  it.
 Safety does not rest on timing alone: a chief believes in its role only until
 its own clock says the lease it last renewed has run out (it counts from when
 it *asked*, before the arbiter started counting), and its chief-only writes
@@ -54,14 +56,14 @@ def task_rank(task: str) -> tuple[str, int]:
 class _Member:
     """A candidate as the arbiter knows it."""
 
-    __slots__ = ("name", "incarnation", "preferred", "joined_term", "seen", "known_term",
+    __slots__ = ("name", "incarnation", "preferred", "joined", "seen", "known_term",
                  "was_holder")
 
-    def __init__(self, name: str, incarnation: int, joined_term: int) -> None:
+    def __init__(self, name: str, incarnation: int, joined: float) -> None:
         self.name = name
         self.incarnation = incarnation
         self.preferred = False
-        self.joined_term = joined_term   # the term current when it first asked
+        self.joined = joined   # when this process first asked (seniority)
         self.seen = 0.0
         self.known_term = 0
         self.was_holder = False
@@ -124,7 +126,7 @@ class ChiefLease:
         if m is None:
             for key in [k for k in self._members if k[0] == name]:
                 del self._members[key]          # an older incarnation of it is gone
-            m = self._members[(name, incarnation)] = _Member(name, incarnation, self.term)
+            m = self._members[(name, incarnation)] = _Member(name, incarnation, now)
         m.seen = now
         return m
 
@@ -144,8 +146,7 @@ class ChiefLease:
                 live = [m for m in live if m.preferred]
             if not live:
                 return None
-        return min(live, key=lambda m: (m.joined_term >= self.term and self.term > 0,
-                                        not m.preferred, task_rank(m.name)))
+        return min(live, key=lambda m: (m.joined, not m.preferred, task_rank(m.name)))
 
     def _grant(self, m: _Member, now: float) -> None:
         seen = max([self.term] + [x.known_term for x in self._members.values()])

@@ -121,6 +121,7 @@ class RecoveringSession:
     async def run(self, fetches: Any, feed_dict: dict | None = None,
                   options: dict | None = None) -> Any:
         deadline = None
+        ready_retry = False   # one retry of an uninitialized variable in a ready model
         while True:
             try:
                 return await self._sess.run(fetches, feed_dict=feed_dict, options=options)
@@ -135,7 +136,11 @@ class RecoveringSession:
                                type(e).__name__, e.message)
                 recovering = await self._recover(self._sess)
                 if isinstance(e, FailedPreconditionError) and not recovering:
-                    raise   # the model is ready: this variable is outside it, not recovering
+                    # the model is ready: restored meanwhile (retry once), or this
+                    # variable is outside it and nothing will ever initialize it
+                    if ready_retry:
+                        raise
+                    ready_retry = True
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sess, name)
