@@ -1,8 +1,10 @@
 """``make demo``: a small cluster on loopback, end to end.
 
-1. Training, the main job: 1 ps and 2 workers of ``examples/trainer.py`` as
-   separate processes (async between-graph replication of an MLP on the 8x8
-   digits), their progress, the final accuracy and the wall time.
+1. Training, the main job: 1 ps and 2 workers of ``examples/trainer.py``
+   started by ``python -m distrib.launch`` (async between-graph replication
+   of an MLP on the 8x8 digits), their progress, a worker killed with
+   SIGKILL partway and restarted by the launcher, the final accuracy and the
+   wall time.
 2. The seed's config.json example: two worker servers started through the
    CLI (``python -m distrib.server --cluster config.json ...``), this process
    as the "host" task running matmuls pinned to each worker.
@@ -140,60 +142,73 @@ TRAINER = os.path.join(ROOT, "examples", "trainer.py")
 
 
 def train_cluster(env: dict[str, str], procs: list[subprocess.Popen], logdir: str,
-                  steps: int, limit_s: float = 600) -> None:
-    """Run the trainer cluster; the chief's progress is shown as it comes.
-    Each task's output goes to a log file beside ``logdir``: when a task
-    fails, the demo shows the end of that log and stops the others at once."""
-    ps, w0, w1 = free_ports(3)
-    flags = [f"--ps_hosts=localhost:{ps}", f"--worker_hosts=localhost:{w0},localhost:{w1}",
-             f"--train_steps={steps}", "--log_every=250"]
+                  steps: int, kill_at: int = 600, limit_s: float = 600) -> None:
+    """Run the trainer cluster through ``python -m distrib.launch`` (1 ps, 2
+    workers), show worker 0's progress, and kill -9 worker 1 partway: the
+    launcher restarts it and the run still finishes. When the launch fails,
+    the demo shows the end of its output."""
+    out_path = f"{logdir}.launch.log"
+    with open(out_path, "w") as out:   # the child keeps its own descriptor
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "distrib.launch", "--ps", "1", "--workers", "2", "--",
+             sys.executable, TRAINER, f"--train_steps={steps}", "--log_every=250",
+             f"--logdir={logdir}", "--save_model_secs=1"],
+            stdout=out, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT))
+    launcher = procs[-1]
+    print(f"  started python -m distrib.launch --ps 1 --workers 2 (pid {launcher.pid})")
     t0 = time.perf_counter()
-    tasks: list[tuple[str, subprocess.Popen, str]] = []
-    for job, i in [("ps", 0), ("worker", 1), ("worker", 0)]:
-        extra = [f"--logdir={logdir}"] if (job, i) == ("worker", 0) else []
-        log_path = f"{logdir}.{job}{i}.log"
-        with open(log_path, "w") as out:   # the child keeps its own descriptor
-            procs.append(subprocess.Popen(
-                [sys.executable, TRAINER, f"--job_name={job}", f"--task_index={i}", *flags, *extra],
-                stdout=out, stderr=subprocess.STDOUT, text=True, env=env))
-        tasks.append((f"/job:{job}/task:{i}", procs[-1], log_path))
-        print(f"  started /job:{job}/task:{i} (pid {procs[-1].pid})")
-    chief_log = open(tasks[-1][2])
-    result = None
+    log = open(out_path)
+    pids: dict[str, int] = {}
+    results: list[str] = []
+    killed = False
     partial = ""
-
-    def show_chief() -> None:
-        nonlocal partial, result
-        *lines, partial = (partial + chief_log.read()).split("\n")   # whole lines only
-        for line in lines:
-            if "examples/s" in line or line.startswith("done"):
-                print("  chief:", line.split(": ", 1)[-1] if "trainer:" in line else line)
-            if line.startswith("done"):
-                result = line
-
     try:
-        while any(p.poll() is None for _, p, _ in tasks):
-            show_chief()
-            failed = [(name, p, path) for name, p, path in tasks if p.poll() not in (None, 0)]
-            if failed:
-                for name, p, path in failed:
-                    print(f"  {name} failed (exit code {p.returncode}); the end of its output:")
-                    with open(path) as f:
-                        for line in f.readlines()[-15:]:
-                            print("    | " + line.rstrip())
-                raise SystemExit("training failed: stopping the cluster")
+        while True:
+            *lines, partial = (partial + log.read()).split("\n")   # whole lines only
+            for line in lines:
+                killed = _show(line, pids, results, killed, kill_at) or killed
+            if launcher.poll() is not None and not log.read(1):
+                break
             if time.perf_counter() - t0 > limit_s:
-                raise SystemExit(f"training did not end within {limit_s:g} s: stopping the cluster")
+                raise SystemExit(f"training did not end within {limit_s:g} s: stopping it")
             time.sleep(0.1)
-        partial += "\n"   # the chief has exited: its last line is whole
-        show_chief()
     finally:
-        chief_log.close()
-    if result is None:
-        raise SystemExit(f"the chief ended without its 'done' line: see {tasks[-1][2]}")
-    codes = [p.returncode for _, p, _ in tasks]
-    print(f"  {result}; wall time {time.perf_counter() - t0:.1f}s; "
-          f"ps exit {codes[0]}, workers exit {codes[1]}, {codes[2]}")
+        log.close()
+    if launcher.returncode != 0 or len(results) != 2:
+        print(f"  the launch failed (exit code {launcher.returncode}); the end of its output:")
+        with open(out_path) as f:
+            for line in f.readlines()[-20:]:
+                print("    | " + line.rstrip())
+        raise SystemExit("training failed")
+    print(f"  {results[-1]}; wall time {time.perf_counter() - t0:.1f}s; launcher exit 0")
+
+
+def _show(line: str, pids: dict[str, int], results: list[str], killed: bool,
+          kill_at: int) -> bool:
+    """Print what the demo shows of one launcher line; kill worker 1 once the
+    global step passes ``kill_at``. Returns whether it killed it now."""
+    if line.startswith("[launch]"):
+        words = line.split()
+        if "started" in words and "(pid" in words:
+            pids[words[1]] = int(words[-1].rstrip(")"))
+        if killed and ("restart" in line or "worker:1" in line):
+            print("  " + line)
+        return False
+    if "became chief" in line or "no longer chief" in line:
+        print("  " + line.split(": ", 1)[-1] if ": " in line else line)
+    if "] done global_step=" in line:
+        results.append(line.split("] ", 1)[1])
+        print("  " + line)
+        return False
+    if line.startswith("[worker:0]") and "examples/s" in line:
+        print("  chief: " + line.split("trainer: ", 1)[-1])
+        step = int(line.split("global step ", 1)[1].split(",", 1)[0])
+        if not killed and step >= kill_at and "worker:1" in pids:
+            os.kill(pids["worker:1"], signal.SIGKILL)
+            print(f"  kill -9 /job:worker/task:1 (pid {pids['worker:1']}): "
+                  "the launcher restarts it, training goes on")
+            return True
+    return False
 
 
 def main() -> int:
@@ -204,7 +219,8 @@ def main() -> int:
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         stack.callback(stop, procs)
-        print("1) training: 1 ps + 2 workers of examples/trainer.py, async between-graph")
+        print("1) training: 1 ps + 2 workers of examples/trainer.py through the launcher, "
+              "async between-graph, one worker killed partway")
         train_cluster(env, procs, os.path.join(tmp, "logs"), steps=2000)
         print("2) the seed's config.json example: two workers via the CLI, this process as host")
         cfg, spec = cluster_files(tmp, "config")
