@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="how long the chief waits for the other workers to finish")
     p.add_argument("--save_model_secs", type=float, default=600,
                    help="seconds between the chief's checkpoints")
+    p.add_argument("--save_checkpoint_steps", type=int, default=None,
+                   help="also a checkpoint every this many global steps")
     args = p.parse_args(argv)
     try:
         fill_from_tf_config(args)
@@ -162,6 +164,7 @@ async def train(args: argparse.Namespace, server: dt.Server,
                              init_op=model.init_op, saver=model.saver,
                              global_step=model.global_step,
                              save_model_secs=args.save_model_secs,
+                             save_checkpoint_steps=args.save_checkpoint_steps,
                              recovery_wait_secs=0.2)
     async with sv.managed_session(server.target) as sess:
         if sv.is_chief and not await sess.run(model.done_ready):

@@ -344,3 +344,24 @@ async def test_a_global_step_of_shape_one_numbers_the_supervisors_checkpoints(se
     assert latest_checkpoint(str(tmp_path)) == os.path.join(str(tmp_path), "model.ckpt-2")
     np.testing.assert_array_equal(
         checkpoint.read_checkpoint(latest_checkpoint(str(tmp_path)))["global_step"], [2])
+
+
+async def test_save_checkpoint_steps_saves_every_n_global_steps(tmp_path) -> None:
+    # a distrib extension: the bound on what a ps restart loses, in steps
+    g = dt.Graph()
+    with g.as_default():
+        gs = dt.train.get_or_create_global_step()
+        step = gs.assign_add(1)
+    sv = dt.train.Supervisor(graph=g, logdir=str(tmp_path), save_model_secs=0,
+                             save_checkpoint_steps=4)
+    async with sv.managed_session("") as sess:
+        for _ in range(14):
+            await sess.run(step)
+            await asyncio.sleep(0.15)   # the service reads the global step twice a second
+    saved = sorted(int(f.rsplit("-", 1)[1]) for f in os.listdir(tmp_path)
+                   if f.startswith("model.ckpt-"))
+    # one as the service starts (the first step may have run by then), the final one
+    assert saved[0] <= 1 and saved[-1] == 14, saved
+    periodic = saved[1:-1]
+    # with save_model_secs=0 every save between is a step-triggered one, 4 or more apart
+    assert periodic and all(b - a >= 4 for a, b in zip(saved, periodic)), saved

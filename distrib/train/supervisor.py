@@ -12,7 +12,8 @@ What each task does when its session opens:
 * the **chief** restores the newest good checkpoint of ``logdir`` (falling
   back to older ones when the newest is corrupt), or else runs ``init_op``;
   then it checks ``ready_op`` and starts a background task that saves a
-  checkpoint every ``save_model_secs`` (0: no checkpoints at all, as in TF);
+  checkpoint every ``save_model_secs`` (0: no checkpoints at all, as in TF),
+  or every ``save_checkpoint_steps`` global steps (a distrib extension);
 * a **non-chief** polls ``ready_op`` every ``recovery_wait_secs`` until the
   chief has initialized (or restored) the shared variables.
 
@@ -50,13 +51,12 @@ from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
 from distrib.ops.variables import (global_variables_initializer, local_variables_initializer)
 from distrib.train import checkpoint
-from distrib.runtime.fencing import FENCED
-from distrib.train.checkpoint_fence import fence_directory
+from distrib.train.checkpoint_service import CheckpointService
 from distrib.runtime.failure_detector import heartbeat_s
 from distrib.train.chief_role import ChiefRole
 from distrib.train.global_step import find_global_step
 from distrib.train.local_master import LocalMaster
-from distrib.train.ps_recovery import PsRecovery, RecoveringSession, recoverable
+from distrib.train.ps_recovery import PsRecovery, RecoveringSession
 from distrib.train.readiness import ReadyCheck, close_quietly, run_fetches
 from distrib.train.saver import Saver
 
@@ -88,7 +88,8 @@ class Supervisor:
                  save_model_secs: float = 600, recovery_wait_secs: float = 30,
                  stop_grace_secs: float = 120, checkpoint_basename: str = "model.ckpt",
                  session_manager: Any = None, summary_writer: Any = USE_DEFAULT,
-                 init_fn: Any = None, local_init_run_options: Any = None) -> None:
+                 init_fn: Any = None, local_init_run_options: Any = None,
+                 save_checkpoint_steps: int | None = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         self._is_chief = bool(is_chief)   # the preferred chief (the role itself: _role)
         self._role = ChiefRole(self._is_chief, on_change=self._role_changed)
@@ -109,15 +110,18 @@ class Supervisor:
             self._init_saver(saver)
             self._init_global_step(global_step)
         self._verify_setup()
+        # periodic checkpoints: every save_model_secs, or (a distrib extension, the
+        # bound on what a ps restart loses) every save_checkpoint_steps global steps
+        self._ckpt = CheckpointService(self._saver, self._save_path, self._logdir,
+                                       self._global_step, self._role, save_model_secs,
+                                       save_checkpoint_steps, self.request_stop)
         # As in TF: every op the supervisor needs exists now; later additions are bugs.
         self._graph.finalize()
         self._stop_requested = False
         self._stop_exception: BaseException | None = None
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._checkpoint_task: asyncio.Task | None = None
         self._runner_tasks: list[asyncio.Task] = []
-        self._save_lock: asyncio.Lock | None = None
         self._sess: Any = None
         self._local = LocalMaster()   # the in-process server of master ""
 
@@ -263,14 +267,14 @@ class Supervisor:
         if chief:
             if self._ps_recovery is not None and self._role.ps:
                 await self._ps_recovery.remember()   # the ps tasks' variables are live now
-            if sess is not None and self._services_wanted and self._checkpoint_task is None \
+            if sess is not None and self._services_wanted and self._ckpt.task is None \
                     and not self._stop_requested:
                 self.start_standard_services(sess)
             return
-        for task in (self._checkpoint_task, self._ps_watch):
-            if task is not None:
-                task.cancel()
-        self._checkpoint_task = self._ps_watch = None
+        self._ckpt.cancel()
+        if self._ps_watch is not None:
+            self._ps_watch.cancel()
+        self._ps_watch = None
 
     async def _recover_step(self, sess: Session) -> bool:
         """A managed session's step failed while the cluster recovers: the
@@ -413,63 +417,24 @@ class Supervisor:
         if not self.is_chief:
             raise FailedPreconditionError("only the chief runs the standard services")
         self._bind_loop()
-        if self._saver is not None and self._save_path and self._save_model_secs:
-            self._start_checkpoint_service(sess)
+        self._ckpt.start(sess, self._stop_event)
         if self._ps_recovery is not None and self._role.ps and self._ps_watch is None:
             self._ps_watch = asyncio.get_running_loop().create_task(
                 self._ps_recovery.watch(sess, self.should_stop), name="distrib-ps-watch")
-        return [self._checkpoint_task] if self._checkpoint_task else []
-
-    def _start_checkpoint_service(self, sess: Session) -> None:
-        self._checkpoint_task = asyncio.get_running_loop().create_task(
-            self._checkpoint_loop(sess), name="distrib-supervisor-checkpoints")
-
-    async def _checkpoint_loop(self, sess: Session) -> None:
-        # Like TF's SVTimerCheckpointThread: save at once, then every save_model_secs.
-        assert self._stop_event is not None
-        while not self._stop_event.is_set():
-            if not self.is_chief:   # the role moved (or its lease ran out): stop saving
-                self._checkpoint_task = None
-                return
-            try:
-                await self._save_checkpoint(sess)
-            except OpError as exc:
-                if isinstance(exc, AbortedError) and FENCED in exc.message:
-                    # a newer chief saved here: this task lost the role while paused;
-                    # it trains on as a non-chief instead of failing
-                    logger.warning("no longer chief, checkpoints stop: %s", exc)
-                    self._checkpoint_task = None
-                    return
-                if not recoverable(exc):
-                    logger.error("periodic checkpoint failed: %s", exc)
-                    self.request_stop(exc)
-                    return
-                # a ps restarting: never save its empty variables; try next time
-                logger.warning("periodic checkpoint skipped while the cluster recovers: %s", exc)
-            except Exception as exc:  # a failed save stops training, as in TF
-                logger.error("periodic checkpoint failed: %s", exc)
-                self.request_stop(exc)
-                return
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._stop_event.wait(), self._save_model_secs)
+        return [self._ckpt.task] if self._ckpt.task else []
 
     async def _save_checkpoint(self, sess: Session) -> str:
-        assert self._save_lock is not None and self._save_path is not None
-        async with self._save_lock:  # the final save never overlaps a periodic one
-            term = self._role.term
-            if term is not None:   # the folder refuses an older chief's checkpoints
-                await asyncio.to_thread(fence_directory, self._logdir, term)
-            return await self._saver.save(sess, self._save_path, global_step=self._global_step)
+        return await self._ckpt.save(sess)
 
     def _bind_loop(self) -> None:
         # Once per loop: services started later (start_queue_runners after
         # managed_session, as SyncReplicas does) must share the event the
         # checkpoint loop already waits on, and the save lock with it.
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._stop_event is None or self._save_lock is None:
+        if self._loop is not loop or self._stop_event is None or self._ckpt.lock is None:
             self._loop = loop
             self._stop_event = asyncio.Event()
-            self._save_lock = asyncio.Lock()
+            self._ckpt.bind()
         if self._stop_requested:
             self._stop_event.set()
 
@@ -506,17 +471,7 @@ class Supervisor:
                 t.cancel()
             except Exception:  # recorded by _runner_done; it must not hide the final save
                 pass
-        task, self._checkpoint_task = self._checkpoint_task, None
-        if task is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), self._stop_grace_secs)
-        except asyncio.TimeoutError:
-            logger.warning("checkpoint task did not stop within stop_grace_secs=%s; cancelling",
-                           self._stop_grace_secs)
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._ckpt.stop(self._stop_grace_secs)
 
     # -- stopping ------------------------------------------------------------------------
     def should_stop(self) -> bool:
@@ -574,11 +529,8 @@ class Supervisor:
     async def _final_save(self) -> None:
         sess, self._sess = self._sess, None
         # save_model_secs=0 turns checkpoints off, the last one included (TF)
-        if not (self.is_chief and sess is not None and self._saver is not None
-                and self._save_path and self._save_model_secs):
+        if not (self.is_chief and sess is not None and self._ckpt.enabled):
             return
-        if self._save_lock is None:
-            self._save_lock = asyncio.Lock()
         try:
             path = await self._save_checkpoint(sess)
             logger.info("chief saved the final checkpoint %s", path)
