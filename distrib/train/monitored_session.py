@@ -51,9 +51,10 @@ from typing import Any, Generator
 
 from distrib.client.fetches import feed_name
 from distrib.client.session import ConfigProto, Session
-from distrib.errors import AbortedError, OutOfRangeError, UnavailableError
+from distrib.errors import AbortedError, OpError, OutOfRangeError, UnavailableError
 from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.train.coordinator import Coordinator
+from distrib.train.ps_recovery import recoverable
 from distrib.train.session_manager import (ChiefSessionCreator, Scaffold, SessionCreator,
                                            WorkerSessionCreator)
 from distrib.train.session_run_hooks import (CheckpointSaverHook, SessionRunArgs,
@@ -272,8 +273,10 @@ class MonitoredSession:
                 inner = await self._recreate(deadline)
             try:
                 return await inner.run(fetches, feed_dict, options, run_metadata)
-            except _PREEMPTION_ERRORS as exc:
-                if not self._should_recover:
+            except OpError as exc:
+                # preempted (a task failed or restarted), or a restarted ps's variables
+                # not restored yet: a new session waits for (or does) the restore
+                if not self._should_recover or not recoverable(exc):
                     raise
                 failures += 1
                 if deadline is None:

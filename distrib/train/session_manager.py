@@ -308,13 +308,7 @@ class ChiefSessionCreator(SessionCreator):
 
     def _candidates(self) -> list[str]:
         """The checkpoints of ``checkpoint_dir`` that exist, newest first."""
-        if self._checkpoint_dir is None:
-            return []
-        state = checkpoint.get_checkpoint_state(self._checkpoint_dir)
-        if state is None:
-            return []
-        ordered = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
-        return [p for p in dict.fromkeys(ordered) if os.path.exists(p)]
+        return checkpoint.checkpoint_candidates(self._checkpoint_dir)
 
     async def _restore(self, sess: Session) -> bool:
         saver = self._scaffold.saver
