@@ -407,3 +407,42 @@ async def test_supervisor_runs_the_chief_queue_runner_for_sync_training(tmp_path
         steps = await asyncio.wait_for(run_chief_last(), GUARD)
     assert min(steps) >= 5
     assert dt.train.latest_checkpoint(str(tmp_path / "logs")) is not None
+
+
+async def test_the_chief_queue_runner_moves_with_the_chief_role(tmp_path, monkeypatch):
+    """Every worker registers the chief queue runner; only the chief runs it.
+    When the chief dies, the new chief runs it: training goes on (without it
+    the survivors would wait for tokens for ever)."""
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
+    async with cluster(2) as spec:
+        replicas = [Replica(spec, t, aggregate=1, total=2) for t in (0, 1)]
+        svs = [dt.train.Supervisor(
+            graph=r.graph, is_chief=(r.task == 0), init_op=r.init,
+            local_init_op=r.opt.local_step_init_op,
+            ready_for_local_init_op=r.opt.ready_for_local_init_op,
+            global_step=r.gs, logdir=str(tmp_path / "logs"), save_model_secs=0,
+            recovery_wait_secs=0.05) for r in replicas]
+        r0, r1 = replicas
+        x = np.zeros(3, np.float32)
+        async with svs[0].managed_session(r0.target) as s0, \
+                svs[1].managed_session(r1.target) as s1:
+            await s0.run(r0.opt.chief_init_op)
+            await s0.run(r0.init_tokens)
+            for sv, sess, r in ((svs[0], s0, r0), (svs[1], s1, r1)):
+                sv.start_queue_runners(sess, [r.opt.get_chief_queue_runner()])
+            assert not svs[1]._running_chief_runners and svs[0]._running_chief_runners
+            for _ in range(3):
+                await asyncio.wait_for(r0.step(s0, x), GUARD)
+                await asyncio.wait_for(r1.step(s1, x), GUARD)
+            svs[0]._role.election._task.cancel()      # the chief dies (white-box)
+            for _ in range(int(GUARD / 0.05)):
+                if svs[1].is_chief:
+                    break
+                await asyncio.sleep(0.05)
+            assert svs[1].is_chief
+            before = int(await s1.run(r1.gs))
+            for _ in range(8):                         # worker 1 alone, its own runner
+                await asyncio.wait_for(r1.step(s1, x), GUARD)
+            # (a gradient computed before the move may be stale: it is dropped)
+            assert int(await s1.run(r1.gs)) >= before + 4
+            assert svs[1]._running_chief_runners

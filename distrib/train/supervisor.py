@@ -50,13 +50,14 @@ from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
                             OutOfRangeError, UnavailableError)
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
 from distrib.ops.variables import (global_variables_initializer, local_variables_initializer)
+from distrib.runtime.failure_detector import heartbeat_s
+from distrib.runtime.fencing import FENCED
 from distrib.train import checkpoint
 from distrib.train.checkpoint_service import CheckpointService
-from distrib.runtime.failure_detector import heartbeat_s
 from distrib.train.chief_role import ChiefRole
 from distrib.train.global_step import find_global_step
 from distrib.train.local_master import LocalMaster
-from distrib.train.ps_recovery import PsRecovery, RecoveringSession
+from distrib.train.ps_recovery import PsRecovery, RecoveringSession, recoverable
 from distrib.train.readiness import ReadyCheck, close_quietly, run_fetches
 from distrib.train.saver import Saver
 
@@ -122,6 +123,9 @@ class Supervisor:
         self._stop_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner_tasks: list[asyncio.Task] = []
+        # chief-only runners (they move with the role) and their tasks on this task
+        self._chief_runners: list[Any] = []
+        self._running_chief_runners: dict[Any, asyncio.Task] = {}
         self._sess: Any = None
         self._local = LocalMaster()   # the in-process server of master ""
 
@@ -270,6 +274,7 @@ class Supervisor:
             if sess is not None and self._services_wanted and self._ckpt.task is None \
                     and not self._stop_requested:
                 self.start_standard_services(sess)
+            self._resume_chief_runners(sess)
             return
         self._ckpt.cancel()
         if self._ps_watch is not None:
@@ -442,21 +447,60 @@ class Supervisor:
         """Start background loops (e.g. ``SyncReplicasOptimizer.get_chief_queue_runner()``)
         that run until :meth:`should_stop`; they are stopped with the other services.
 
-        A runner is anything with ``start(sess, stop) -> asyncio.Task``."""
+        A runner is anything with ``start(sess, stop) -> asyncio.Task``. One marked
+        ``chief_only`` (the sync-replicas chief queue runner) runs on whichever
+        task is chief: call this on every worker, and it starts wherever the role
+        is, now or later, with the chief's fencing term on each of its steps."""
         self._bind_loop()
-        tasks = [runner.start(sess, self.should_stop) for runner in queue_runners]
-        for t in tasks:   # a runner that fails stops training with its error (TF's coordinator)
-            t.add_done_callback(self._runner_done)
+        tasks = []
+        for runner in queue_runners:
+            if getattr(runner, "chief_only", False):
+                if runner not in self._chief_runners:
+                    self._chief_runners.append(runner)
+                if self.is_chief:
+                    tasks.append(self._start_chief_runner(sess, runner))
+                continue
+            task = runner.start(sess, self.should_stop)
+            task.add_done_callback(self._runner_done)   # a failure stops training (TF)
+            tasks.append(task)
         self._runner_tasks.extend(tasks)
         return tasks
+
+    def _start_chief_runner(self, sess: Session, runner: Any) -> asyncio.Task:
+        task = runner.start(sess, lambda: self.should_stop() or not self.is_chief,
+                            self._role.run_options)
+        task.add_done_callback(self._runner_done)
+        self._running_chief_runners[runner] = task
+        return task
 
     def _runner_done(self, task: asyncio.Task) -> None:
         if task.cancelled():
             return
         exc = task.exception()
-        if exc is not None:
-            logger.error("queue runner failed: %s", exc)
-            self.request_stop(exc)
+        if exc is None:
+            return
+        chief_runner = next((r for r, t in self._running_chief_runners.items() if t is task), None)
+        if chief_runner is not None and isinstance(exc, OpError) \
+                and (recoverable(exc) or FENCED in exc.message):
+            # a ps restarting, or this task lost the role (fenced): not a reason to
+            # stop training; whoever is chief runs it again (see _role_changed)
+            logger.warning("chief queue runner stopped: %s", exc)
+            del self._running_chief_runners[chief_runner]
+            if self.is_chief and self._sess is not None and not self._stop_requested:
+                asyncio.get_running_loop().call_later(
+                    1.0, lambda: self._resume_chief_runners(self._sess))
+            return
+        logger.error("queue runner failed: %s", exc)
+        self.request_stop(exc)
+
+    def _resume_chief_runners(self, sess: Session | None) -> None:
+        """Start, on this (new) chief, the chief-only runners not running here."""
+        if sess is None or not self.is_chief or self._stop_requested:
+            return
+        for runner in self._chief_runners:
+            task = self._running_chief_runners.get(runner)
+            if task is None or task.done():
+                self._runner_tasks.append(self._start_chief_runner(sess, runner))
 
     async def _stop_services(self) -> None:
         watch, self._ps_watch = self._ps_watch, None

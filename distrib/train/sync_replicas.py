@@ -140,20 +140,27 @@ class ChiefQueueRunner:
         task = asyncio.ensure_future(runner.run(sess, sv.should_stop))
     """
 
+    # a Supervisor runs it on whichever task is chief: it moves with the role
+    chief_only = True
+
     def __init__(self, step_op: Operation, poll_s: float = 0.05) -> None:
         self.step_op = step_op
         self.steps = 0
         self._poll_s = poll_s
 
-    async def run(self, sess: Any, stop: Callable[[], bool] | None = None) -> int:
+    async def run(self, sess: Any, stop: Callable[[], bool] | None = None,
+                  options: Callable[[], dict | None] | None = None) -> int:
         """Aggregate until ``stop()``; returns the number of aggregation steps run.
 
         A step still waiting for gradients when ``stop()`` turns true is left
-        to finish on the ps (it completes when the gradients arrive)."""
+        to finish on the ps (it completes when the gradients arrive).
+        ``options()``: each step's run options (a Supervisor's chief passes its
+        fencing term: a chief that lost the role cannot apply an update)."""
         stop = stop or (lambda: False)
         every = stall_s()
         while not stop():
-            step = asyncio.ensure_future(_run(sess, self.step_op))
+            step = asyncio.ensure_future(_run(sess, self.step_op,
+                                              options() if options is not None else None))
             # the ps names the missing replicas; the chief's own log says it is stalled
             started = warned = time.monotonic()
             try:
@@ -177,9 +184,10 @@ class ChiefQueueRunner:
             self.steps += 1
         return self.steps
 
-    def start(self, sess: Any, stop: Callable[[], bool] | None = None) -> asyncio.Task:
+    def start(self, sess: Any, stop: Callable[[], bool] | None = None,
+              options: Callable[[], dict | None] | None = None) -> asyncio.Task:
         """``run`` as a background task of the running loop."""
-        return asyncio.ensure_future(self.run(sess, stop))
+        return asyncio.ensure_future(self.run(sess, stop, options))
 
 
 def _replica_id(device: str) -> str:
@@ -193,8 +201,8 @@ def _replica_id(device: str) -> str:
     return f"{device or 'replica'}#{uuid.uuid4().hex[:8]}"
 
 
-async def _run(sess: Any, fetches: Any) -> Any:
-    result = sess.run(fetches)
+async def _run(sess: Any, fetches: Any, options: dict | None = None) -> Any:
+    result = sess.run(fetches) if options is None else sess.run(fetches, options=options)
     return await result if inspect.isawaitable(result) else result
 
 
