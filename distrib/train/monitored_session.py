@@ -55,6 +55,7 @@ from distrib.errors import AbortedError, OpError, OutOfRangeError, UnavailableEr
 from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.train.coordinator import Coordinator
 from distrib.train.ps_recovery import recoverable
+from distrib.train.readiness import close_quietly
 from distrib.train.session_manager import (ChiefSessionCreator, Scaffold, SessionCreator,
                                            WorkerSessionCreator)
 from distrib.train.session_run_hooks import (CheckpointSaverHook, SessionRunArgs,
@@ -72,13 +73,6 @@ USE_DEFAULT: Any = object()
 MAX_CONSECUTIVE_RECOVERIES = 10
 _FIRST_RETRY_S = 0.1     # retries of a failed session creation back off to:
 _MAX_RETRY_S = 5.0
-
-
-async def _close_quietly(sess: Any) -> None:
-    try:
-        await sess.close()
-    except Exception as exc:  # closing must not hide the real outcome
-        logger.debug("closing the session failed: %s", exc)
 
 
 def _feed_key(key: Any, graph: Any) -> Any:
@@ -355,7 +349,7 @@ class MonitoredSession:
         except Exception as exc:
             failure = exc
         finally:
-            await _close_quietly(inner.session)
+            await close_quietly(inner.session)
         if failure is None:
             return
         if raise_errors and not isinstance(failure, _PREEMPTION_ERRORS):

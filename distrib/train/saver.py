@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import inspect
 import logging
 import os
 import threading
@@ -41,6 +40,7 @@ from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable
 from distrib.train import checkpoint
 from distrib.train.checkpoint import latest_checkpoint
+from distrib.train.readiness import run_fetches
 
 logger = logging.getLogger(__name__)
 
@@ -90,16 +90,6 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
                                  "Saver, pass var_list, or pass allow_empty=True for a Saver "
                                  "that saves nothing")
     return named
-
-
-async def _run(sess: Any, fetches: Any, feed_dict: dict | None = None,
-               options: dict | None = None) -> Any:
-    """``sess.run`` of an async Session (awaited) or a SyncSession (already a value)."""
-    result = (sess.run(fetches, feed_dict=feed_dict) if options is None
-              else sess.run(fetches, feed_dict=feed_dict, options=options))
-    if inspect.isawaitable(result):
-        result = await result
-    return result
 
 
 def _run_blocking(coro: Any) -> Any:
@@ -244,10 +234,10 @@ class Saver:
     async def _fetch(self, sess: Any, global_step: Any) -> tuple[dict[str, np.ndarray], int | None]:
         reads = {name: var.value() for name, var in self._named.items()}
         if global_step is None or isinstance(global_step, (int, np.integer, np.ndarray)):
-            values = await _run(sess, reads)
+            values = await run_fetches(sess, reads)
             step = None if global_step is None else _step_number(global_step, global_step)
         else:
-            values, step = await _run(sess, [reads, global_step])
+            values, step = await run_fetches(sess, [reads, global_step])
             step = _step_number(step, global_step)
         # a fetched string tensor comes back as str or fixed-width unicode:
         # stored as the variable's own (string) dtype, it restores into it
@@ -301,7 +291,7 @@ class Saver:
         self.build()
         assert self._restorer is not None
         values = await asyncio.to_thread(self._read, os.fspath(save_path))
-        await _run(sess, self._restorer.op, feed_dict=self._restorer.feeds(values),
+        await run_fetches(sess, self._restorer.op, feed_dict=self._restorer.feeds(values),
                    options=options)
         logger.info("restored %d variables from %s", len(values), save_path)
 
@@ -318,7 +308,7 @@ class Saver:
         assert self._restorer is not None
         values = await asyncio.to_thread(self._read, os.fspath(save_path))
         values = {n: values[n] for n in names}
-        await _run(sess, [self._restorer.assigns[n] for n in names],
+        await run_fetches(sess, [self._restorer.assigns[n] for n in names],
                    feed_dict=self._restorer.feeds(values), options=options)
         logger.info("restored the %d variables of %s from %s", len(values), task, save_path)
 

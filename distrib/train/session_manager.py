@@ -43,6 +43,7 @@ from distrib.ops.variables import (global_variables, global_variables_initialize
                                    local_variables_initializer)
 from distrib.server.server_lib import Server
 from distrib.train import checkpoint
+from distrib.train.readiness import close_quietly, run_fetches
 from distrib.train.saver import Saver
 
 logger = logging.getLogger(__name__)
@@ -53,18 +54,6 @@ __all__ = ["Scaffold", "SessionCreator", "ChiefSessionCreator", "WorkerSessionCr
 _TRANSIENT = (UnavailableError, AbortedError, DeadlineExceededError)
 _FIRST_POLL_S = 0.05    # a worker's readiness polls start fast and back off to this:
 _MAX_POLL_S = 2.0
-
-
-async def _run(sess: Any, fetches: Any, feed_dict: dict | None = None) -> Any:
-    result = sess.run(fetches, feed_dict=feed_dict)
-    return await result if inspect.isawaitable(result) else result
-
-
-async def _close_quietly(sess: Any) -> None:
-    try:
-        await sess.close()
-    except Exception as exc:  # closing must not hide the real outcome
-        logger.debug("closing the session failed: %s", exc)
 
 
 def _describe(t: Any) -> str:
@@ -81,7 +70,7 @@ async def not_ready(sess: Any, ready_op: Any) -> list[str]:
     """What ``ready_op`` reports as not ready (variable names); empty when ready."""
     if ready_op is None or (isinstance(ready_op, (list, tuple)) and not ready_op):
         return []
-    value = await _run(sess, ready_op)
+    value = await run_fetches(sess, ready_op)
     parts = zip(ready_op, value) if isinstance(ready_op, (list, tuple)) else [(ready_op, value)]
     missing: list[str] = []
     for t, v in parts:
@@ -259,7 +248,7 @@ class SessionCreator:
         missing = await not_ready(sess, sc.ready_for_local_init_op)
         if missing:
             return missing
-        await _run(sess, sc.local_init_op)
+        await run_fetches(sess, sc.local_init_op)
         return []
 
 
@@ -278,7 +267,7 @@ class ChiefSessionCreator(SessionCreator):
         try:
             await self._prepare(sess)
         except BaseException:
-            await _close_quietly(sess)
+            await close_quietly(sess)
             raise
         return sess
 
@@ -289,7 +278,7 @@ class ChiefSessionCreator(SessionCreator):
                 raise RuntimeError("Model is not initialized and no init_op or init_fn or "
                                    "local_init_op was given")
             if sc.init_op is not None:
-                await _run(sess, sc.init_op, feed_dict=sc.init_feed_dict)
+                await run_fetches(sess, sc.init_op, feed_dict=sc.init_feed_dict)
             if sc.init_fn is not None:
                 result = sc.init_fn(sess)
                 if inspect.isawaitable(result):
@@ -348,7 +337,7 @@ class WorkerSessionCreator(SessionCreator):
         try:
             await self._wait_until_ready(sess)
         except BaseException:
-            await _close_quietly(sess)
+            await close_quietly(sess)
             raise
         return sess
 
