@@ -1,0 +1,733 @@
+"""Recovery from faults mid-training, and what failure detection costs: the
+fault tests' four faults timed, and ps1-w2 throughput with heartbeats on and
+off, measured in the same run.
+
+Every run is ``python -m distrib.launch --ps 1 --workers W -- python
+examples/trainer.py ...`` on loopback (the launcher picks free ports), its
+output (the launcher's own lines on stderr, each task's lines prefixed
+``[job:index]``) read line by line as it comes.
+
+Fault rows (1 ps, 3 workers, ``DISTRIB_HEARTBEAT_S=1`` (the default),
+``--save_model_secs 1``, ``--log_every 25``, batch 64): the cluster trains for
+``LEAD_S`` seconds after its first progress line, then one fault, as in
+tests/test_fault_launch.py:
+
+- ``kill-nonchief``: SIGKILL to worker 2 (the launcher restarts it after 1 s);
+- ``kill-chief``: SIGKILL to worker 0, the chief (restarted after 1 s; the
+  role passes to another worker when the lease runs out);
+- ``kill-ps``: SIGKILL to ps 0 (restarted after 1 s; the chief restores its
+  variables from the newest checkpoint);
+- ``stop-chief``: SIGSTOP to worker 0, SIGCONT ``STOP_HOLD_S`` (12 s, four
+  leases, as the test) later.
+
+The run is stopped (SIGTERM to the launcher) ``AFTER_S`` after the fault's
+recovery point (below). Times come from the log lines: a trainer line's own
+timestamp (``YYYY-MM-DD HH:MM:SS,mmm``, the same clock as this process's
+``time.time()``, taken just before the signal is sent); a launcher line (no
+timestamp) is stamped when it reaches this process.
+
+Columns:
+
+- ``detect_s``: the signal to the first line showing that someone noticed
+  the failure, whichever comes first of: a worker's ``step failed ...
+  waiting for the cluster to recover`` warning, a ``declared dead`` line of
+  the failure detector, the launcher's ``J:I killed by SIGKILL`` line for its
+  own child; ``by`` names which. Which one it is differs by fault, for a
+  reason: a SIGKILLed task's sockets are reset by the kernel at once, so a
+  peer that needed it fails its step at once (the ps: every worker's next
+  step fails), while asynchronous training needs no worker but itself, so a
+  killed worker's death shows first (and only) as the launcher's waitpid; a
+  SIGSTOPped task's sockets stay open, the launcher sees nothing, and only
+  the heartbeats find it: ``declared dead`` after three silent heartbeats.
+- ``chief_s`` (chief faults): the signal to the ``became chief (term 2)``
+  line of another worker. Target <= 7 s.
+- ``restore_s`` (ps): the launcher's ``ps:0 started`` line of the restart to
+  the chief's ``restored /job:ps/task:0 from ...model.ckpt-S`` line. Target
+  <= 2 s. The JSON splits it: restart -> ``serving`` (process start-up),
+  -> ``restarted (incarnation ...)`` (the chief's watch, every heartbeat),
+  -> ``restored``; and gives ``kill_to_restart_s`` (the launcher's backoff).
+- ``lost`` (ps): the highest global step logged (progress or checkpoint
+  line) at or before the kill, minus S of the checkpoint restored: a lower
+  bound, short by at most one ``--log_every`` (25 steps). Target: at most
+  one checkpoint interval's steps, ``steps/s before`` x 1 s (``<=`` column).
+- ``before``, ``during``, ``after``: global steps/s (x 64 = examples/s) over
+  ``[fault - BEFORE_S, fault]``, ``[fault, recovered]``,
+  ``[recovered, recovered + AFTER_S]`` (cut at the last line logged).
+  ``recovered``: kill-nonchief: the restarted worker's first progress line;
+  kill-chief: the later of that and ``became chief (term 2)``; kill-ps: the
+  ``restored`` line; stop-chief: the stopped worker's first progress line
+  after SIGCONT. ``rec_s``: fault -> recovered.
+- ``dip``: the lowest rate over 1-second windows from the fault to
+  ``recovered + AFTER_S``, divided by ``before``. Losing one of three
+  workers costs a third by itself; 0 means a whole second without a step.
+
+Global steps over time come from every worker's progress lines and the
+chief's ``saved checkpoint ...model.ckpt-S`` lines (a running maximum: lines
+of different workers interleave), restarted at S from the ``restored``
+line's time (the global step goes back there, and no worker logs again until
+it passes the step at which it logged last); a rate over a window
+interpolates linearly between lines.
+
+Heartbeat row: ps1-w2 (1 ps, 2 workers, no fault, ``--train_steps N``, N =
+12000, or 4000 with ``--quick``, ``--log_every 500``, the default
+checkpoint interval) with ``DISTRIB_HEARTBEAT_S=1`` and with ``0`` (no
+heartbeats; the Supervisor's election still runs, its lease then 3 s), in
+alternating order, once each per round. A run's rate: global steps/s from its
+first progress line at or past N/10 (start-up excluded) to its last one. The
+ratio is the median of each round's on/off ratio. Target >= 0.98.
+
+Each figure is the median over rounds (``--rounds``, default 3; ``--quick``:
+1). Timings are never asserted: this only reports. ``--json PATH`` writes
+the rows and every run's figures; ``--logs DIR`` keeps each run's output.
+Every process started is stopped: the launcher by SIGTERM (it stops the
+workers, then the ps), then SIGKILL to its process group; any task of it
+still alive by SIGKILL to its own group (each task leads one); a stopped
+task gets SIGCONT first. Each run's checkpoint folder is removed; /dev/shm is
+compared before and after (distrib's shared memory is memfd, not /dev/shm).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+BATCH = 64               # examples/trainer.py's default --batch_size
+SAVE_SECS = 1.0          # --save_model_secs of the fault runs
+LOG_EVERY = 25           # --log_every of the fault runs
+HB_LOG_EVERY = 500       # --log_every of the heartbeat runs
+LEAD_S = 7.0             # training after the first progress line, before the fault
+BEFORE_S = 5.0           # the window before the fault
+AFTER_S = 5.0            # the window after the recovery point
+BIN_S = 1.0              # windows for the dip
+STOP_HOLD_S = 12.0       # SIGSTOP to SIGCONT: four leases of 3 s (three heartbeats)
+EVENT_LIMIT_S = 90.0     # the longest wait for a recovery event
+RUN_LIMIT_S = 300.0      # the longest heartbeat run
+STOP_WAIT_S = 45.0       # after SIGTERM to the launcher, before SIGKILL
+FAULTS = ("kill-nonchief", "kill-chief", "kill-ps", "stop-chief")
+TARGETS = {"chief_s": "<= 7 s", "restore_s": "<= 2 s", "lost": "<= 1 s of steps",
+           "hb_ratio": ">= 0.98"}
+
+PREFIX = re.compile(r"^\[(launch|\w+:\d+)\] ?(.*)$")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+PROGRESS = re.compile(r"global step (\d+),")
+SAVED = re.compile(r"saved checkpoint .*model\.ckpt-(\d+)$")
+RESTORED = re.compile(r"restored /job:ps/task:0 from .*model\.ckpt-(\d+)")
+CHIEF = re.compile(r"became chief \(term (\d+)\)")
+STARTED = re.compile(r"^(\w+:\d+) started \(pid (\d+)\)")
+KILLED = re.compile(r"^(\w+:\d+) killed by (SIG\w+)")
+DONE = re.compile(r"^done global_step=(\d+)")
+
+
+# -- one launch, its output ---------------------------------------------------------
+
+@dataclass
+class Line:
+    arrival: float      # time.time() when the line reached this process
+    t: float            # the trainer's timestamp where the line has one, else arrival
+    src: str            # "launch", "ps:0", "worker:1" ...
+    text: str           # without the [src] prefix
+    stamped: bool
+
+
+def parse_line(raw: str, arrival: float) -> Line:
+    m = PREFIX.match(raw)
+    src, text = (m.group(1), m.group(2)) if m else ("?", raw)
+    t, stamped = arrival, False
+    s = STAMP.match(text)
+    if s:
+        try:
+            ts = datetime.datetime.strptime(s.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            ts = None
+        if ts is not None and abs(ts - arrival) < 5.0:   # same clock (a local-time mismatch: no)
+            t, stamped = ts, True
+    return Line(arrival, t, src, text, stamped)
+
+
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class Launch:
+    """``python -m distrib.launch`` running examples/trainer.py; its lines
+    collected by a thread; ``close`` always stops every process it made."""
+
+    def __init__(self, name: str, workers: int, trainer_args: list[str],
+                 env: dict[str, str], log_dir: str | None) -> None:
+        self.name = name
+        self.tmp = tempfile.mkdtemp(prefix="distrib-recovery-")
+        self.lines: list[Line] = []
+        self.cond = threading.Condition()
+        self.stopped_pid: int | None = None     # a SIGSTOPped task, to SIGCONT on close
+        self.leftover: list[int] = []
+        self.marks: list[str] = []              # what this bench did, for the log
+        self.log_path = os.path.join(log_dir, name + ".log") if log_dir else None
+        cmd = [sys.executable, "-m", "distrib.launch", "--ps", "1", "--workers", str(workers),
+               "--max_restarts", "3", "--", sys.executable, "examples/trainer.py",
+               f"--logdir={os.path.join(self.tmp, 'ckpt')}", *trainer_args]
+        self.started = time.time()
+        self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, errors="replace",
+                                  cwd=ROOT, env=child_env(env), start_new_session=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.p.stdout is not None
+        for raw in self.p.stdout:
+            line = parse_line(raw.rstrip("\n"), time.time())
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def snapshot(self) -> list[Line]:
+        with self.cond:
+            return list(self.lines)
+
+    def wait_for(self, pred: Callable[[Line], bool], timeout: float, start: int = 0,
+                 what: str = "an event") -> Line:
+        """The first line from index ``start`` on that satisfies ``pred``."""
+        deadline = time.monotonic() + timeout
+        i = start
+        with self.cond:
+            while True:
+                while i < len(self.lines):
+                    if pred(self.lines[i]):
+                        return self.lines[i]
+                    i += 1
+                if self.p.poll() is not None and not self.reader.is_alive():
+                    raise RuntimeError(f"{self.name}: the launcher exited "
+                                       f"({self.p.returncode}) before {what}\n{self.tail()}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RuntimeError(f"{self.name}: no {what} within {timeout:g} s\n"
+                                       f"{self.tail()}")
+                self.cond.wait(min(left, 0.5))
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(f"[{x.src}] {x.text}" for x in self.lines[-n:])
+
+    def pid(self, task: str) -> int:
+        pids = [int(m.group(2)) for x in self.snapshot() if x.src == "launch"
+                and (m := STARTED.match(x.text)) and m.group(1) == task]
+        if not pids:
+            raise RuntimeError(f"{self.name}: no pid for {task}")
+        return pids[-1]
+
+    def task_pids(self) -> list[int]:
+        return [int(m.group(2)) for x in self.snapshot() if x.src == "launch"
+                and (m := STARTED.match(x.text))]
+
+    def wait_exit(self, timeout: float) -> int:
+        return self.p.wait(timeout)
+
+    def close(self) -> None:
+        """Stop everything this launch started, whatever state it is in."""
+        try:
+            if self.stopped_pid is not None:
+                try:
+                    os.kill(self.stopped_pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                self.stopped_pid = None
+            if self.p.poll() is None:
+                try:
+                    os.kill(self.p.pid, signal.SIGTERM)   # workers first, then the ps
+                    self.p.wait(STOP_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
+            if self.p.poll() is None:
+                try:
+                    os.killpg(self.p.pid, signal.SIGKILL)   # its own group (new session)
+                except ProcessLookupError:
+                    pass
+                self.p.wait(10)
+            self.reader.join(10)
+            # each task leads a group of its own; the launcher's death kills them
+            # (PDEATHSIG) but make sure, by pid, of those that are still ours
+            deadline = time.monotonic() + 5
+            for pid in self.task_pids():
+                while alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if alive(pid) and "trainer.py" in cmdline(pid):
+                    try:
+                        if os.getpgid(pid) == pid:
+                            os.killpg(pid, signal.SIGKILL)
+                        else:
+                            os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.2)
+            self.leftover = [pid for pid in self.task_pids() if alive(pid)]
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.log_path:
+                with open(self.log_path, "w") as f:
+                    for mark in self.marks:
+                        f.write(f"### {mark}\n")
+                    for x in self.snapshot():
+                        f.write(f"{x.arrival:.3f} [{x.src}] {x.text}\n")
+
+
+# -- global steps over time --------------------------------------------------------
+
+def step_points(lines: list[Line]) -> tuple[list[tuple[float, int]], list[tuple[float, int]]]:
+    """(time, global step) from progress and checkpoint lines; (time, step) of
+    each ps restore."""
+    points, resets = [], []
+    for x in lines:
+        if x.src.startswith("worker:"):
+            if (m := PROGRESS.search(x.text)) or (m := SAVED.search(x.text)):
+                points.append((x.t, int(m.group(1))))
+            elif m := RESTORED.search(x.text):
+                resets.append((x.t, int(m.group(1))))
+    return points, resets
+
+
+def progress_curve(lines: list[Line]) -> list[tuple[float, float]]:
+    """Cumulative global steps done, over time: a running maximum of the logged
+    global step, restarted from the checkpoint's step at each restore."""
+    points, resets = step_points(lines)
+    events = sorted([(t, 1, s) for t, s in points] + [(t, 0, s) for t, s in resets])
+    curve: list[tuple[float, float]] = []
+    done, cur = 0.0, None
+    for t, kind, s in events:
+        if kind == 0:          # restore: the global step is back at s
+            cur = s
+        elif cur is None:
+            cur = s
+        elif s > cur:
+            done += s - cur
+            cur = s
+        curve.append((t, done))
+    return curve
+
+
+def at(curve: list[tuple[float, float]], t: float) -> float:
+    if not curve:
+        return 0.0
+    if t <= curve[0][0]:
+        return curve[0][1]
+    if t >= curve[-1][0]:
+        return curve[-1][1]
+    lo, hi = 0, len(curve) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if curve[mid][0] <= t:
+            lo = mid
+        else:
+            hi = mid
+    (t0, p0), (t1, p1) = curve[lo], curve[hi]
+    return p0 if t1 == t0 else p0 + (p1 - p0) * (t - t0) / (t1 - t0)
+
+
+def rate(curve: list[tuple[float, float]], a: float, b: float) -> float | None:
+    if b - a < 0.05:
+        return None
+    return (at(curve, b) - at(curve, a)) / (b - a)
+
+
+# -- the fault runs ----------------------------------------------------------------
+
+def after(lines: list[Line], t: float, pred: Callable[[Line], bool]) -> Line | None:
+    return next((x for x in lines if x.t > t and pred(x)), None)
+
+
+def is_progress(src: str) -> Callable[[Line], bool]:
+    return lambda x: x.src == src and PROGRESS.search(x.text) is not None
+
+
+def is_new_chief(x: Line) -> bool:
+    m = CHIEF.search(x.text)
+    return m is not None and int(m.group(1)) >= 2 and x.src.startswith("worker:")
+
+
+def is_detection(x: Line) -> bool:
+    if x.src == "launch":
+        return KILLED.match(x.text) is not None
+    return "waiting for the cluster to recover" in x.text and "step failed" in x.text \
+        or "declared dead" in x.text
+
+
+def detection_name(x: Line) -> str:
+    if x.src == "launch":
+        return "launcher: " + " ".join(x.text.split()[:4]).rstrip(";")
+    if "declared dead" in x.text:
+        return f"{x.src}: declared dead"
+    return f"{x.src}: step failed"
+
+
+def fault_run(fault: str, name: str, log_dir: str | None) -> dict[str, Any]:
+    run = Launch(name, 3, ["--train_steps=100000000", f"--save_model_secs={SAVE_SECS:g}",
+                           f"--log_every={LOG_EVERY}"], {"DISTRIB_HEARTBEAT_S": "1"}, log_dir)
+    t_cont = None
+    try:
+        first = run.wait_for(lambda x: x.src.startswith("worker:") and
+                             PROGRESS.search(x.text) is not None, EVENT_LIMIT_S,
+                             what="a progress line")
+        time.sleep(max(0.0, first.t + LEAD_S - time.time()))
+        victim = {"kill-nonchief": "worker:2", "kill-ps": "ps:0"}.get(fault, "worker:0")
+        pid = run.pid(victim)
+        start = len(run.snapshot())
+        t_fault = time.time()
+        run.marks.append(f"fault {fault} {victim} pid {pid} at {t_fault:.3f}")
+        if fault == "stop-chief":
+            run.stopped_pid = pid
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(STOP_HOLD_S)
+            t_cont = time.time()
+            os.kill(pid, signal.SIGCONT)
+            run.stopped_pid = None
+            run.marks.append(f"SIGCONT at {t_cont:.3f}")
+            rec = run.wait_for(lambda x: x.t > t_cont and is_progress(victim)(x),
+                               EVENT_LIMIT_S, start, "progress of the stopped worker")
+        else:
+            os.kill(pid, signal.SIGKILL)
+            if fault == "kill-ps":
+                rec = run.wait_for(lambda x: x.t > t_fault and RESTORED.search(x.text)
+                                   is not None, EVENT_LIMIT_S, start, "a ps restore")
+            else:
+                rec = run.wait_for(lambda x: x.t > t_fault and is_progress(victim)(x),
+                                   EVENT_LIMIT_S, start, f"progress of the restarted {victim}")
+                if fault == "kill-chief":   # recovered: the later of rejoin and new chief
+                    chief = run.wait_for(lambda x: x.t > t_fault and is_new_chief(x),
+                                         EVENT_LIMIT_S, start, "a new chief")
+                    rec = max(rec, chief, key=lambda x: x.t)
+        time.sleep(max(0.0, rec.t + AFTER_S + 0.5 - time.time()))
+    finally:
+        run.close()
+    out = analyse_fault(fault, victim, run.snapshot(), t_fault, t_cont)
+    out["leftover_pids"] = run.leftover
+    return out
+
+
+def analyse_fault(fault: str, victim: str, lines: list[Line], t_fault: float,
+                  t_cont: float | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"fault": fault, "victim": victim}
+    curve = progress_curve(lines)
+    det = after(lines, t_fault, is_detection)
+    out["detect_s"] = det.t - t_fault if det else None
+    out["by"] = detection_name(det) if det else None
+    dead = after(lines, t_fault, lambda x: "declared dead" in x.text)
+    out["declared_dead_s"] = dead.t - t_fault if dead else None
+    killed = after(lines, t_fault, lambda x: x.src == "launch" and KILLED.match(x.text)
+                   is not None)
+    out["launcher_saw_s"] = killed.t - t_fault if killed else None
+    chief = after(lines, t_fault, is_new_chief)
+    if fault in ("kill-chief", "stop-chief"):
+        out["chief_s"] = chief.t - t_fault if chief and chief.src != victim else None
+        out["new_chief"] = chief.src if chief else None
+    elif fault == "kill-ps" and chief:   # the restarted arbiter grants the role anew
+        out["lease_regranted_s"] = chief.t - t_fault
+    restart = after(lines, t_fault, lambda x: x.src == "launch" and
+                    (m := STARTED.match(x.text)) is not None and m.group(1) == victim)
+    if restart:
+        out["kill_to_restart_s"] = restart.t - t_fault
+    if fault == "kill-ps":
+        serving = after(lines, t_fault, lambda x: x.src == victim and "serving at" in x.text)
+        noticed = after(lines, t_fault, lambda x: "restarted (incarnation" in x.text)
+        restored = after(lines, t_fault, lambda x: RESTORED.search(x.text) is not None)
+        if restart and restored:
+            out["restore_s"] = restored.t - restart.t
+        for key, a, b in (("restart_to_serving_s", restart, serving),
+                          ("serving_to_noticed_s", serving, noticed),
+                          ("noticed_to_restored_s", noticed, restored)):
+            if a and b:
+                out[key] = b.t - a.t
+        points, _ = step_points(lines)
+        before = [s for t, s in points if t <= t_fault]
+        if before and restored:
+            out["step_at_kill"] = max(before)
+            out["step_restored"] = int(RESTORED.search(restored.text).group(1))
+            out["lost"] = out["step_at_kill"] - out["step_restored"]
+            saves = [(x.t, int(m.group(1))) for x in lines
+                     if x.src.startswith("worker:") and (m := SAVED.search(x.text))]
+            made = [t for t, s in saves if s == out["step_restored"] and t <= t_fault]
+            if made:   # how old the restored checkpoint was when the ps died
+                out["ckpt_age_s"] = t_fault - made[-1]
+            gaps = [b - a for (a, _), (b, _) in zip(saves, saves[1:]) if b <= t_fault]
+            if gaps:   # save_model_secs after the end of the previous save
+                out["ckpt_period_s"] = statistics.median(gaps)
+    elif restart:
+        back = after(lines, restart.t, is_progress(victim))
+        if back:
+            out["rejoin_s"] = back.t - restart.t   # restarted worker: start to first step
+    # the recovery point
+    if fault == "kill-ps":
+        rec = after(lines, t_fault, lambda x: RESTORED.search(x.text) is not None)
+        t_rec = rec.t if rec else None
+    elif fault == "stop-chief":
+        rec = after(lines, t_cont or t_fault, is_progress(victim))
+        t_rec = rec.t if rec else None
+        out["stop_hold_s"] = (t_cont - t_fault) if t_cont else None
+        if t_cont is not None:
+            if t_rec is not None:
+                out["cont_to_progress_s"] = t_rec - t_cont
+            gone = after(lines, t_cont, lambda x: x.src == victim and "no longer chief"
+                         in x.text)
+            if gone:
+                out["cont_to_no_longer_chief_s"] = gone.t - t_cont
+    else:
+        rec = after(lines, t_fault, is_progress(victim))
+        t_rec = rec.t if rec else None
+        if fault == "kill-chief" and t_rec is not None:
+            t_rec = max(t_rec, chief.t) if chief else None
+    out["rec_s"] = t_rec - t_fault if t_rec else None
+    data_end = curve[-1][0] if curve else t_fault
+    before = rate(curve, t_fault - BEFORE_S, t_fault)
+    out["before"] = before
+    out["lost_bound"] = before * SAVE_SECS if before is not None else None
+    if t_rec is not None:
+        out["during"] = rate(curve, t_fault, t_rec)
+        end = min(t_rec + AFTER_S, data_end)   # never past the last line logged
+        out["after"] = rate(curve, t_rec, end)
+        out["after_window_s"] = end - t_rec
+        bins = [rate(curve, t_fault + k * BIN_S, min(end, t_fault + (k + 1) * BIN_S))
+                for k in range(math.ceil((end - t_fault) / BIN_S))
+                if end - (t_fault + k * BIN_S) >= BIN_S / 2]
+        bins = [b for b in bins if b is not None]
+        out["bins"] = bins
+        out["dip"] = min(bins) / before if bins and before else None
+    return out
+
+
+# -- heartbeats on and off -----------------------------------------------------------
+
+def heartbeat_run(heartbeat: str, steps: int, name: str, log_dir: str | None) -> dict[str, Any]:
+    run = Launch(name, 2, [f"--train_steps={steps}", f"--log_every={HB_LOG_EVERY}"],
+                 {"DISTRIB_HEARTBEAT_S": heartbeat}, log_dir)
+    try:
+        code = run.wait_exit(RUN_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        run.close()
+    lines = run.snapshot()
+    if code != 0:
+        raise RuntimeError(f"{name}: the launcher ended with {code}\n{run.tail()}")
+    points = sorted(p for p in step_points(lines)[0])
+    progress = [(x.t, int(m.group(1))) for x in lines
+                if x.src.startswith("worker:") and (m := PROGRESS.search(x.text))]
+    progress.sort()
+    curve = progress_curve([x for x in lines if not SAVED.search(x.text)])
+    start = next((t for t, s in progress if s >= steps // 10), None)
+    end = progress[-1][0] if progress else None
+    done = [x for x in lines if DONE.match(x.text)]
+    out: dict[str, Any] = {"heartbeat_s": heartbeat, "steps": steps,
+                           "leftover_pids": run.leftover,
+                           "wall_s": (max(x.t for x in done) - run.started) if done else None,
+                           "final_step": max((s for _, s in points), default=None)}
+    if start is not None and end is not None and end > start:
+        out["steps_per_s"] = rate(curve, start, end)
+        out["window_s"] = end - start
+    return out
+
+
+# -- the run -------------------------------------------------------------------------
+
+def median(values: list[Any]) -> Any:
+    vals = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(faults: dict[str, list[dict[str, Any]]],
+              hb: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    rows = []
+    keys = ("detect_s", "declared_dead_s", "launcher_saw_s", "chief_s", "lease_regranted_s",
+            "kill_to_restart_s", "restore_s", "restart_to_serving_s", "serving_to_noticed_s",
+            "noticed_to_restored_s", "rejoin_s", "step_at_kill", "step_restored", "lost",
+            "lost_bound", "ckpt_age_s", "ckpt_period_s", "cont_to_progress_s",
+            "cont_to_no_longer_chief_s", "before", "during", "after", "rec_s", "dip", "stop_hold_s")
+    for fault in FAULTS:
+        runs = faults.get(fault, [])
+        if not runs:
+            continue
+        row: dict[str, Any] = {"name": fault, "rounds": len(runs)}
+        for k in keys:
+            v = median([r.get(k) for r in runs])
+            if v is not None:
+                row[k] = v
+        bys = [r["by"] for r in runs if r.get("by")]
+        row["by"] = max(set(bys), key=bys.count) if bys else None
+        chiefs = [r["new_chief"] for r in runs if r.get("new_chief")]
+        if chiefs:
+            row["new_chief"] = sorted(set(chiefs))
+        if fault in ("kill-chief", "stop-chief"):
+            row["target_chief_s"] = TARGETS["chief_s"]
+        if fault == "kill-ps":
+            row["target_restore_s"] = TARGETS["restore_s"]
+            row["target_lost"] = TARGETS["lost"]
+            row["lost_within_bound"] = [r.get("lost") is not None and r.get("lost_bound")
+                                        is not None and r["lost"] <= r["lost_bound"]
+                                        for r in runs]
+        rows.append(row)
+    pairs = [(on, off) for on, off in hb if on.get("steps_per_s") and off.get("steps_per_s")]
+    if pairs:
+        rows.append({"name": "ps1-w2 heartbeats on/off", "rounds": len(pairs),
+                     "on_steps_per_s": median([on["steps_per_s"] for on, _ in pairs]),
+                     "off_steps_per_s": median([off["steps_per_s"] for _, off in pairs]),
+                     "ratio": median([on["steps_per_s"] / off["steps_per_s"]
+                                      for on, off in pairs]),
+                     "ratios": [on["steps_per_s"] / off["steps_per_s"] for on, off in pairs],
+                     "target": TARGETS["hb_ratio"]})
+    return rows
+
+
+def fmt(v: Any, spec: str, width: int) -> str:
+    return (format(v, spec) if isinstance(v, (int, float)) else "-").rjust(width)
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    if any("ratio" not in r for r in rows):
+        print(f"{'fault':<14} {'detect_s':>8}  {'by':<32} {'chief_s':>7} {'target':>7} "
+              f"{'restore_s':>9} {'target':>7} {'lost':>5} {'<=':>5} {'before':>6} "
+              f"{'during':>6} {'after':>6} {'dip':>5} {'rec_s':>6}")
+    for r in rows:
+        if "ratio" in r:
+            continue
+        print(f"{r['name']:<14} {fmt(r.get('detect_s'), '.3f', 8)}  {str(r.get('by') or '-'):<32} "
+              f"{fmt(r.get('chief_s'), '.2f', 7)} {r.get('target_chief_s', ''):>7} "
+              f"{fmt(r.get('restore_s'), '.2f', 9)} {r.get('target_restore_s', ''):>7} "
+              f"{fmt(r.get('lost'), '.0f', 5)} {fmt(r.get('lost_bound'), '.0f', 5)} "
+              f"{fmt(r.get('before'), '.0f', 6)} {fmt(r.get('during'), '.0f', 6)} "
+              f"{fmt(r.get('after'), '.0f', 6)} {fmt(r.get('dip'), '.2f', 5)} "
+              f"{fmt(r.get('rec_s'), '.2f', 6)}")
+    for r in rows:
+        if "ratio" in r:
+            print(f"{r['name']}: on {r['on_steps_per_s']:.0f} global steps/s, off "
+                  f"{r['off_steps_per_s']:.0f} global steps/s, on/off {r['ratio']:.3f} "
+                  f"(target {r['target']}; rounds: "
+                  f"{', '.join(format(x, '.3f') for x in r['ratios'])})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write the rows (and every run's figures) to this file")
+    ap.add_argument("--rounds", type=int, help="rounds of every fault and both heartbeat "
+                    "settings (default 3; --quick: 1)")
+    ap.add_argument("--quick", action="store_true", help="1 round, shorter heartbeat runs")
+    ap.add_argument("--hb_steps", type=int, help="--train_steps of each heartbeat run "
+                    "(default 12000; --quick: 4000)")
+    ap.add_argument("--faults", default=",".join(FAULTS),
+                    help=f"comma-separated subset of {','.join(FAULTS)}; 'none' for none")
+    ap.add_argument("--no_heartbeat_rows", action="store_true",
+                    help="skip the heartbeat on/off runs")
+    ap.add_argument("--logs", help="keep each run's output in this folder")
+    args = ap.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
+    hb_steps = args.hb_steps or (4000 if args.quick else 12000)
+    faults = [] if args.faults == "none" else [f for f in args.faults.split(",") if f]
+    unknown = set(faults) - set(FAULTS)
+    if unknown:
+        ap.error(f"unknown fault(s): {', '.join(sorted(unknown))}")
+    if args.logs:
+        os.makedirs(args.logs, exist_ok=True)
+    # a SIGTERM of this process runs the finally blocks that stop the clusters
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    samples: dict[str, list[dict[str, Any]]] = {}
+    hb: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    errors: list[str] = []
+    t0 = time.time()
+    for r in range(rounds):
+        for fault in faults:
+            try:
+                res = fault_run(fault, f"{fault}-r{r}", args.logs)
+                samples.setdefault(fault, []).append(res)
+                print(f"# round {r} {fault}: " + ", ".join(
+                    f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in res.items() if k != "bins"), file=sys.stderr, flush=True)
+            except RuntimeError as e:
+                errors.append(str(e).splitlines()[0])
+                print(f"# round {r} {fault} failed: {e}", file=sys.stderr, flush=True)
+        if not args.no_heartbeat_rows:
+            order = ("1", "0") if r % 2 == 0 else ("0", "1")
+            got: dict[str, dict[str, Any]] = {}
+            for h in order:
+                try:
+                    got[h] = heartbeat_run(h, hb_steps, f"hb{h}-r{r}", args.logs)
+                    print(f"# round {r} ps1-w2 DISTRIB_HEARTBEAT_S={h}: "
+                          f"{got[h].get('steps_per_s') or 0:.1f} global steps/s over "
+                          f"{got[h].get('window_s') or 0:.1f} s", file=sys.stderr, flush=True)
+                except RuntimeError as e:
+                    errors.append(str(e).splitlines()[0])
+                    print(f"# round {r} heartbeat {h} failed: {e}", file=sys.stderr, flush=True)
+            if "1" in got and "0" in got:
+                hb.append((got["1"], got["0"]))
+    rows = summarize(samples, hb)
+    shm_new = sorted((set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set())
+                     - shm_before)
+    leftover = sorted({p for runs in samples.values() for x in runs
+                       for p in x.get("leftover_pids", [])}
+                      | {p for pair in hb for x in pair for p in x.get("leftover_pids", [])})
+    print(f"examples/trainer.py through python -m distrib.launch on loopback, {os.cpu_count()} "
+          f"cores; faults: 1 ps + 3 workers, DISTRIB_HEARTBEAT_S=1, --save_model_secs "
+          f"{SAVE_SECS:g}, batch {BATCH}, fault {LEAD_S:g} s after the first progress line; "
+          f"{rounds} round(s), medians; {time.time() - t0:.0f} s in all")
+    print_table(rows)
+    print(f"detect_s: signal -> first line that shows the failure noticed (by); chief_s: "
+          f"signal -> another worker's 'became chief (term 2)'; restore_s: launcher's restart "
+          f"of the ps -> 'restored /job:ps/task:0'; lost: global step at the kill - step of "
+          f"the checkpoint restored (<=: steps/s before x {SAVE_SECS:g} s, one checkpoint "
+          f"interval); before/during/after: global steps/s (x{BATCH} = examples/s) over "
+          f"{BEFORE_S:g} s before the fault, fault -> recovered, {AFTER_S:g} s after; "
+          f"dip: lowest {BIN_S:g}-s window from the fault to recovered + {AFTER_S:g} s / "
+          f"before; rec_s: fault -> recovered (stop-chief: SIGCONT {STOP_HOLD_S:g} s after "
+          f"SIGSTOP); ps1-w2: {hb_steps} steps, rate from the first progress line past "
+          f"{hb_steps // 10} to the last")
+    if errors:
+        print(f"{len(errors)} run(s) failed: " + "; ".join(errors))
+    if leftover:
+        print(f"processes left running: {leftover}")
+    if shm_new:
+        print(f"new entries in /dev/shm during the run (not necessarily ours): {shm_new}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": {"rounds": rounds, "hb_steps": hb_steps, "save_model_secs":
+                                  SAVE_SECS, "log_every": LOG_EVERY, "batch": BATCH,
+                                  "lead_s": LEAD_S, "before_s": BEFORE_S, "after_s": AFTER_S,
+                                  "stop_hold_s": STOP_HOLD_S, "cores": os.cpu_count()},
+                       "rows": rows, "runs": {**samples, "heartbeat": [
+                           {"on": on, "off": off} for on, off in hb]},
+                       "errors": errors, "leftover_pids": leftover, "dev_shm_new": shm_new},
+                      f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
