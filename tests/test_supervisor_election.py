@@ -222,3 +222,33 @@ def test_an_uninitialized_variable_outside_the_model_fails_the_step_at_once(tmp_
             with pytest.raises(FailedPreconditionError, match="outside"):
                 await asyncio.wait_for(sess.run(read), GUARD_S)
     asyncio.run(run())
+
+
+async def test_a_chief_started_long_before_its_ps_still_initializes_the_model(
+        tmp_path, monkeypatch) -> None:
+    # the preferred chief cannot reach the arbiter (the ps) for longer than it
+    # waits for its role: it waits as a non-chief, and prepares the model
+    # itself once the role is granted
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
+    p, w0, w1 = free_ports(3)
+    spec = dt.ClusterSpec({"ps": [f"localhost:{p}"],
+                           "worker": [f"localhost:{w0}", f"localhost:{w1}"]})
+    workers = [dt.Server(spec, job_name="worker", task_index=i) for i in range(2)]
+    ps = None
+    try:
+        sv0, gs0, train0 = supervisor(spec, 0, str(tmp_path / "logs"), preferred=True)
+        opening = asyncio.ensure_future(sv0.managed_session(workers[0].target).__aenter__())
+        await asyncio.sleep(3.0)               # > two leases (1.8 s) without a ps
+        assert not opening.done()
+        ps = await asyncio.to_thread(dt.Server, spec, job_name="ps", task_index=0)
+        s0 = await asyncio.wait_for(opening, GUARD_S)
+        try:
+            assert sv0.is_chief
+            await s0.run(train0)
+            assert int(await s0.run(gs0)) == 1
+        finally:
+            await sv0.stop()
+            await s0.close()
+    finally:
+        for s in workers + ([ps] if ps is not None else []):
+            s.stop()

@@ -392,9 +392,14 @@ class Supervisor:
 
     # -- non-chiefs ---------------------------------------------------------------------
     async def _wait_until_ready(self, sess: Session, max_wait_secs: float) -> None:
-        """Poll until the chief has initialized the model; then run the local init op."""
+        """Poll until the chief has initialized the model; then run the local init op.
+        If this task becomes the chief meanwhile (a preferred chief that could
+        not reach the arbiter before its ps was up), it prepares the model itself."""
         deadline = time.monotonic() + max_wait_secs
         while True:
+            if self.is_chief:
+                await self._prepare_chief(sess, False, max(0.0, deadline - time.monotonic()))
+                return
             not_ready = await self._poll_ready(sess)
             if not not_ready:
                 return
