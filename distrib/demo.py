@@ -22,24 +22,13 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from contextlib import ExitStack
 
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from distrib.launch.tasks import free_ports  # noqa: F401  (tests take it from here too)
 
 
 def start_worker(cfg: str, index: int, env: dict[str, str],

@@ -15,7 +15,7 @@ from distrib.ops.variables import Variable, is_variable_initialized
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ReadyCheck", "run_fetches", "close_quietly"]
+__all__ = ["ReadyCheck", "not_ready", "run_fetches", "close_quietly"]
 
 
 class ReadyCheck:
@@ -40,13 +40,10 @@ class ReadyCheck:
         """Names (or a description) of what is not ready; empty when ready."""
         if self.fetch is None or (isinstance(self.fetch, list) and not self.fetch):
             return []
+        if self._names is None:
+            return await not_ready(sess, self.fetch)
         value = await run_fetches(sess, self.fetch)
-        if self._names is not None:
-            return [name for name, ok in zip(self._names, value) if not bool(ok)]
-        array = np.asarray(value)
-        if array.dtype.kind == "b":
-            return [] if bool(array.all()) else ["(ready_op returned False)"]
-        return [str(x) for x in array.reshape(-1)]
+        return [name for name, ok in zip(self._names, value) if not bool(ok)]
 
 
 async def run_fetches(sess: Any, fetches: Any, feed_dict: dict | None = None,
@@ -67,3 +64,32 @@ async def close_quietly(sess: Any) -> None:
     except Exception as exc:  # closing must not hide the real outcome
         logger.debug("closing the session failed: %s", exc)
 
+
+def _describe(t: Any) -> str:
+    op = getattr(t, "op", None)
+    if op is not None and getattr(op, "type", None) == "IsVariableInitialized":
+        try:
+            return str(op.get_attr("var"))
+        except Exception:  # an attr missing: fall back to the tensor's name
+            pass
+    return getattr(t, "name", repr(t))
+
+
+async def not_ready(sess: Any, ready_op: Any) -> list[str]:
+    """What ``ready_op`` reports as not ready (variable names); empty when ready."""
+    if ready_op is None or (isinstance(ready_op, (list, tuple)) and not ready_op):
+        return []
+    value = await run_fetches(sess, ready_op)
+    parts = zip(ready_op, value) if isinstance(ready_op, (list, tuple)) else [(ready_op, value)]
+    missing: list[str] = []
+    for t, v in parts:
+        if v is None:   # an op: ran, so ready
+            continue
+        array = np.asarray(v)
+        if array.dtype.kind == "b":
+            if not bool(array.all()):
+                missing.append(_describe(t))
+        else:           # TF's kind: the names of what is uninitialized
+            missing.extend(x.decode() if isinstance(x, bytes) else str(x)
+                           for x in array.reshape(-1))
+    return missing

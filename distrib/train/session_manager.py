@@ -32,7 +32,6 @@ import os
 import time
 from typing import Any
 
-import numpy as np
 
 from distrib.client.session import ConfigProto, Session
 from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
@@ -43,7 +42,7 @@ from distrib.ops.variables import (global_variables, global_variables_initialize
                                    local_variables_initializer)
 from distrib.server.server_lib import Server
 from distrib.train import checkpoint
-from distrib.train.readiness import close_quietly, run_fetches
+from distrib.train.readiness import close_quietly, not_ready, run_fetches
 from distrib.train.saver import Saver
 
 logger = logging.getLogger(__name__)
@@ -54,36 +53,6 @@ __all__ = ["Scaffold", "SessionCreator", "ChiefSessionCreator", "WorkerSessionCr
 _TRANSIENT = (UnavailableError, AbortedError, DeadlineExceededError)
 _FIRST_POLL_S = 0.05    # a worker's readiness polls start fast and back off to this:
 _MAX_POLL_S = 2.0
-
-
-def _describe(t: Any) -> str:
-    op = getattr(t, "op", None)
-    if op is not None and getattr(op, "type", None) == "IsVariableInitialized":
-        try:
-            return str(op.get_attr("var"))
-        except Exception:  # an attr missing: fall back to the tensor's name
-            pass
-    return getattr(t, "name", repr(t))
-
-
-async def not_ready(sess: Any, ready_op: Any) -> list[str]:
-    """What ``ready_op`` reports as not ready (variable names); empty when ready."""
-    if ready_op is None or (isinstance(ready_op, (list, tuple)) and not ready_op):
-        return []
-    value = await run_fetches(sess, ready_op)
-    parts = zip(ready_op, value) if isinstance(ready_op, (list, tuple)) else [(ready_op, value)]
-    missing: list[str] = []
-    for t, v in parts:
-        if v is None:   # an op: ran, so ready
-            continue
-        array = np.asarray(v)
-        if array.dtype.kind == "b":
-            if not bool(array.all()):
-                missing.append(_describe(t))
-        else:           # TF's kind: the names of what is uninitialized
-            missing.extend(x.decode() if isinstance(x, bytes) else str(x)
-                           for x in array.reshape(-1))
-    return missing
 
 
 def _ready_flags(variables: list[Any]) -> list[Any]:
