@@ -23,7 +23,7 @@ import asyncio
 import inspect
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 from distrib.errors import AbortedError, OpError
 from distrib.runtime.actors import ActorSystem

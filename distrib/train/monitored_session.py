@@ -37,8 +37,12 @@ What it does, in order (TF's):
   finalized before.
 
 Not here: ``run_step_fn`` and ``StepContext``, ``SingularMonitoredSession``,
-summaries (the summary arguments are accepted and unused), chief election
-(``is_chief`` is fixed for the session's life).
+summaries (the summary arguments are accepted and unused).
+
+``MonitoredTrainingSession``'s ``is_chief`` names the preferred chief: in a
+training cluster the role is elected and moves with failures, and each new
+session starts from the newest state (live variables are never overwritten
+by a checkpoint); see :mod:`distrib.train.elected_session`.
 """
 from __future__ import annotations
 
@@ -56,8 +60,8 @@ from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.train.coordinator import Coordinator
 from distrib.train.ps_recovery import recoverable
 from distrib.train.readiness import close_quietly
-from distrib.train.session_manager import (ChiefSessionCreator, Scaffold, SessionCreator,
-                                           WorkerSessionCreator)
+from distrib.train.elected_session import ChiefOnlyHook, ElectedSessionCreator
+from distrib.train.session_manager import ChiefSessionCreator, Scaffold, SessionCreator
 from distrib.train.session_run_hooks import (CheckpointSaverHook, SessionRunArgs,
                                              SessionRunContext, SessionRunHook, SessionRunValues,
                                              StepCounterHook, call_hook)
@@ -185,6 +189,12 @@ class MonitoredSession:
         self._graph_was_finalized = self._graph.finalized
 
     graph = property(lambda self: self._graph)
+
+    @property
+    def is_chief(self) -> bool | None:
+        """Whether this task is chief now (None: the session's creator does not say)."""
+        role = getattr(self._creator, "role", None)
+        return role.is_chief if role is not None else None
 
     # -- opening ----------------------------------------------------------------------
     async def __aenter__(self) -> MonitoredSession:
@@ -396,25 +406,28 @@ def MonitoredTrainingSession(master: str = "", is_chief: bool = True,  # noqa: N
     elif save_checkpoint_steps is USE_DEFAULT:
         save_checkpoint_steps = None
     scaffold = scaffold or Scaffold()
-    if not is_chief:
-        worker = WorkerSessionCreator(scaffold=scaffold, master=master, config=config,
-                                      max_wait_secs=max_wait_secs)
-        return MonitoredSession(worker, hooks=list(hooks or []),
-                                stop_grace_period_secs=stop_grace_period_secs,
-                                max_wait_secs=max_wait_secs)
-    all_hooks: list[SessionRunHook] = list(chief_only_hooks or [])
-    chief = ChiefSessionCreator(scaffold=scaffold, master=master, config=config,
-                                checkpoint_dir=checkpoint_dir)
+    # is_chief names the preferred chief: in a training cluster the role is
+    # elected and moves (train/elected_session.py), else it is fixed, as in TF
+    creator = ElectedSessionCreator(scaffold=scaffold, master=master, config=config,
+                                    checkpoint_dir=checkpoint_dir, is_chief=is_chief,
+                                    max_wait_secs=max_wait_secs)
+    chief_hooks: list[SessionRunHook] = list(chief_only_hooks or [])
     summary_dir = summary_dir or checkpoint_dir
     if summary_dir and log_step_count_steps and log_step_count_steps > 0:
-        all_hooks.append(StepCounterHook(output_dir=summary_dir,
-                                         every_n_steps=log_step_count_steps))
+        chief_hooks.append(StepCounterHook(output_dir=summary_dir,
+                                           every_n_steps=log_step_count_steps))
     secs = save_checkpoint_secs if save_checkpoint_secs and save_checkpoint_secs > 0 else None
     steps = save_checkpoint_steps if save_checkpoint_steps and save_checkpoint_steps > 0 else None
     if checkpoint_dir and (secs or steps):
-        all_hooks.append(CheckpointSaverHook(checkpoint_dir, save_secs=secs,
-                                             save_steps=None if secs else steps,
-                                             scaffold=scaffold))
-    all_hooks.extend(hooks or [])
-    return MonitoredSession(chief, hooks=all_hooks, stop_grace_period_secs=stop_grace_period_secs,
+        chief_hooks.append(CheckpointSaverHook(checkpoint_dir, save_secs=secs,
+                                               save_steps=None if secs else steps,
+                                               scaffold=scaffold))
+    user_hooks = list(hooks or [])
+    for hook in user_hooks:
+        if hasattr(hook, "chief_role"):   # a hook whose chief's part follows the role
+            hook.chief_role = creator.role
+    all_hooks: list[SessionRunHook] = [ChiefOnlyHook(h, creator.role, checkpoint_dir)
+                                       for h in chief_hooks]
+    return MonitoredSession(creator, hooks=all_hooks + user_hooks,
+                            stop_grace_period_secs=stop_grace_period_secs,
                             max_wait_secs=max_wait_secs)

@@ -247,7 +247,8 @@ class ChiefSessionCreator(SessionCreator):
                 raise RuntimeError("Model is not initialized and no init_op or init_fn or "
                                    "local_init_op was given")
             if sc.init_op is not None:
-                await run_fetches(sess, sc.init_op, feed_dict=sc.init_feed_dict)
+                await run_fetches(sess, sc.init_op, feed_dict=sc.init_feed_dict,
+                                  options=self._write_options())
             if sc.init_fn is not None:
                 result = sc.init_fn(sess)
                 if inspect.isawaitable(result):
@@ -264,6 +265,10 @@ class ChiefSessionCreator(SessionCreator):
                 f"Init operations did not make model ready: uninitialized {missing[:10]}; give "
                 "the Scaffold an init_op (or init_fn) that initializes every variable")
 
+    def _write_options(self) -> dict | None:
+        """Run options of the chief's writes (an elected chief's carry its fencing term)."""
+        return None
+
     def _candidates(self) -> list[str]:
         """The checkpoints of ``checkpoint_dir`` that exist, newest first."""
         return checkpoint.checkpoint_candidates(self._checkpoint_dir)
@@ -273,14 +278,14 @@ class ChiefSessionCreator(SessionCreator):
         if self._checkpoint_path is not None:
             if saver is None:
                 raise RuntimeError("a checkpoint to restore was given, but no saver")
-            await saver.restore(sess, self._checkpoint_path)
+            await saver.restore(sess, self._checkpoint_path, options=self._write_options())
             logger.info("chief restored the model from %s", self._checkpoint_path)
             return True
         if saver is None:
             return False
         for path in self._candidates():
             try:
-                await saver.restore(sess, path)
+                await saver.restore(sess, path, options=self._write_options())
             except DataLossError as exc:
                 logger.warning("checkpoint %s is unusable (%s); trying an older one", path, exc)
                 continue

@@ -291,6 +291,10 @@ class CheckpointSaverHook(SessionRunHook):
     def save_path(self) -> str:
         return self._save_path
 
+    def add_listener(self, listener: CheckpointSaverListener, first: bool = False) -> None:
+        """Call ``listener`` around each save too (``first``: before the others)."""
+        self._listeners.insert(0 if first else len(self._listeners), listener)
+
     def begin(self) -> Any:
         self._graph = get_default_graph()
         self._global_step_tensor = _global_step_or_fail("CheckpointSaverHook")

@@ -47,11 +47,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from distrib.errors import OpError
 from distrib.framework import dtypes
 from distrib.framework.device import DeviceSpec
 from distrib.framework.graph import GraphKeys, Operation, Tensor
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, global_variables, is_variable_initialized
+from distrib.runtime.fencing import FENCED
 from distrib.runtime.resources import stall_s
 from distrib.train.optimizers import (GradsAndVars, Optimizer, OptimizerArgumentError,
                                       _checked_pairs, _gradient_tensor)
@@ -400,31 +402,46 @@ class SyncReplicasOptimizer(Optimizer):
 
 
 class _SyncReplicasOptimizerHook(SessionRunHook):
-    """What ``make_session_run_hook`` returns (see there)."""
+    """What ``make_session_run_hook`` returns (see there).
+
+    Under a ``MonitoredTrainingSession`` whose chief is elected, the session
+    sets ``chief_role`` before ``begin()``: ``is_chief`` is then only the
+    preferred role, and the chief's part (the chief init, the initial
+    tokens, the chief queue runner with the chief's fencing term) runs on
+    whichever task holds the role, starting on a new chief before its next
+    step and stopping on a former one."""
+
+    chief_role: Any = None   # a distrib.train.chief_role.ChiefRole, set by the session
 
     def __init__(self, sync_optimizer: SyncReplicasOptimizer, is_chief: bool,
                  num_tokens: int) -> None:
         self._opt = sync_optimizer
         self._is_chief = bool(is_chief)
         self._num_tokens = num_tokens
+        self._chief_init_op: Any = None
         self._local_init_op: Any = None
         self._init_tokens_op: Operation | None = None
         self._runner: ChiefQueueRunner | None = None
+        self._runner_task: asyncio.Task | None = None
+        self._coord: Any = None
+
+    def _chief_now(self) -> bool:
+        return self.chief_role.is_chief if self.chief_role is not None else self._is_chief
 
     def begin(self) -> None:
         opt = self._opt
         if opt._chief_queue_runner is None:
             raise OptimizerArgumentError("SyncReplicasOptimizer.apply_gradients should be "
                                          "called before using the hook")
-        if self._is_chief:
-            self._local_init_op = opt.chief_init_op
+        self._local_init_op = opt.local_step_init_op
+        if self._is_chief or self.chief_role is not None:
+            self._chief_init_op = opt.chief_init_op
             self._runner = opt.get_chief_queue_runner()
             # built here: the monitored session finalizes the graph after begin()
             self._init_tokens_op = opt.get_init_tokens_op(self._num_tokens)
-        else:
-            self._local_init_op = opt.local_step_init_op
 
     async def after_create_session(self, session: Any, coord: Any) -> None:
+        self._coord, self._runner_task = coord, None
         flags = self._opt.ready_for_local_init_op or []
         if flags:
             values = await _run(session, flags)
@@ -432,9 +449,45 @@ class _SyncReplicasOptimizerHook(SessionRunHook):
             if missing:
                 raise RuntimeError("Init operations did not make model ready for "
                                    f"SyncReplicasOptimizer local_init: uninitialized {missing}")
-        await _run(session, self._local_init_op)
-        if self._init_tokens_op is not None:
-            await _run(session, self._init_tokens_op)
-        if self._runner is not None:
+        chief = self._chief_now()
+        await _run(session, self._chief_init_op if chief else self._local_init_op,
+                   self._options() if chief else None)
+        if chief:
+            await _run(session, self._init_tokens_op, self._options())
+            self._start_runner(session)
+
+    def before_run(self, run_context: Any) -> None:
+        # the role reached this task since the session began: the runner starts here
+        if self.chief_role is not None and self._runner is not None and self._coord is not None \
+                and self.chief_role.is_chief \
+                and (self._runner_task is None or self._runner_task.done()):
+            logger.info("chief now: the sync-replicas chief queue runner starts on this task")
+            self._start_runner(run_context.session)
+
+    def _options(self) -> dict | None:
+        return self.chief_role.run_options() if self.chief_role is not None else None
+
+    def _start_runner(self, session: Any) -> None:
+        if self._runner is None:
+            return
+        coord = self._coord
+        if self.chief_role is None:
             task = self._runner.start(session, coord.should_stop)
-            coord.register_thread(task)
+        else:
+            task = asyncio.ensure_future(self._run_as_chief(session))
+        self._runner_task = task
+        coord.register_thread(task)
+
+    async def _run_as_chief(self, session: Any) -> None:
+        """The chief queue runner while this task is chief; refused by a newer
+        chief's term (fenced), it stops instead of failing the session."""
+        role, coord = self.chief_role, self._coord
+        assert self._runner is not None
+        try:
+            await self._runner.run(session, lambda: coord.should_stop() or not role.is_chief,
+                                   role.run_options)
+        except OpError as exc:
+            if FENCED not in exc.message:
+                raise
+            logger.warning("chief queue runner stops: a newer chief was elected (%s)",
+                           exc.message)
