@@ -15,7 +15,7 @@ only inside the ``dt`` namespace, as in TF.
 """
 from __future__ import annotations
 
-from distrib import errors
+from distrib import data, errors
 from distrib.client.session import ConfigProto, Session, SyncSession
 from distrib.cluster import ClusterSpec
 from distrib.framework.device import DeviceSpec

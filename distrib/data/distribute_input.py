@@ -1,0 +1,275 @@
+"""Splitting a dataset between workers and replicas, as ``experimental_distribute_dataset``.
+
+The strategies (``dt.distribute``) call :func:`rebatch_and_shard` once per
+worker. It does what TF's ``input_lib`` and its AutoShard rewrite do, traced
+from TF's sources (``input_lib._create_cloned_datasets_from_dataset``,
+``data/experimental/ops/distribute.py``, ``grappler/optimizers/data/auto_shard.cc``
+and ``kernels/data/experimental/rebatch_dataset_op.cc``):
+
+- The dataset's batch size B is the *global* batch: one step of all
+  ``N = num_workers * R`` replicas (R per worker) consumes B elements.
+- DATA policy (and AUTO, since distrib has no file readers): every worker runs
+  the whole pipeline, then a *legacy rebatch* splits each global batch of b
+  rows into N sub-batches of ``m = ceil(b / N)`` rows (sub-batch k holds rows
+  ``[k*m, min((k+1)*m, b))``; the last ones may be short or empty), and a
+  ``shard(num_workers, worker_index)`` keeps every ``num_workers``-th
+  sub-batch. So worker w's local replica r gets sub-batch ``k = w + r*W`` of
+  every global batch: the workers' parts are disjoint, their union is the
+  global batch, and each step of every worker reads the same global batch.
+  Note that a worker's part is *interleaved* with the others' (worker 0 of 2
+  with 2 replicas each gets rows [0, m) and [2m, 3m)), not one contiguous
+  block: that is TF's order, kept so that a ported job sees the same rows.
+- When B is not divisible by N the first sub-batches have ceil(B/N) rows and
+  the last ones fewer (possibly none): replica sizes differ by up to ceil(B/N).
+  A short final batch (``drop_remainder=False``) is split the same way.
+- Every worker must see the same global batches: with DATA sharding, seed the
+  shuffles (``shuffle(n, seed=...)`` or ``dt.set_random_seed``). A warning is
+  logged when an unseeded shuffle is found, as the rows could then overlap.
+  Each call works on its own clone of the pipeline (as TF clones the dataset
+  per worker), so a shuffle's epochs start at 0 for every worker even when
+  one process builds the datasets of several workers.
+- OFF: no sharding; each worker splits the global batch by TF's rotated
+  ``batch_sizes_for_worker`` (RebatchDatasetV2) and reads the whole dataset.
+- FILE: an error for more than one worker (no file-reading source to shard).
+
+An element of the returned dataset is a tuple of R per-replica batches, one
+step of this worker (TF's MultiDeviceIterator hands consecutive sub-batches
+to the local replicas in order). If a dataset ends in the middle of a step
+the missing replicas get empty batches (zero rows), as TF's partial-batch
+handling does.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Iterator
+
+import numpy as np
+
+from distrib.data import structure
+from distrib.data.dataset_ops import Dataset
+from distrib.data.iterators import Prefetch
+from distrib.data.options import AutoShardPolicy
+from distrib.data.pipeline import INFINITE, Node
+from distrib.data.transforms import Batch, Filter, Repeat, Shard, Shuffle, Skip, Take
+from distrib.errors import InvalidArgumentError, NotFoundError, UnimplementedError
+
+__all__ = ["rebatch_and_shard", "auto_shard", "batch_sizes_for_worker", "compute_batch_size",
+           "LegacyRebatch", "Rebatch", "ReplicaSteps"]
+
+logger = logging.getLogger(__name__)
+
+
+def batch_sizes_for_worker(global_batch_size: int, num_workers: int,
+                           num_replicas_per_worker: int, worker_index: int) -> list[int]:
+    """TF's split of a global batch for one worker when not sharding by data.
+
+    ``num_workers * R`` sizes summing to the global batch, each floor or ceil
+    of ``B / N``; worker 0 lists the ceil sizes first and worker w rotates the
+    list by ``w * R``, so every global step consumes exactly B elements.
+    """
+    n = num_workers * num_replicas_per_worker
+    floor, num_ceil = divmod(global_batch_size, n)
+    worker_0 = [floor + 1] * num_ceil + [floor] * (n - num_ceil)
+    offset = worker_index * num_replicas_per_worker
+    return worker_0[offset:] + worker_0[:offset]
+
+
+_BATCH_SIZE_PASS_THROUGH = (Prefetch, Repeat, Shuffle, Take, Skip, Shard, Filter)
+
+
+def compute_batch_size(dataset: Dataset) -> int:
+    """The static batch size of ``dataset``'s elements, or -1 when it is not known.
+
+    Walks back through stages that keep the batch size to the last ``batch``;
+    known when that drops the remainder or its input has no end (then no short
+    batch can occur) or divides evenly, as TF's ComputeBatchSize decides.
+    """
+    node = dataset.node
+    while isinstance(node, _BATCH_SIZE_PASS_THROUGH):
+        node = node.inputs[0]
+    if not isinstance(node, Batch):
+        return -1
+    n = node.inputs[0].cardinality()
+    if node.drop_remainder or n == INFINITE or (n >= 0 and n % node.batch_size == 0):
+        return node.batch_size
+    return -1
+
+
+def _rows(element: Any) -> tuple[list[Any], int]:
+    leaves = structure.flatten(element)
+    for i, leaf in enumerate(leaves):
+        if np.ndim(leaf) == 0:
+            raise InvalidArgumentError(
+                "Cannot rebatch dataset: All components must have at least one dimension. "
+                f"Perhaps your input dataset is not batched? Component {i} is scalar. Batch it "
+                "with the global batch size (ds.batch(global_batch_size)) before distributing")
+    return leaves, np.shape(leaves[0])[0]
+
+
+def _any_batch_size(spec: Any) -> Any:
+    return structure.map_structure_unchecked(
+        lambda s: structure.with_batch_dim(structure.without_batch_dim(s), None), spec)
+
+
+class LegacyRebatch(Node):
+    """Each input batch split into ``num_replicas`` sub-batches of ceil(b/N) rows."""
+
+    def __init__(self, node: Node, num_replicas: int) -> None:
+        self.inputs = (node,)
+        self.num_replicas = num_replicas
+
+    def iterate(self) -> Iterator[Any]:
+        n = self.num_replicas
+        for element in self.inputs[0].iterate():
+            leaves, _ = _rows(element)
+            steps = [-(-np.shape(leaf)[0] // n) for leaf in leaves]   # per component
+            for k in range(n):
+                parts = [leaf[min(k * m, len(leaf)):min((k + 1) * m, len(leaf))]
+                         for leaf, m in zip(leaves, steps)]
+                yield structure.pack_as(element, parts)
+
+    def cardinality(self) -> int:
+        c = self.inputs[0].cardinality()
+        return c if c < 0 else c * self.num_replicas
+
+    def _compute_spec(self) -> Any:
+        return _any_batch_size(self.inputs[0].element_spec())
+
+
+class Rebatch(Node):
+    """TF's RebatchDatasetV2: batches of the given sizes in turn, across input batches."""
+
+    def __init__(self, node: Node, batch_sizes: list[int]) -> None:
+        self.inputs = (node,)
+        self.batch_sizes = batch_sizes
+
+    def iterate(self) -> Iterator[Any]:
+        cursor = self.inputs[0].iterate()
+        batches = ((element, _rows(element)[0]) for element in cursor)
+        template, rows, offset = None, None, 0
+        try:
+            for turn in itertools.count():
+                want = self.batch_sizes[turn % len(self.batch_sizes)]
+                pieces, have = [], 0
+                while have < want:
+                    if rows is None or offset == len(rows[0]):
+                        template, rows = next(batches, (template, None))
+                        offset = 0
+                        if rows is None:
+                            break
+                        continue
+                    take = min(want - have, len(rows[0]) - offset)
+                    pieces.append([leaf[offset:offset + take] for leaf in rows])
+                    have, offset = have + take, offset + take
+                if have == 0 and want > 0:
+                    return
+                if template is None:   # a size of 0 before any input: look at one batch
+                    template, rows = next(batches, (None, None))
+                    if rows is None:
+                        return
+                columns = ([np.concatenate(parts) for parts in zip(*pieces)] if pieces
+                           else [leaf[:0] for leaf in structure.flatten(template)])
+                yield structure.pack_as(template, columns)
+        finally:
+            cursor.close()  # type: ignore[attr-defined]
+
+    def _compute_spec(self) -> Any:
+        return _any_batch_size(self.inputs[0].element_spec())
+
+
+def _empty_like(element: Any) -> Any:
+    return structure.map_structure_unchecked(lambda leaf: leaf[:0], element)
+
+
+class ReplicaSteps(Node):
+    """Tuples of R consecutive elements: one step's batches for this worker's replicas."""
+
+    def __init__(self, node: Node, num_replicas_in_worker: int) -> None:
+        self.inputs = (node,)
+        self.replicas = num_replicas_in_worker
+
+    def iterate(self) -> Iterator[Any]:
+        step: list[Any] = []
+        for element in self.inputs[0].iterate():
+            step.append(element)
+            if len(step) == self.replicas:
+                yield tuple(step)
+                step = []
+        if step:   # a partial step: the replicas past the end get empty batches
+            yield tuple(step + [_empty_like(step[-1])] * (self.replicas - len(step)))
+
+    def cardinality(self) -> int:
+        c = self.inputs[0].cardinality()
+        return c if c < 0 else -(-c // self.replicas)
+
+    def _compute_spec(self) -> Any:
+        return (self.inputs[0].element_spec(),) * self.replicas
+
+
+def _check(num_workers: int, worker_index: int, num_replicas_in_worker: int) -> None:
+    if num_workers < 1 or num_replicas_in_worker < 1:
+        raise InvalidArgumentError(
+            f"need at least one worker and one replica per worker, got num_workers="
+            f"{num_workers}, num_replicas_in_worker={num_replicas_in_worker}")
+    if not 0 <= worker_index < num_workers:
+        raise InvalidArgumentError(f"worker_index must be in [0, {num_workers}), got "
+                                   f"{worker_index}; pass this worker's task index")
+
+
+def _warn_unseeded(dataset: Dataset, num_workers: int) -> None:
+    if num_workers > 1 and any(isinstance(n, Shuffle) and not n.seeded
+                               for n in dataset.node.walk()):
+        logger.warning(
+            "sharding by data across %d workers, but the dataset shuffles without a seed: each "
+            "worker may see different global batches, so rows can repeat or be missed. Pass "
+            "shuffle(n, seed=...) or call dt.set_random_seed first", num_workers)
+
+
+def auto_shard(dataset: Dataset, num_workers: int, worker_index: int,
+               num_replicas_in_worker: int, policy: AutoShardPolicy | None = None) -> Dataset:
+    """TF's per-worker dataset: rebatched to per-replica batches, sharded by ``policy``.
+
+    Elements are single per-replica batches; consecutive runs of
+    ``num_replicas_in_worker`` belong to the local replicas in order. ``policy``
+    defaults to the dataset's ``options().experimental_distribute.auto_shard_policy``.
+    """
+    _check(num_workers, worker_index, num_replicas_in_worker)
+    if policy is None:
+        policy = dataset.options().experimental_distribute.auto_shard_policy
+    policy = AutoShardPolicy(policy)
+    n = num_workers * num_replicas_in_worker
+    node, options = dataset.node.clone(), dataset.options()   # this worker's own copy
+    if policy == AutoShardPolicy.HINT:
+        raise UnimplementedError("AutoShardPolicy.HINT is not supported by dt.data; use DATA "
+                                 "(or AUTO) to shard by data, or OFF")
+    if policy == AutoShardPolicy.FILE and num_workers > 1:
+        raise NotFoundError(
+            "Did not find a shardable source: dt.data datasets read no files, so FILE sharding "
+            "cannot apply. Set options.experimental_distribute.auto_shard_policy = "
+            "AutoShardPolicy.DATA (or AUTO) and apply it with dataset.with_options(options)")
+    if policy in (AutoShardPolicy.AUTO, AutoShardPolicy.DATA):
+        _warn_unseeded(dataset, num_workers)
+        if n > 1:
+            node = LegacyRebatch(node, n)
+        if num_workers > 1:
+            node = Shard(node, num_workers, worker_index, require_non_empty=True)
+    elif n > 1:   # OFF, or FILE on one worker: rebatch only
+        global_batch = compute_batch_size(dataset)
+        node = (Rebatch(node, batch_sizes_for_worker(global_batch, num_workers,
+                                                     num_replicas_in_worker, worker_index))
+                if global_batch > 0 else LegacyRebatch(node, n))
+    return Dataset(node, options)
+
+
+def rebatch_and_shard(dataset: Dataset, num_workers: int, worker_index: int,
+                      num_replicas_in_worker: int = 1,
+                      policy: AutoShardPolicy | None = None) -> Dataset:
+    """What ``experimental_distribute_dataset`` gives one worker: a dataset whose
+    elements are tuples of ``num_replicas_in_worker`` per-replica batches, one per step.
+
+    See the module header for how rows are assigned and for batch sizes that do
+    not divide by the number of replicas.
+    """
+    per_replica = auto_shard(dataset, num_workers, worker_index, num_replicas_in_worker, policy)
+    return Dataset(ReplicaSteps(per_replica.node, num_replicas_in_worker), dataset.options())
