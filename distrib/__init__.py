@@ -27,6 +27,7 @@ from distrib.framework.graph import (Graph, GraphKeys, Operation, Tensor, add_to
                                      name_scope, reset_default_graph)
 from distrib.framework.graph_def import import_graph_def
 from distrib.framework.tensor_shape import TensorShape
+from distrib.ops import collective_ops as collective
 from distrib.ops import nn
 from distrib.ops.gradients import NotDifferentiable, gradients, no_gradient, register_gradient
 from distrib.ops.math_ops import (abs, add, add_n, argmax, cast, constant, convert_to_tensor,
@@ -45,7 +46,7 @@ from distrib.server import Server, serve
 
 # the graph part of the contract (DESIGN.md), as tf.compat.v1 names it
 _graph_all = [
-    "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
+    "collective", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
     "int16", "int32", "int64", "string", "uint8", "NotDifferentiable", "gradients",
     "no_gradient", "register_gradient", "Graph", "GraphKeys", "Operation", "Tensor",
     "add_to_collection", "add_to_collections", "colocate_with", "control_dependencies",

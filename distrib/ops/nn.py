@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from distrib.errors import InvalidArgumentError
+from distrib.framework import distribution_context
 from distrib.framework.graph import Tensor, name_scope
 from distrib.ops import math_ops as ops
 from distrib.ops.math_ops import sigmoid, tanh  # noqa: F401 - dt.nn.sigmoid, dt.nn.tanh
@@ -18,7 +19,7 @@ from distrib.ops.math_ops import sigmoid, tanh  # noqa: F401 - dt.nn.sigmoid, dt
 __all__ = [
     "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
     "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits",
-    "l2_loss",
+    "l2_loss", "compute_average_loss",
 ]
 
 
@@ -96,3 +97,34 @@ def l2_loss(t: Any, name: str | None = None) -> Tensor:
     with name_scope(name, "L2Loss", [t]) as scope:
         return ops.multiply(ops.reduce_sum(ops.square(t)), 0.5, name=scope)
 
+
+
+def compute_average_loss(per_example_loss: Any, sample_weight: Any = None,
+                         global_batch_size: Any = None) -> Tensor:
+    """``sum(per_example_loss * sample_weight) / global_batch_size`` (TF's).
+
+    Inside ``strategy.run`` each replica sees its part of the global batch and
+    the strategy sums the replicas' gradients, so each replica divides by the
+    *global* batch size; ``global_batch_size=None`` takes this replica's batch
+    (the first dimension of ``per_example_loss``) times the replicas in sync."""
+    loss = ops._convert(per_example_loss)
+    with name_scope(None, "compute_average_loss", [loss]) as scope:
+        if sample_weight is not None:
+            loss = ops.multiply(loss, ops.cast(ops._convert(sample_weight), loss.dtype))
+        total = ops.reduce_sum(loss)
+        if global_batch_size is None:
+            replicas = distribution_context.num_replicas_in_sync()
+            rows = loss.shape[0] if loss.shape.ndims else None
+            if rows is not None and getattr(rows, "value", rows) is not None:
+                global_batch_size = int(getattr(rows, "value", rows)) * replicas
+            else:
+                batch = ops.shape(loss)[0] if loss.shape.ndims != 0 else 1
+                global_batch_size = ops.multiply(ops.cast(batch, loss.dtype), float(replicas))
+        if isinstance(global_batch_size, (int, float)):
+            if global_batch_size <= 0:
+                raise InvalidArgumentError(f"global_batch_size must be positive, got "
+                                           f"{global_batch_size}")
+            global_batch_size = float(global_batch_size)
+        return ops.divide(total, ops.cast(ops._convert(global_batch_size), loss.dtype)
+                          if not isinstance(global_batch_size, float) else global_batch_size,
+                          name=scope)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from distrib.errors import InvalidArgumentError
-from distrib.framework import dtypes
+from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import (GraphKeys, Operation, Tensor, get_default_graph,
                                      name_scope)
 from distrib.framework.operation import TensorOperators
@@ -36,7 +36,17 @@ class Variable(TensorOperators):
 
     Usable wherever a tensor is (operators, ``dt.matmul(x, w)``, fetches):
     it stands for its snapshot ``value()``.
+
+    In a distribution strategy's scope (or its ``run``), ``dt.Variable(...)``
+    returns the strategy's distributed variable instead (a MirroredVariable
+    for the mirrored strategies), as TF's variable creator scopes do.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        strategy = distribution_context.creating_variable() if cls is Variable else None
+        if strategy is not None:
+            return strategy.create_variable(*args, **kwargs)   # not a Variable: no __init__
+        return super().__new__(cls)
 
     def __init__(self, initial_value: Any = None, trainable: bool = True,
                  collections: Sequence[str] | None = None, validate_shape: bool = True,

@@ -36,6 +36,7 @@ from typing import Any, Awaitable, NoReturn
 import kernels
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
 from distrib.runtime import kernel_pool
+from distrib.runtime.collective_engine import COLLECTIVE_OPS, run_collective
 from distrib.runtime.partition_graph import PartitionGraph
 from distrib.runtime.resources import run_resource_op
 from distrib.runtime.stateful import RESOURCE_OPS, run_stateful
@@ -50,6 +51,10 @@ __all__ = ["CompiledPartition", "RunStats"]
 
 class CompiledPartition(PartitionGraph):
     """A compiled partition that runs steps (the dataflow loop)."""
+
+    def _kernel(self, node: dict, dev: tuple[str, int]) -> Any:
+        # collective ops run on the task's collective engine, not a kernel
+        return None if node["op"] in COLLECTIVE_OPS else super()._kernel(node, dev)
 
     async def run(self, feeds: dict[str, Any], variables: VariableStore,
                   channel: StepChannel | None = None, stats: RunStats | None = None) -> list[Any]:
@@ -309,6 +314,9 @@ class CompiledPartition(PartitionGraph):
                 res = channel.send(attrs["key"], attrs["dst_task"],  # type: ignore[union-attr]
                                    host_array(args[0]))
                 return [] if res is None else res
+            if op in COLLECTIVE_OPS:
+                # a future, pending like a receive (the engine's collective_engine)
+                return run_collective(node, [host_array(a) for a in args], channel, self.task)
             if op in RESOURCE_OPS:
                 # a waiting one (take, dequeue) returns a future, pending like a receive
                 return run_resource_op(node, [host_array(a) for a in args], variables.resources,

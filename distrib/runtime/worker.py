@@ -237,6 +237,11 @@ class _StepChannel:
     def overdue(self, key: str, src_task: str) -> Exception:
         return self.worker.rendezvous.overdue(key, src_task, self.timeout or 0.0)
 
+    @property
+    def collectives(self) -> Any:
+        """The task's collective engine (runtime.collective_engine), if any."""
+        return self.worker.collectives
+
     def aborted(self, tag: str) -> asyncio.Future:
         """A future that fails (AbortedError) when this step is aborted; ops that
         wait on a resource (a queue, an accumulator) race it so an abort frees them.
@@ -258,6 +263,7 @@ class WorkerService:
         self.devices = devices
         self.variables = variables or VariableStore(task)
         self.rendezvous = Rendezvous(task)
+        self.collectives: Any = None   # the collective engine, set by the server
         self.fencing = Fence(task)   # the newest chief term seen (chief-only writes)
         self._partitions: dict[str, CompiledPartition] = {}
         # session handle -> generators of its seeded random ops (see register_partition)

@@ -20,9 +20,11 @@ from distrib.client.loop_thread import LoopThread
 from distrib.client.session import SCHEME, ConfigProto, parse_target
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.errors import InvalidArgumentError
+from distrib.framework import config
 from distrib.runtime import master_channel  # noqa: F401  (sessions reach masters through it)
 from distrib.runtime.actors import ActorSystem, client_name
 from distrib.runtime.chief_lease import ChiefLease
+from distrib.runtime.collective_engine import CollectiveEngine
 from distrib.runtime.master import MasterService
 from distrib.runtime.worker import WorkerService
 from transports.shm import ARENA
@@ -55,10 +57,13 @@ def _bind_host(host: str) -> str:
 
 
 def task_devices() -> list[dict[str, Any]]:
-    """CPU:0, and GPU:i for each CUDA device that CUDA_VISIBLE_DEVICES leaves
+    """CPU:i for each logical CPU (dt.config; one by default), and GPU:i
+    for each CUDA device that CUDA_VISIBLE_DEVICES leaves
     visible. numba is imported only when a GPU may exist (a driver node or the
     simulator), so CPU-only hosts start fast."""
-    devices = [{"name": "CPU:0", "memory_bytes": 0, "description": "host CPU"}]
+    devices = [{"name": f"CPU:{i}", "memory_bytes": 0,
+                "description": "host CPU" if i == 0 else "logical CPU (dt.config)"}
+               for i in range(config.logical_cpu_count(freeze=False))]
     sim = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
     if not sim and (os.environ.get("CUDA_VISIBLE_DEVICES") == ""
                     or not os.path.exists("/dev/nvidiactl")):
@@ -118,6 +123,8 @@ class ServerCore:
         self.worker = WorkerService(self.system, self.task, devices)
         self.master = MasterService(self.system, self.cluster, self.job_name, self.task_index)
         self.system.spawn("worker", self.worker)
+        self.worker.collectives = CollectiveEngine(self.system, self.task, self.cluster)
+        self.system.spawn("collective", self.worker.collectives)
         self.system.spawn("master", self.master)
         self.system.spawn("server", _ServerControl(self))
         # the chief role's lease: asked on the arbiter task only (runtime/chief_lease.py)

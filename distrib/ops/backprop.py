@@ -1,0 +1,94 @@
+"""``dt.GradientTape``: TF2's way of asking for gradients, on the graph runtime.
+
+In TF2 a tape records the eager ops run inside it. Here every op is a graph
+op already (a ``dt.function`` traces its Python body into the graph), so the
+tape records nothing: ``tape.gradient(target, sources)`` is
+``dt.gradients(target, sources)`` with TF2's argument shapes (a nested
+structure of sources gives the same structure of gradients; ``None`` where
+the target does not depend on a source) and TF's rules: a non-persistent
+tape answers once, ``output_gradients`` weights the target,
+``unconnected_gradients="zero"`` gives zeros instead of ``None``.
+Distributed variables resolve to the current replica's copy, so the same
+step works inside ``strategy.run``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from distrib.errors import InvalidArgumentError
+from distrib.ops import math_ops as ops
+from distrib.ops.gradients import gradients
+
+__all__ = ["GradientTape", "UnconnectedGradients"]
+
+
+class UnconnectedGradients:
+    """What ``gradient`` returns for a source the target does not depend on."""
+    NONE = "none"
+    ZERO = "zero"
+
+
+class GradientTape:
+    """``with dt.GradientTape() as tape: ...; tape.gradient(loss, variables)``."""
+
+    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True) -> None:
+        self._persistent = bool(persistent)
+        self._watch_accessed = bool(watch_accessed_variables)
+        self._watched: list[Any] = []
+        self._used = False
+        self._recording = False
+
+    def __enter__(self) -> GradientTape:
+        self._recording = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._recording = False
+
+    def watch(self, tensor: Any) -> None:
+        """Watch ``tensor`` (a tensor or variable, or a nested structure of them)."""
+        self._watched.extend(_flatten(tensor))
+
+    def watched_variables(self) -> tuple[Any, ...]:
+        return tuple(v for v in self._watched if hasattr(v, "_reads"))
+
+    def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
+                 unconnected_gradients: str = UnconnectedGradients.NONE) -> Any:
+        """d(target)/d(source) for each source, in ``sources``' structure."""
+        if self._recording and not self._persistent:
+            pass   # TF warns about efficiency only; computing inside is allowed
+        if self._used and not self._persistent:
+            raise RuntimeError("A non-persistent GradientTape can only be used to compute one "
+                               "set of gradients (or jacobians); pass persistent=True")
+        if unconnected_gradients not in (UnconnectedGradients.NONE, UnconnectedGradients.ZERO):
+            raise InvalidArgumentError(f"unconnected_gradients must be 'none' or 'zero', got "
+                                       f"{unconnected_gradients!r}")
+        self._used = True
+        flat = _flatten(sources)
+        if not flat:
+            return _pack(sources, iter([]))
+        targets = _flatten(target)
+        grads = gradients(targets, flat, grad_ys=None if output_gradients is None
+                          else _flatten(output_gradients))
+        if unconnected_gradients == UnconnectedGradients.ZERO:
+            grads = [g if g is not None else ops.zeros_like(ops.convert_to_tensor(s))
+                     for g, s in zip(grads, flat)]
+        return _pack(sources, iter(grads))
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [x for k in sorted(value) for x in _flatten(value[k])]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flatten(v)]
+    return [value]
+
+
+def _pack(structure: Any, flat: Any) -> Any:
+    if isinstance(structure, dict):
+        return {k: _pack(structure[k], flat) for k in sorted(structure)}
+    if isinstance(structure, tuple):
+        return tuple(_pack(v, flat) for v in structure)
+    if isinstance(structure, list):
+        return [_pack(v, flat) for v in structure]
+    return next(flat)

@@ -1,0 +1,449 @@
+"""The collective engine of a task: actor ``collective``, and the entry point
+the executor calls for the collective ops (``COLLECTIVE_OPS``).
+
+One run of a collective op on a device goes:
+
+1. *Group*: the member list of ``group_key``, cached, else asked of the group
+   leader (collective_group), which answers once ``group_size`` devices joined.
+2. *Instance*: ``(group_key, group signature, instance_key, seq)``: the nth run
+   of an instance key on this device pairs with the nth on every other member.
+3. *Header round*: every member sends every other its header (op, merge and
+   final op, shape, dtype, algorithm), with the data when the tensor is small
+   (collective_small); a mismatch fails all of them naming both sides.
+4. *Data*: small tensors are done after the header round; large ones run the
+   ring (collective_ring).
+
+Never a silent hang: a watchdog logs the late participants (by device, with
+what this one waits for) after half of the op's ``timeout_seconds``, and fails
+the collective with ``DeadlineExceededError`` at the timeout; without a
+timeout it logs every ``DISTRIB_COLLECTIVE_STALL_S`` (default 60 s) and keeps
+waiting, as TF would. A member whose connection is lost (a killed process
+closes its sockets; a stopped one misses three heartbeats, see
+failure_detector) fails every live instance of its groups with
+``UnavailableError`` naming it; a member that restarted (new incarnation)
+fails at once the instance a peer sends it. A step abort (another op of the
+step failed) ends the collective with ``AbortedError``.
+
+A failure poisons nothing: the failing member tells every other member
+(``abort_instance``), which fail the same instance (or, when they have not
+reached it yet, fail it at once when they do), and the instance's state is
+dropped everywhere; the next collective runs on the same servers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from distrib import errors
+from distrib.cluster import ClusterSpec
+from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
+                            OpError, UnavailableError)
+from distrib.runtime.actors import ActorRef, ActorSystem
+from distrib.runtime.collective_group import Group, GroupLeader, Member, leader_task
+from distrib.runtime.collective_instance import (FINAL_OPS, MERGE, Exchange, Instance,
+                                                 InstanceKey, InstanceTable, check_dtype)
+from distrib.runtime.collective_ring import ring_all_gather, ring_all_reduce
+from distrib.runtime.collective_small import (DIRECT_MAX_BYTES, exchange_headers,
+                                              gather_direct, reduce_direct)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["COLLECTIVE_OPS", "CollectiveEngine", "CollectiveSpec", "run_collective",
+           "stall_s", "segment_bytes"]
+
+COLLECTIVE_OPS = frozenset({"CollectiveReduce", "CollectiveGather", "CollectiveBcastSend",
+                            "CollectiveBcastRecv"})
+DEFAULT_STALL_S = 60.0
+_MAX_COUNTERS = 1 << 16
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive number, not {raw!r}")
+    return value
+
+
+def stall_s() -> float:
+    """``DISTRIB_COLLECTIVE_STALL_S``: how often a collective without a
+    timeout says whom it waits for (default 60 s)."""
+    return _env_float("DISTRIB_COLLECTIVE_STALL_S", DEFAULT_STALL_S)
+
+
+def segment_bytes() -> int:
+    """``DISTRIB_COLLECTIVE_SEGMENT_BYTES``: the ring's segment; 0 (unset):
+    at least 1 MiB, and a quarter of a chunk for bigger ones (collective_ring)."""
+    return int(_env_float("DISTRIB_COLLECTIVE_SEGMENT_BYTES", math.inf)) \
+        if os.environ.get("DISTRIB_COLLECTIVE_SEGMENT_BYTES", "").strip() else 0
+
+
+def direct_max_bytes() -> int:
+    """``DISTRIB_COLLECTIVE_DIRECT_BYTES``: up to this size a reduce or gather
+    takes the one-round algorithm (collective_small)."""
+    return int(_env_float("DISTRIB_COLLECTIVE_DIRECT_BYTES", DIRECT_MAX_BYTES))
+
+
+class CollectiveSpec:
+    """A collective op's attrs, checked."""
+
+    __slots__ = ("op", "name", "device", "group_size", "group_key", "instance_key",
+                 "merge_op", "final_op", "hint", "timeout", "shape", "dtype")
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        a = node.get("attrs", {})
+        self.op = node["op"]
+        self.name = node["name"]
+        self.device = node.get("device") or ""
+        try:
+            self.group_size = int(a["group_size"])
+            self.group_key = int(a["group_key"])
+            self.instance_key = int(a["instance_key"])
+        except (KeyError, TypeError, ValueError):
+            raise InvalidArgumentError(f"{self.op} needs integer attrs group_size, group_key "
+                                       "and instance_key") from None
+        if self.group_size < 1:
+            raise InvalidArgumentError(f"{self.op}: group_size must be >= 1, not "
+                                       f"{self.group_size}")
+        self.merge_op = str(a.get("merge_op", "Add"))
+        self.final_op = str(a.get("final_op", "Id"))
+        if self.op == "CollectiveReduce" and (self.merge_op not in MERGE
+                                              or self.final_op not in FINAL_OPS):
+            raise InvalidArgumentError(
+                f"CollectiveReduce: merge_op must be one of {sorted(MERGE)} and final_op one "
+                f"of {list(FINAL_OPS)}, not {self.merge_op!r} and {self.final_op!r}")
+        self.hint = str(a.get("communication_hint", "auto")).lower()
+        self.timeout = float(a.get("timeout_seconds", 0) or 0)
+        shape = a.get("shape")
+        self.shape = None if shape is None else tuple(int(d) for d in shape)
+        self.dtype = None if a.get("T") is None else np.dtype(a["T"])
+
+
+class _Watch:
+    """What one run is doing, for the watchdog's messages."""
+
+    __slots__ = ("phase", "group_key", "group", "instance")
+
+    def __init__(self, phase: str, group_key: int) -> None:
+        self.phase = phase
+        self.group_key = group_key
+        self.group: Group | None = None
+        self.instance: Instance | None = None
+
+
+class CollectiveEngine:
+    """Actor ``collective`` of every task (see the module header)."""
+
+    def __init__(self, system: ActorSystem, task: str, cluster: ClusterSpec) -> None:
+        self.system = system
+        self.task = task
+        self.leader_task, self.leader_address = leader_task(cluster)
+        self.leader = GroupLeader(task)
+        self.groups: dict[int, Group] = {}
+        self.table = InstanceTable()
+        self._counters: OrderedDict[tuple, int] = OrderedDict()
+        self._refs: dict[tuple[str, str, int], ActorRef] = {}
+        system.on_peer_lost.append(self._peer_lost)
+
+    # -- messages from peers -----------------------------------------------------
+    async def join_group(self, group_key: int, group_size: int, member: list) -> list:
+        """(Leader) the group's member list once ``group_size`` members joined."""
+        return await self.leader.join(int(group_key), int(group_size), Member.from_wire(member))
+
+    def deliver(self, key: list, dst_incarnation: int, src: list, tag: int,
+                payload: Any) -> None:
+        """A message of instance ``key`` (on our device) from member ``src``
+        = [rank, device, task, address, incarnation]."""
+        gk, sig, ik, seq, device = key
+        rank, src_device, src_task, src_address, src_inc = src
+        if dst_incarnation != self.system.incarnation:
+            # the sender's group names an earlier process of this task
+            err = UnavailableError(
+                f"collective group {gk}: {self.task} restarted (incarnation "
+                f"{self.system.incarnation:x}, the group knew {dst_incarnation:x}); the "
+                "collective fails and the next one forms the group again", task=self.task)
+            self._spawn_tell(Member(src_device, src_task, src_address, src_inc), "abort_instance",
+                             [gk, sig, ik, seq, src_device], errors.to_wire(err))
+            return
+        group = self.groups.get(gk)
+        if group is not None:
+            known = group.members[group.ranks[src_device]] if src_device in group.ranks else None
+            if known is not None and known.incarnation != src_inc:
+                self._drop_group(gk, UnavailableError(
+                    f"collective group {gk}: {src_task} restarted (incarnation {src_inc:x}, "
+                    f"was {known.incarnation:x}); the collective fails and the next one "
+                    "forms the group again", task=self.task))
+        self.table.get((gk, sig, ik, seq, device)).put(rank, tag, payload)
+
+    def abort_instance(self, key: list, error: dict) -> None:
+        """A member failed instance ``key``: fail it here too (now or when it starts)."""
+        gk, sig, ik, seq, device = key
+        self.table.get((gk, sig, ik, seq, device)).fail(errors.from_wire(error))
+
+    def ping(self) -> str:
+        return self.task
+
+    # -- failure detection ---------------------------------------------------------
+    def _peer_lost(self, address: str, peer: Any) -> None:
+        self.leader.lost(peer.name, peer.incarnation)
+        for gk, group in list(self.groups.items()):
+            if group.has(peer.name, peer.incarnation):
+                self._drop_group(gk, UnavailableError(
+                    f"collective group {gk}: lost the connection to member {peer.name} "
+                    f"(incarnation {peer.incarnation:x}); it stopped, crashed or missed "
+                    "3 heartbeats", task=self.task))
+
+    def _drop_group(self, gk: int, err: OpError) -> None:
+        group = self.groups.pop(gk, None)
+        for inst in self.table.groups_of(gk):
+            if group is None or inst.key[1] == group.sig:
+                inst.fail(err)
+
+    # -- running a collective --------------------------------------------------------
+    def start(self, node: dict[str, Any], args: list[Any], channel: Any) -> asyncio.Future:
+        """The future of the op's outputs (a list of one array)."""
+        spec = CollectiveSpec(node)
+        if not spec.device:
+            raise InvalidArgumentError(f"collective op {spec.name!r} has no device")
+        value = None
+        if spec.op != "CollectiveBcastRecv":
+            if len(args) != 1:
+                raise InvalidArgumentError(f"{spec.op} takes one input, not {len(args)}")
+            value = np.ascontiguousarray(args[0])
+            check_dtype(value.dtype, spec.op)
+        return asyncio.ensure_future(self._run(spec, value, channel))
+
+    async def _run(self, spec: CollectiveSpec, value: np.ndarray | None, channel: Any) -> list:
+        loop = asyncio.get_running_loop()
+        watch = _Watch(f"the other members of group {spec.group_key} to join it at the group "
+                       f"leader {self.leader_task}", spec.group_key)
+        work = asyncio.ensure_future(self._collective(spec, value, watch))
+        abort = _abort_signal(channel, f"collective/{spec.name}/{id(work)}")
+        waits = {work} if abort is None else {work, abort}
+        started = loop.time()
+        op_timeout = getattr(channel, "timeout", None)
+        limits = [t for t in (spec.timeout or None,
+                              None if op_timeout is None else 0.9 * op_timeout) if t]
+        deadline = started + min(limits) if limits else None
+        warn_at = started + (spec.timeout / 2 if spec.timeout else stall_s())
+        try:
+            while True:
+                until = warn_at if deadline is None else min(warn_at, deadline)
+                done, _ = await asyncio.wait(waits, timeout=max(0.0, until - loop.time()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if work in done:
+                    return [work.result()]
+                if abort is not None and abort in done:
+                    raise AbortedError(f"{spec.op} {spec.name} on {spec.device} stopped: "
+                                       f"{abort.exception()}", task=self.task, op=spec.name)
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    raise DeadlineExceededError(
+                        f"{spec.op} {spec.name} (group_key={spec.group_key}, instance_key="
+                        f"{spec.instance_key}) on {spec.device} timed out after "
+                        f"{now - started:.1f}s waiting for {self._late(watch)}",
+                        task=self.task, op=spec.name)
+                if now >= warn_at:
+                    logger.warning(
+                        "%s: collective %s %s (group_key=%d, instance_key=%d) on %s has "
+                        "waited %.1fs for %s%s", self.task, spec.op, spec.name, spec.group_key,
+                        spec.instance_key, spec.device, now - started, self._late(watch),
+                        "" if deadline is not None else
+                        "; it keeps waiting (DISTRIB_COLLECTIVE_STALL_S sets how often this "
+                        "is logged)")
+                    warn_at = math.inf if spec.timeout else now + stall_s()
+        except BaseException as e:
+            self._fail(spec, watch, e)
+            raise
+        finally:
+            if abort is not None:
+                abort.cancel()
+            if not work.done():
+                work.cancel()
+                work.add_done_callback(_retrieve)
+
+    def _late(self, watch: _Watch) -> str:
+        inst, group = watch.instance, watch.group
+        if inst is None or group is None:
+            joined = self.leader.joined(watch.group_key)   # known on the leader only
+            return watch.phase + (f" (joined: {', '.join(joined)})" if joined else "")
+        late = [group.members[r].device for r in sorted(inst.waiting)]
+        if not late:
+            return f"its own work ({inst.phase})"
+        return f"{', '.join(late)} ({inst.phase})"
+
+    def _fail(self, spec: CollectiveSpec, watch: _Watch, e: BaseException) -> None:
+        """Fail our instance and tell every other member, unless the error
+        came from one of them."""
+        inst, group = watch.instance, watch.group
+        if inst is None or group is None or inst.error is not None:
+            return
+        err = e if isinstance(e, OpError) else AbortedError(
+            f"{spec.op} {spec.name} on {spec.device} was cancelled (its step ended)",
+            task=self.task, op=spec.name)
+        if isinstance(e, OpError) and e.task is None:
+            e.task = self.task
+        inst.fail(err)
+        gk, sig, ik, seq, _ = inst.key
+        wire = errors.to_wire(err, task=self.task)
+        for m in group.members:
+            if m.device != spec.device:
+                self._spawn_tell(m, "abort_instance", [gk, sig, ik, seq, m.device], wire)
+
+    async def _collective(self, spec: CollectiveSpec, value: np.ndarray | None,
+                          watch: _Watch) -> np.ndarray:
+        group = await self._resolve(spec, watch)
+        watch.group = group
+        ckey = (spec.group_key, group.sig, spec.instance_key, spec.device)
+        seq = self._counters.pop(ckey, 0)
+        self._counters[ckey] = seq + 1
+        if len(self._counters) > _MAX_COUNTERS:
+            self._counters.popitem(last=False)
+        key: InstanceKey = (spec.group_key, group.sig, spec.instance_key, seq, spec.device)
+        inst = self.table.get(key, start=True)
+        watch.instance = inst
+        try:
+            if inst.error is not None:
+                raise inst.error
+            ex = Exchange(group.ranks[spec.device], group.size, inst, self._sender(group, key))
+            return await self._algorithm(spec, value, ex, group)
+        finally:
+            self.table.end(key)
+
+    async def _resolve(self, spec: CollectiveSpec, watch: _Watch) -> Group:
+        gk = spec.group_key
+        group = self.groups.get(gk)
+        if group is None or spec.device not in group.ranks:
+            me = Member(spec.device, self.task, self.system.address, self.system.incarnation)
+            if spec.group_size == 1:
+                return Group(gk, [me])
+            leader = self.system.ref(self.leader_address, "collective")
+            try:
+                members = await leader.call("join_group", gk, spec.group_size, me.as_wire(),
+                                            timeout=None)
+            except UnavailableError as e:
+                raise UnavailableError(
+                    f"collective group {gk}: cannot reach the group leader {self.leader_task} "
+                    f"at {self.leader_address}: {e}", task=self.task, op=spec.name) from None
+            group = Group(gk, [Member.from_wire(m) for m in members])
+            if spec.device not in group.ranks:
+                raise InvalidArgumentError(f"collective group {gk} formed without "
+                                           f"{spec.device}", task=self.task)
+            self.groups[gk] = group
+        if group.size != spec.group_size:
+            raise InvalidArgumentError(
+                f"collective group {gk} has {group.size} members "
+                f"({', '.join(m.device for m in group.members)}), but {spec.name} on "
+                f"{spec.device} says group_size={spec.group_size}", task=self.task)
+        return group
+
+    def _sender(self, group: Group, key: InstanceKey) -> Any:
+        gk, sig, ik, seq, device = key
+        rank = group.ranks[device]
+        src = [rank, device, self.task, self.system.address, self.system.incarnation]
+
+        def send(dst: int, tag: int, payload: Any) -> Any:
+            m = group.members[dst]
+            return self._ref(m).tell("deliver", [gk, sig, ik, seq, m.device], m.incarnation,
+                                     src, tag, payload)
+        return send
+
+    def _ref(self, m: Member) -> ActorRef:
+        k = (m.address, m.task, m.incarnation)
+        ref = self._refs.get(k)
+        if ref is None:
+            if len(self._refs) > 1024:
+                self._refs.clear()
+            ref = self._refs[k] = self.system.ref(m.address, "collective",
+                                                  (m.task, m.incarnation))
+        return ref
+
+    def _spawn_tell(self, m: Member, method: str, *args: Any) -> None:
+        async def tell() -> None:
+            try:
+                await self._ref(m).tell(method, *args)
+            except OpError as e:   # that member is gone: nothing to tell
+                logger.debug("%s to %s not sent: %s", method, m.device, e)
+        asyncio.ensure_future(tell()).add_done_callback(_retrieve)
+
+    async def _algorithm(self, spec: CollectiveSpec, value: np.ndarray | None, ex: Exchange,
+                         group: Group) -> np.ndarray:
+        inst = ex.instance
+        devices = [m.device for m in group.members]
+        if spec.op == "CollectiveBcastRecv":
+            shape = spec.shape or ()
+            dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
+        else:
+            assert value is not None
+            shape, dtype = value.shape, value.dtype
+        nbytes = math.prod(shape) * dtype.itemsize
+        bcast = spec.op.startswith("CollectiveBcast")
+        ring = not bcast and (spec.hint == "ring" or nbytes > direct_max_bytes()) \
+            and group.size > 1
+        role = "send" if spec.op == "CollectiveBcastSend" else "recv" if bcast else ""
+        op = "CollectiveBcast" if bcast else spec.op
+        header = [op, spec.merge_op if op == "CollectiveReduce" else "",
+                  spec.final_op if op == "CollectiveReduce" else "", list(shape), dtype.str,
+                  "ring" if ring else "direct", role]
+        inst.phase = "header round"
+        data = None if ring or role == "recv" else value
+        got = await exchange_headers(ex, header, data, devices)
+        if bcast:
+            return _broadcast_result(got, devices, dtype, shape, value)
+        inst.phase = "ring" if ring else "direct"
+        if spec.op == "CollectiveReduce":
+            if ring:
+                return await ring_all_reduce(ex, value, spec.merge_op, spec.final_op,
+                                             segment_bytes())
+            return reduce_direct([d for _, d in got], spec.merge_op, spec.final_op, dtype, shape)
+        if ring:
+            return await ring_all_gather(ex, value, segment_bytes())
+        return gather_direct([d for _, d in got], dtype, shape)
+
+
+def _broadcast_result(got: list[list], devices: list[str], dtype: np.dtype, shape: tuple,
+                      value: np.ndarray | None) -> np.ndarray:
+    senders = [r for r, (h, _) in enumerate(got) if h[-1] == "send"]
+    if len(senders) != 1:
+        names = ", ".join(devices[r] for r in senders) or "none of " + ", ".join(devices)
+        raise InvalidArgumentError(f"a broadcast needs exactly one broadcast_send; sent by: "
+                                   f"{names}")
+    if value is not None:
+        return np.array(value, copy=True)
+    return np.array(got[senders[0]][1], dtype=dtype, copy=True).reshape(shape)
+
+
+def _abort_signal(channel: Any, tag: str) -> asyncio.Future | None:
+    aborted = getattr(channel, "aborted", None)
+    if aborted is None:
+        return None
+    fut = aborted(tag)
+    fut.add_done_callback(_retrieve)
+    return fut
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def run_collective(node: dict[str, Any], args: list[Any], channel: Any,
+                   task: str) -> asyncio.Future:
+    """The executor's entry: the future of a collective op's outputs."""
+    engine = getattr(channel, "collectives", None)
+    if engine is None:
+        raise UnavailableError(f"{node['op']} {node['name']!r} needs a server's collective "
+                               "engine, and this step has none", task=task or None,
+                               op=node["name"])
+    return engine.start(node, args, channel)

@@ -1,0 +1,83 @@
+"""The latency-bound collectives: one round of direct messages.
+
+Every participant sends every other one message, its *header* (what it
+issued: op, shape, dtype, ...; see collective_instance), and for a small
+tensor its data too. That one round is the whole collective for small
+tensors: each participant then reduces (or concatenates) the n tensors
+itself, in rank order, so every participant computes bit-for-bit the same
+result (float addition is not associative: a reduction in a different order
+on each rank would leave replicas that drift apart). It costs one message
+latency, against the 2(n-1) sequential hops of a ring; the bytes moved are
+(n-1) x size per participant, which is why only small tensors take it
+(``DIRECT_MAX_BYTES``). Broadcast goes the same way: the source's header
+carries the data, the receivers' headers carry none.
+
+Large tensors send the header round alone (so that every participant has
+checked every other before a byte of data is reduced), then run the ring
+(collective_ring). The round also opens a connection to every member, which
+the failure detector then watches: a member that dies fails the collective
+even if it was not the next one in the ring.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from distrib.errors import InvalidArgumentError
+from distrib.runtime.collective_instance import (HEADER_TAG, MERGE, Exchange, finalize,
+                                                 header_mismatch)
+
+__all__ = ["exchange_headers", "reduce_direct", "gather_direct", "DIRECT_MAX_BYTES"]
+
+# Up to this many bytes a reduce or gather takes the one-round algorithm
+# (DISTRIB_COLLECTIVE_DIRECT_BYTES overrides it). Not tuned yet: a ring step
+# costs about one message latency, so the round wins while (n-1) x size moves
+# faster than 2(n-1) latencies; bench/allreduce.py measures both sides.
+DIRECT_MAX_BYTES = 64 * 1024
+
+
+async def exchange_headers(ex: Exchange, header: list, data: Any,
+                           devices: list[str]) -> list[list]:
+    """Send ``[header, data]`` to every other rank; return every rank's
+    ``[header, data]`` (ours included), after checking every header against ours."""
+    me = ex.rank
+    sends = [ex.send(r, HEADER_TAG, [header, data]) for r in range(ex.size) if r != me]
+    for s in sends:
+        await s
+    got: list[list] = [[header, data]] * ex.size
+    futs = {r: asyncio.ensure_future(ex.recv(r, HEADER_TAG)) for r in range(ex.size) if r != me}
+    try:
+        for r, fut in futs.items():
+            msg = await fut
+            if not isinstance(msg, list) or len(msg) != 2 or not isinstance(msg[0], list):
+                raise InvalidArgumentError(f"bad collective header from {devices[r]}: {msg!r}")
+            theirs, payload = msg
+            wrong = header_mismatch(header, theirs, devices[me], devices[r])
+            if wrong is not None:
+                raise InvalidArgumentError(wrong)
+            got[r] = [theirs, payload]
+    finally:
+        for fut in futs.values():
+            fut.cancel()
+    return got
+
+
+def reduce_direct(datas: list[np.ndarray], merge_op: str, final_op: str,
+                  dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """The reduction of every rank's tensor, in rank order."""
+    merge = MERGE[merge_op]
+    acc = np.array(datas[0], dtype=dtype, copy=True).reshape(shape)
+    for d in datas[1:]:
+        merge(acc, np.asarray(d).reshape(shape), out=acc)
+    finalize(acc, final_op, len(datas))
+    return acc
+
+
+def gather_direct(datas: list[np.ndarray], dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """Every rank's tensor, concatenated along axis 0 in rank order."""
+    parts = [np.asarray(d, dtype=dtype).reshape(shape) for d in datas]
+    if not shape:
+        return np.stack(parts)
+    return np.concatenate(parts, axis=0)
