@@ -16,6 +16,7 @@ only inside the ``dt`` namespace, as in TF.
 from __future__ import annotations
 
 from distrib import data, errors
+from distrib.framework import config
 from distrib.client.session import ConfigProto, Session, SyncSession
 from distrib.cluster import ClusterSpec
 from distrib.framework.device import DeviceSpec
@@ -29,6 +30,8 @@ from distrib.framework.graph_def import import_graph_def
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import collective_ops as collective
 from distrib.ops import nn
+from distrib.ops.array_ops import concat
+from distrib.ops.backprop import GradientTape
 from distrib.ops.gradients import NotDifferentiable, gradients, no_gradient, register_gradient
 from distrib.ops.math_ops import (abs, add, add_n, argmax, cast, constant, convert_to_tensor,
                                   divide, equal, exp, greater, greater_equal, group, identity,
@@ -46,7 +49,7 @@ from distrib.server import Server, serve
 
 # the graph part of the contract (DESIGN.md), as tf.compat.v1 names it
 _graph_all = [
-    "collective", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
+    "collective", "concat", "GradientTape", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
     "int16", "int32", "int64", "string", "uint8", "NotDifferentiable", "gradients",
     "no_gradient", "register_gradient", "Graph", "GraphKeys", "Operation", "Tensor",
     "add_to_collection", "add_to_collections", "colocate_with", "control_dependencies",
@@ -69,13 +72,18 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # dt.train loads on first use: it pulls in the optimizers, Saver and Supervisor
-    if name == "train":
+    if name in ("train", "distribute"):
         import importlib
-        mod = importlib.import_module("distrib.train")
-        globals()["train"] = mod
+        mod = importlib.import_module(f"distrib.{name}")
+        globals()[name] = mod
         return mod
+    if name == "function":   # dt.function: the strategies' package, on first use
+        import importlib
+        fn = importlib.import_module("distrib.distribute").function
+        globals()["function"] = fn
+        return fn
     raise AttributeError(f"module 'distrib' has no attribute {name!r}")
 
 
-__all__ = ["errors", "ClusterSpec", "Server", "serve", "ConfigProto", "Session",
-           "SyncSession", "train", *_graph_all]
+__all__ = ["errors", "config", "data", "distribute", "function", "ClusterSpec", "Server",
+           "serve", "ConfigProto", "Session", "SyncSession", "train", *_graph_all]

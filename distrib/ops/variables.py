@@ -52,6 +52,8 @@ class Variable(TensorOperators):
                  collections: Sequence[str] | None = None, validate_shape: bool = True,
                  caching_device: Any = None, name: str | None = None, dtype: Any = None,
                  expected_shape: Any = None, shape: Any = None) -> None:
+        if "_variable_op" in self.__dict__:
+            return   # made by a strategy's create_variable (see __new__): Python calls __init__ again
         if initial_value is None:
             raise InvalidArgumentError("dt.Variable needs an initial_value (a tensor, a Python "
                                        "or numpy value, or a callable returning one)")

@@ -220,7 +220,7 @@ class CollectiveEngine:
         if spec.op != "CollectiveBcastRecv":
             if len(args) != 1:
                 raise InvalidArgumentError(f"{spec.op} takes one input, not {len(args)}")
-            value = np.ascontiguousarray(args[0])
+            value = np.require(args[0], requirements="C")   # (ascontiguousarray makes a scalar 1-d)
             check_dtype(value.dtype, spec.op)
         return asyncio.ensure_future(self._run(spec, value, channel))
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from distrib.errors import InvalidArgumentError
+from distrib.framework import distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, trainable_variables
@@ -47,7 +48,18 @@ class OptimizerArgumentError(InvalidArgumentError, ValueError):
     so ported ``except ValueError`` code keeps working."""
 
 
+def _resolve(var: Any) -> Any:
+    """A distributed variable (or the first copy of one, as the trainable
+    collection holds it) as the copy of the replica being built."""
+    container = getattr(var, "_distributed_container", None)
+    if container is not None and _replica_index() is not None:
+        var = container
+    component = getattr(var, "_component", None)
+    return component() if component is not None else var
+
+
 def _check_variable(var: Any) -> Variable:
+    var = _resolve(var)
     if not isinstance(var, Variable):
         raise OptimizerArgumentError(
             f"{var!r} is not a dt.Variable; optimizers update variables only (pass var_list=[...] "
@@ -123,8 +135,23 @@ class Optimizer:
         """One op that applies every non-None gradient to its variable.
 
         With ``global_step``, the returned op is the step's ``AssignAdd`` (+1),
-        which runs after all the updates (TF1's behaviour).
+        which runs after all the updates (TF1's behaviour). Inside a
+        strategy's ``run`` the strategy first sums each gradient over the
+        replicas, then every replica applies the sum to its own copy of the
+        variable (TF's optimizers do the same through ``merge_call``).
         """
+        replica = distribution_context.replica_context()
+        if replica is not None:
+            grads_and_vars = [(g, _resolve(v)) for g, v in grads_and_vars]
+            if global_step is not None:
+                global_step = _resolve(global_step)
+            return replica.merge_call(_apply_across_replicas,
+                                      args=(self, grads_and_vars, global_step, name))
+        return self._apply_gradients_here(grads_and_vars, global_step, name)
+
+    def _apply_gradients_here(self, grads_and_vars: Sequence[tuple[Any, Variable]],
+                              global_step: Any = None, name: str | None = None) -> Operation:
+        """``apply_gradients`` of these gradients to these (plain) variables."""
         pairs = _checked_pairs(grads_and_vars)
         var_list = [v for g, v in pairs if g is not None]
         graph = var_list[0].graph
@@ -224,14 +251,14 @@ class Optimizer:
         return named[var.op]
 
     def _get_non_slot_variable(self, name: str, graph: Any) -> Variable | None:
-        return self._non_slot_dict.get((name, graph))
+        return self._non_slot_dict.get((name, graph, _replica_index()))
 
     def _create_non_slot_variable(self, initial_value: Any, name: str,
                                   colocate_with: Variable) -> Variable:
         """A scalar optimizer variable (e.g. ``beta1_power``) beside ``colocate_with``,
         once per graph; ``initial_value`` as a hyper-parameter (number, tensor, callable)."""
         graph = colocate_with.graph
-        key = (name, graph)
+        key = (name, graph, _replica_index())   # under a mirrored strategy: one per replica
         if key not in self._non_slot_dict:
             with graph.as_default(), graph.colocate_with(colocate_with.op):
                 self._non_slot_dict[key] = Variable(
@@ -241,6 +268,17 @@ class Optimizer:
 
 
 # -- module helpers -----------------------------------------------------------------------
+
+def _replica_index() -> int | None:
+    replica = distribution_context.replica_context()
+    return None if replica is None else getattr(replica, "local_index", None)
+
+
+def _apply_across_replicas(strategy: Any, optimizer: Optimizer, grads_and_vars: Any,
+                           global_step: Any, name: str | None) -> Any:
+    """``merge_call``'s function: the strategy reduces and applies (cross-replica)."""
+    return strategy.apply_gradients_across_replicas(optimizer, grads_and_vars, global_step, name)
+
 
 def _gradients(loss: Any, var_list: list[Variable], grad_loss: Any) -> list[Tensor | None]:
     from distrib.ops.gradients import gradients  # late: the gradient registry is large

@@ -1,0 +1,28 @@
+"""``dt.distribute``: distribution strategies on the graph runtime (TF's
+``tf.distribute``): MirroredStrategy, MultiWorkerMirroredStrategy,
+CentralStorageStrategy, their values and contexts, distributed datasets,
+and ``dt.function``. Re-exports only."""
+from __future__ import annotations
+
+from distrib.cluster import resolvers as cluster_resolver
+from distrib.distribute import experimental
+from distrib.distribute.collective_strategy import (CommunicationImplementation,
+                                                    CommunicationOptions,
+                                                    MultiWorkerMirroredStrategy)
+from distrib.distribute.cross_device_ops import (CrossDeviceOps, HierarchicalCopyAllReduce,
+                                                 NcclAllReduce, ReduceOp, ReductionToOneDevice)
+from distrib.distribute.def_function import Function, function
+from distrib.distribute.distribute_lib import (ReplicaContext, Strategy, get_replica_context,
+                                               get_strategy, has_strategy,
+                                               in_cross_replica_context)
+from distrib.distribute.input_lib import InputContext
+from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
+from distrib.distribute.values import DistributedValues, Mirrored, MirroredVariable, PerReplica
+
+__all__ = ["cluster_resolver", "experimental", "CommunicationImplementation",
+           "CommunicationOptions", "MultiWorkerMirroredStrategy", "CrossDeviceOps",
+           "HierarchicalCopyAllReduce", "NcclAllReduce", "ReduceOp", "ReductionToOneDevice",
+           "Function", "function", "ReplicaContext", "Strategy", "get_replica_context",
+           "get_strategy", "has_strategy", "in_cross_replica_context", "InputContext",
+           "CentralStorageStrategy", "MirroredStrategy", "DistributedValues", "Mirrored",
+           "MirroredVariable", "PerReplica"]

@@ -1,0 +1,178 @@
+"""``MultiWorkerMirroredStrategy``: synchronous training across worker
+processes with all-reduce (TF's ``collective_all_reduce_strategy.py``).
+
+Each worker runs the same program. The strategy reads the cluster and this
+task from the resolver (``TF_CONFIG`` by default), starts this task's server
+in the process, and mirrors every variable over this worker's replica
+devices (its GPUs, else its logical CPUs: one unless
+``dt.config.set_logical_device_configuration`` made more). A step built with
+``strategy.run`` runs on this worker's own server; gradients are summed over
+the local replicas, then over the workers with the collective engine
+(``dt.collective.all_reduce``, one participant per worker, the ring for big
+tensors: see ``cross_device_ops.CollectiveAllReduce``), so every copy of every
+variable stays equal without a parameter server. The chief (the ``chief``
+task, else worker 0) initializes the variables and broadcasts their values
+on first use. Collective keys follow build order, so every worker must build
+the same steps in the same order, as in TF.
+
+``CommunicationOptions``: ``implementation`` RING forces the ring, NCCL is
+accepted and means the default here (no NCCL on this runtime), AUTO lets the
+engine choose by size; ``timeout_seconds`` bounds each collective
+(``DeadlineExceededError`` naming the late worker; a warning at half).
+"""
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any
+
+from distrib.cluster.resolvers import ClusterResolver, TFConfigClusterResolver
+from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveKeys
+from distrib.distribute.local_target import local_server, set_default_target
+from distrib.distribute.mirrored_strategy import _Mirroring, local_devices
+from distrib.distribute.values import MirroredVariable
+from distrib.framework import config
+from distrib.framework.graph import get_default_graph
+from distrib.ops import collective_ops
+from distrib.ops import math_ops as ops
+from distrib.ops.array_ops import concat
+from distrib.server.server_lib import Server
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MultiWorkerMirroredStrategy", "CommunicationOptions",
+           "CommunicationImplementation"]
+
+_GROUP_KEY = 7   # the same on every worker; one MWMS per program, as TF allows
+
+
+class CommunicationImplementation(enum.Enum):
+    AUTO = "AUTO"
+    RING = "RING"
+    NCCL = "NCCL"
+
+
+class CommunicationOptions:
+    """``dt.distribute.experimental.CommunicationOptions`` (TF's arguments)."""
+
+    def __init__(self, bytes_per_pack: int = 0, timeout_seconds: float | None = None,
+                 implementation: CommunicationImplementation = CommunicationImplementation.AUTO
+                 ) -> None:
+        if bytes_per_pack < 0:
+            raise ValueError(f"bytes_per_pack must be non-negative, got {bytes_per_pack}")
+        if isinstance(implementation, str):
+            implementation = CommunicationImplementation(implementation.upper())
+        self.bytes_per_pack = bytes_per_pack
+        self.timeout_seconds = timeout_seconds
+        self.implementation = implementation
+
+
+def _worker_jobs(cluster: Any) -> list[tuple[str, int]]:
+    """The tasks that train, in TF's order: the chief, then the workers."""
+    out: list[tuple[str, int]] = []
+    for job in ("chief", "worker"):
+        if job in cluster.jobs:
+            out += [(job, i) for i in cluster.task_indices(job)]
+    return out
+
+
+class MultiWorkerMirroredStrategy(_Mirroring):
+    """``dt.distribute.MultiWorkerMirroredStrategy(cluster_resolver=None,
+    communication_options=None)``: see the module header."""
+
+    def __init__(self, cluster_resolver: ClusterResolver | None = None,
+                 communication_options: CommunicationOptions | None = None) -> None:
+        resolver = cluster_resolver or TFConfigClusterResolver()
+        options = communication_options or CommunicationOptions()
+        self._resolver = resolver
+        self._options = options
+        cluster = resolver.cluster_spec()
+        self._server: Server | None = None
+        if not cluster or not _worker_jobs(cluster):
+            # no cluster: one worker on this process's devices, as TF's local mode
+            devices, num_workers, index = local_devices(), 1, 0
+        else:
+            task_type, task_id = resolver.task_type, resolver.task_id
+            workers = _worker_jobs(cluster)
+            if (task_type, task_id) not in workers:
+                raise ValueError(f"MultiWorkerMirroredStrategy runs on the chief and worker "
+                                 f"tasks; this task is {task_type}:{task_id} (TF_CONFIG's "
+                                 "task)")
+            self._server = Server(cluster, job_name=task_type, task_index=task_id)
+            set_default_target(self._server.target)
+            n = config.logical_cpu_count()
+            prefix = f"/job:{task_type}/replica:0/task:{task_id}"
+            devices = [f"{prefix}/device:CPU:{i}" for i in range(n)]
+            num_workers, index = len(workers), workers.index((task_type, task_id))
+        super().__init__(devices, num_workers, index)
+        hint = "ring" if options.implementation == CommunicationImplementation.RING else "auto"
+        self._keys = CollectiveKeys(_GROUP_KEY)
+        self._cross_device = CollectiveAllReduce(devices, num_workers, self._keys, hint,
+                                                 options.timeout_seconds)
+        logger.info("MultiWorkerMirroredStrategy: worker %d of %d, devices %s", index,
+                    num_workers, devices)
+
+    @property
+    def target(self) -> str:
+        return self._server.target if self._server is not None else local_server().target
+
+    @property
+    def cluster_resolver(self) -> ClusterResolver:
+        return self._resolver
+
+    @property
+    def is_chief(self) -> bool:
+        return self._worker_index == 0
+
+    def _gather_all(self, values: list[Any], axis: int) -> Any:
+        graph = get_default_graph()
+        with graph.device(self._devices[0]):
+            local = concat(values, axis)
+            rank = local.shape.rank
+            if axis != 0 and rank is None:
+                raise ValueError("gather along an axis other than 0 needs the rank known")
+            perm = None
+            if axis % max(rank or 1, 1) != 0:
+                perm = list(range(rank))
+                perm[0], perm[axis % rank] = perm[axis % rank], perm[0]
+                local = ops.transpose(local, perm)
+        joined = self._cross_device.all_gather_across_workers(local)
+        if perm is None:
+            return joined
+        with graph.device(self._devices[0]):
+            return ops.transpose(joined, perm)
+
+    async def initialize_variables(self, session: Any, missing: list[Any]) -> None:
+        """First use: the chief initializes, every other worker receives its values."""
+        containers: list[MirroredVariable] = []
+        plain = []
+        for v in missing:
+            container = getattr(v, "_distributed_container", None)
+            if isinstance(container, MirroredVariable):
+                if container not in containers:
+                    containers.append(container)
+            else:
+                plain.append(v)
+        if plain:
+            await session.run([v.initializer for v in plain])
+        if not containers:
+            return
+        if self._num_workers == 1:
+            await session.run([c.initializer for c in containers])
+            return
+        graph = session.graph
+        ops_to_run = []
+        with graph.as_default(), graph.device(self._devices[0]):
+            if self.is_chief:
+                await session.run([c.initializer for c in containers])
+            for c in containers:
+                key = self._keys.instance_key(graph)
+                if self.is_chief:
+                    ops_to_run.append(collective_ops.broadcast_send(
+                        c.primary.value(), c.shape, c.dtype, self._num_workers,
+                        self._keys.group_key, key))
+                else:
+                    got = collective_ops.broadcast_recv(c.shape, c.dtype, self._num_workers,
+                                                        self._keys.group_key, key)
+                    ops_to_run += [comp.assign(got, read_value=False) for comp in c.values]
+        await session.run(ops_to_run)

@@ -1,0 +1,279 @@
+"""``dt.function``: TF2's ``tf.function`` on the graph runtime: trace once per
+input signature, then run the traced graph per call (awaitable).
+
+    @dt.function
+    def step(x, y): ...             # builds ops (dt.*, strategy.run, tape.gradient ...)
+    loss = await step(xb, yb)       # numpy in, numpy out
+
+* **Tracing.** The first call with a new signature runs the Python body once
+  with placeholders in place of the array arguments (their dtype and shape
+  are the signature; a Python number or string is part of the signature by
+  value and baked in as a constant, as TF does; a ``PerReplica`` argument,
+  what a distributed dataset yields, becomes one placeholder per replica).
+  The ops go into the default graph, beside the variables the strategy's
+  scope made, so no capture is needed: the traced function *is* a set of
+  fetches and feeds of that graph.
+* **Running.** Each call feeds the arrays and runs the fetches on the
+  strategy's target (the scope open when the function was first called),
+  else this process's local server, in one session per graph, target and
+  event loop. Outputs come back in the function's structure, numpy values
+  (``PerReplica`` of numpy where the function returned per-replica values).
+* **Variables are initialized on first use**, as TF2's eager variables are:
+  before a run, every global variable of the graph that this process has not
+  initialized on that target yet starts from its initial value (the strategy
+  decides how: a multi-worker strategy broadcasts the chief's values), even
+  where the server holds a variable of that name from an earlier graph. TF1
+  graphs run with a Session keep ``global_variables_initializer``.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from distrib.client.session import Session
+from distrib.distribute.distribute_lib import get_strategy
+from distrib.distribute.local_target import default_target
+from distrib.distribute.values import DistributedValues, PerReplica
+from distrib.framework import distribution_context
+from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
+from distrib.ops import math_ops as ops
+from distrib.runtime.collective_engine import COLLECTIVE_OPS
+from distrib.runtime.stateful import STATEFUL_OPS
+
+__all__ = ["function", "Function"]
+
+
+def function(func: Callable[..., Any] | None = None, input_signature: Any = None,
+             autograph: bool = True, jit_compile: Any = None, reduce_retracing: bool = False,
+             experimental_relax_shapes: Any = None, **_ignored: Any) -> Any:
+    """``@dt.function`` or ``dt.function(fn)``: see the module header."""
+    def wrap(fn: Callable[..., Any]) -> Function:
+        return Function(fn, input_signature=input_signature)
+    return wrap if func is None else wrap(func)
+
+
+class Function:
+    """A traced Python function (``dt.function``'s result); ``await f(...)``."""
+
+    def __init__(self, fn: Callable[..., Any], input_signature: Any = None) -> None:
+        self._fn = fn
+        self._input_signature = input_signature
+        self._traces: dict[Any, _Trace] = {}
+        self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        bound = self._bound.get(obj)
+        if bound is None:
+            bound = Function(functools.partial(self._fn, obj), self._input_signature)
+            self._bound[obj] = bound
+        return bound
+
+    @property
+    def python_function(self) -> Callable[..., Any]:
+        return self._fn
+
+    def experimental_get_tracing_count(self) -> int:
+        return len(self._traces)
+
+    def get_concrete_function(self, *args: Any, **kwargs: Any) -> _Trace:
+        return self._trace_for(args, kwargs)
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._trace_for(args, kwargs).run(args, kwargs)
+
+    def _trace_for(self, args: tuple, kwargs: dict) -> _Trace:
+        graph = get_default_graph()
+        strategy = distribution_context.strategy()
+        key = (id(graph), id(strategy), _signature((args, kwargs)))
+        trace = self._traces.get(key)
+        if trace is None:
+            trace = self._traces[key] = _Trace(self._fn, graph, strategy, args, kwargs)
+        return trace
+
+
+class _Trace:
+    """One signature's graph: its feeds (placeholders) and fetches."""
+
+    def __init__(self, fn: Callable[..., Any], graph: Any, strategy: Any, args: tuple,
+                 kwargs: dict) -> None:
+        self.graph = graph
+        self.strategy = strategy
+        self._placeholders: list[Tensor] = []
+        name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
+                                                        "function")
+        first_new = len(graph.get_operations())
+        with graph.as_default(), name_scope(name):
+            call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders)
+            if strategy is not None:
+                with distribution_context.enter(strategy, distribution_context.replica_context()):
+                    outputs = fn(*call_args, **call_kwargs)
+            else:
+                outputs = fn(*call_args, **call_kwargs)
+        self._outputs = outputs
+        self._fetches, self._rebuild = _fetch_plan(outputs)
+        # TF runs every stateful op a function made (its automatic control
+        # dependencies): updates, collectives, queue ops run even when unfetched
+        # (a variable's initializer is not one: it runs once, on first use)
+        inits = {v.initializer for key in (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES)
+                 for v in graph.get_collection(key)}
+        self._effects = [op for op in graph.get_operations()[first_new:] if op not in inits
+                         and (op.type in _EFFECT_OPS or (op.type == "NoOp" and op.control_inputs
+                                                         and not _consumed(graph, op)))]
+
+    @property
+    def structured_outputs(self) -> Any:
+        return self._outputs
+
+    async def run(self, args: tuple, kwargs: dict) -> Any:
+        values: list[Any] = []
+        _leaves((args, kwargs), values)
+        feeds = dict(zip(self._placeholders, values))
+        session = await _session(self.graph, self._target())
+        await _initialize_variables(session, self.graph, self.strategy)
+        out = await session.run([self._fetches, self._effects], feed_dict=feeds or None)
+        return self._rebuild(out[0])
+
+    def _target(self) -> str:
+        strategy = self.strategy
+        if strategy is not None and getattr(strategy, "target", ""):
+            return strategy.target
+        return default_target()
+
+
+_EFFECT_OPS = (STATEFUL_OPS | COLLECTIVE_OPS) - {"VariableV2", "IsVariableInitialized",
+                                                 "QueueSize", "AccumulatorNumAccumulated"}
+
+
+def _consumed(graph: Any, op: Operation) -> bool:
+    """Whether another op waits on ``op`` (so running that one runs ``op``)."""
+    return any(op in other.control_inputs for other in graph.get_operations())
+
+
+# -- signatures and placeholders -----------------------------------------------------------
+def _signature(value: Any) -> Any:
+    if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
+        return ("per", tuple(_signature(v) for v in value.values))
+    if isinstance(value, (np.ndarray, np.generic)):
+        return ("array", value.dtype.str, value.shape)
+    if isinstance(value, (bool, int, float, str, bytes)) or value is None:
+        return ("py", type(value).__name__, value)
+    if isinstance(value, tuple):
+        return ("tuple", type(value).__name__, tuple(_signature(v) for v in value))
+    if isinstance(value, list):
+        return ("list", tuple(_signature(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _signature(value[k])) for k in sorted(value, key=repr)))
+    return ("object", id(value))
+
+
+def _placeholders(value: Any, out: list[Tensor]) -> Any:
+    """``value`` with a placeholder for each array (appended to ``out`` in order)."""
+    if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
+        return PerReplica([_placeholders(v, out) for v in value.values])
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.asarray(value)
+        ph = ops.placeholder(array.dtype, shape=list(array.shape), name="input")
+        out.append(ph)
+        return ph
+    if isinstance(value, tuple):
+        items = [_placeholders(v, out) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_placeholders(v, out) for v in value]
+    if isinstance(value, dict):
+        return {k: _placeholders(value[k], out) for k in value}
+    return value
+
+
+def _leaves(value: Any, out: list[Any]) -> None:
+    """The arrays of ``value``, in ``_placeholders``' order."""
+    if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
+        for v in value.values:
+            _leaves(v, out)
+    elif isinstance(value, (np.ndarray, np.generic)):
+        out.append(value)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _leaves(v, out)
+    elif isinstance(value, dict):
+        for k in value:
+            _leaves(value[k], out)
+
+
+def _fetch_plan(outputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """The fetches of ``outputs`` and a function from their values to the result."""
+    fetches: list[Any] = []
+
+    def plan(value: Any) -> Callable[[list[Any]], Any]:
+        if isinstance(value, DistributedValues):
+            parts = [plan(v) for v in value.values]
+            kind = PerReplica if not hasattr(value, "_component") else PerReplica
+            return lambda vals: kind([p(vals) for p in parts])
+        if isinstance(value, (Tensor, Operation)) or hasattr(value, "_as_graph_element"):
+            i = len(fetches)
+            fetches.append(value)
+            return (lambda vals: None) if isinstance(value, Operation) else \
+                (lambda vals: vals[i])
+        if isinstance(value, tuple):
+            parts = [plan(v) for v in value]
+            if hasattr(value, "_fields"):
+                return lambda vals: type(value)(*[p(vals) for p in parts])
+            return lambda vals: tuple(p(vals) for p in parts)
+        if isinstance(value, list):
+            parts = [plan(v) for v in value]
+            return lambda vals: [p(vals) for p in parts]
+        if isinstance(value, dict):
+            parts_d = {k: plan(v) for k, v in value.items()}
+            return lambda vals: {k: p(vals) for k, p in parts_d.items()}
+        return lambda vals: value   # None, or a Python value returned as is
+    build = plan(outputs)
+    return fetches, build
+
+
+# -- sessions and first-use initialization -------------------------------------------------
+_sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # loop -> {key: Session}
+# graph -> {target: the variables (ops) this process initialized there}; not per loop, so
+# a second event loop (a test's) never initializes a variable again
+_initialized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+async def _session(graph: Any, target: str) -> Session:
+    loop = asyncio.get_running_loop()
+    per_loop = _sessions.setdefault(loop, {})
+    key = (id(graph), target)
+    entry = per_loop.get(key)
+    if entry is None or entry[0]() is not graph:
+        session = Session(target, graph=graph)
+        await session.__aenter__()
+        entry = per_loop[key] = (weakref.ref(graph), session)
+    return entry[1]
+
+
+async def _initialize_variables(session: Session, graph: Any, strategy: Any) -> None:
+    """Initialize the graph's variables that this process has not initialized on
+    this target yet: a variable made for TF2-style code starts from its initial
+    value, as an eager one does, even where a server holds one of that name."""
+    done = _initialized.setdefault(graph, {}).setdefault(session.target, set())
+    fresh = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES) if v.op not in done]
+    if not fresh:
+        return
+    initialize = getattr(strategy or get_strategy(), "initialize_variables", None)
+    if initialize is not None:
+        await initialize(session, fresh)
+    else:
+        await session.run([v.initializer for v in fresh])
+    done.update(v.op for v in fresh)
+
+
+async def close_sessions() -> None:
+    """Close this loop's function sessions (tests; a program's end closes them anyway)."""
+    per_loop = _sessions.pop(asyncio.get_running_loop(), {})
+    for _, session in per_loop.values():
+        await session.close()

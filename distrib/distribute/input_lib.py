@@ -1,0 +1,93 @@
+"""Distributed datasets: what ``strategy.experimental_distribute_dataset`` and
+``distribute_datasets_from_function`` return (TF's ``input_lib``).
+
+Iterating one gives, per step, the element's structure with a ``PerReplica``
+at every leaf (``(PerReplica(x0, x1), PerReplica(y0, y1))``): this worker's
+replicas' parts of one global batch, split as TF's DATA auto-shard splits it
+(``distrib.data.rebatch_and_shard``: each worker a distinct part of every
+global batch). A ``dt.function`` fed such an element feeds each replica its
+own part. ``distribute_datasets_from_function`` calls the function once per
+worker with an ``InputContext`` and splits each of its batches (already per
+worker, as TF expects) between the local replicas.
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Callable, Iterator
+
+from distrib.data import Dataset, rebatch_and_shard
+from distrib.distribute.values import PerReplica
+
+__all__ = ["DistributedDataset", "DistributedDatasetsFromFunction", "InputContext",
+           "regroup_replicas"]
+
+
+class InputContext:
+    """What ``distribute_datasets_from_function``'s ``dataset_fn`` is told (TF's)."""
+
+    def __init__(self, num_input_pipelines: int = 1, input_pipeline_id: int = 0,
+                 num_replicas_in_sync: int = 1) -> None:
+        self.num_input_pipelines = num_input_pipelines
+        self.input_pipeline_id = input_pipeline_id
+        self.num_replicas_in_sync = num_replicas_in_sync
+
+    def get_per_replica_batch_size(self, global_batch_size: int) -> int:
+        if global_batch_size % self.num_replicas_in_sync:
+            raise ValueError(f"The `global_batch_size` {global_batch_size} is not divisible by "
+                             f"`num_replicas_in_sync` {self.num_replicas_in_sync}")
+        return global_batch_size // self.num_replicas_in_sync
+
+
+def regroup_replicas(step: tuple[Any, ...]) -> Any:
+    """A tuple of per-replica elements as one element with PerReplica leaves."""
+    first = step[0]
+    if isinstance(first, tuple) and not hasattr(first, "_fields"):
+        return tuple(regroup_replicas(tuple(s[i] for s in step)) for i in range(len(first)))
+    if isinstance(first, list):
+        return [regroup_replicas(tuple(s[i] for s in step)) for i in range(len(first))]
+    if isinstance(first, dict):
+        return {k: regroup_replicas(tuple(s[k] for s in step)) for k in first}
+    return PerReplica(list(step))
+
+
+class _Distributed:
+    """Iteration over a dataset of steps (tuples of per-replica elements)."""
+
+    _steps: Dataset
+
+    def __iter__(self) -> Iterator[Any]:
+        for step in self._steps:
+            yield regroup_replicas(tuple(step))
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for step in self._steps:
+            yield regroup_replicas(tuple(step))
+
+    @property
+    def element_spec(self) -> Any:
+        return self._steps.element_spec
+
+
+class DistributedDataset(_Distributed):
+    """A dataset whose batches are global batches, split over the replicas."""
+
+    def __init__(self, strategy: Any, dataset: Dataset) -> None:
+        if not isinstance(dataset, Dataset):
+            raise ValueError(f"experimental_distribute_dataset needs a dt.data.Dataset, got "
+                             f"{type(dataset).__name__}")
+        self._strategy = strategy
+        self._steps = rebatch_and_shard(dataset, strategy._num_workers, strategy._worker_index,
+                                        len(strategy._devices))
+
+
+class DistributedDatasetsFromFunction(_Distributed):
+    """``dataset_fn(input_context)`` once for this worker, split between its replicas."""
+
+    def __init__(self, strategy: Any, dataset_fn: Callable[[Any], Dataset]) -> None:
+        context = InputContext(strategy._num_workers, strategy._worker_index,
+                               strategy.num_replicas_in_sync)
+        dataset = dataset_fn(context)
+        if not isinstance(dataset, Dataset):
+            raise ValueError("dataset_fn must return a dt.data.Dataset, got "
+                             f"{type(dataset).__name__}")
+        self._strategy = strategy
+        self._steps = rebatch_and_shard(dataset, 1, 0, len(strategy._devices))

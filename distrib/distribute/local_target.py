@@ -1,0 +1,56 @@
+"""The in-process server that TF2-style code runs on when nothing else is named.
+
+TF2 runs eagerly in the process; here every step runs on a server. A
+``dt.function`` outside any strategy, and a ``MirroredStrategy`` (one
+process, its replicas on the process's logical CPUs or GPUs), run on one
+local server per process, made on first use (``Server.create_local_server``:
+a free loopback port, its own loop thread) and stopped when the process
+exits, or by ``shutdown()``.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+
+from distrib.server.server_lib import Server
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["local_server", "shutdown", "default_target", "set_default_target"]
+
+_lock = threading.Lock()
+_server: Server | None = None
+_default: str | None = None   # a MultiWorkerMirroredStrategy's own server, once made
+
+
+def set_default_target(target: str | None) -> None:
+    """Where TF2-style code runs from now on in this process: a multi-worker
+    strategy sets its task's server, as TF's sets up the eager context's."""
+    global _default
+    _default = target
+
+
+def default_target() -> str:
+    """The target a ``dt.function`` runs on outside every strategy's scope."""
+    return _default if _default is not None else local_server().target
+
+
+def local_server() -> Server:
+    """This process's local server (started on first use)."""
+    global _server
+    with _lock:
+        if _server is None:
+            _server = Server.create_local_server()
+            logger.info("started this process's local server at %s", _server.target)
+            atexit.register(shutdown)
+        return _server
+
+
+def shutdown() -> None:
+    """Stop the local server (a later use starts a new one)."""
+    global _server
+    with _lock:
+        server, _server = _server, None
+    if server is not None:
+        server.stop()

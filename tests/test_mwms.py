@@ -1,0 +1,115 @@
+"""MultiWorkerMirroredStrategy across real worker processes (TF_CONFIG, free
+loopback ports): two workers train examples/custom_loop.py to the same losses
+as MirroredStrategy over the same number of replicas in one process (the
+weights of every worker equal after every step: their loss lines agree);
+workers with two logical CPUs each make four replicas; a worker killed
+mid-training fails the other one's step with UnavailableError naming it,
+within the heartbeat bound, instead of a hang. Every process is stopped by
+its pid."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from distrib.launch.tasks import free_ports
+from tests.helpers import ROOT, child_env
+
+pytestmark = pytest.mark.slow
+BOUND_S = 90
+
+
+def tf_config(ports: list[int], index: int) -> str:
+    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": index}})
+
+
+def run_workers(n: int, extra: list[str], **env: str) -> list[str]:
+    ports = free_ports(n)
+    procs = [subprocess.Popen([sys.executable, "examples/custom_loop.py", "--strategy", "mwms",
+                               *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env=child_env(TF_CONFIG=tf_config(ports, i), **env))
+             for i in range(n)]
+    try:
+        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    return outs
+
+
+def run_local(extra: list[str]) -> str:
+    out = subprocess.run([sys.executable, "examples/custom_loop.py", *extra], cwd=ROOT,
+                         capture_output=True, text=True, timeout=BOUND_S, env=child_env())
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return out.stdout
+
+
+def losses(out: str) -> list[str]:
+    return re.findall(r"epoch \d+: loss (\S+)", out)
+
+
+def accuracy(out: str) -> float:
+    return float(re.search(r"accuracy=(\S+)", out).group(1))
+
+
+def test_two_workers_train_as_mirrored_does_on_two_replicas() -> None:
+    args = ["--epochs", "3", "--batch_size", "16"]
+    workers = run_workers(2, args)
+    local = run_local(["--strategy", "mirrored", "--replicas", "2", *args])
+    want = losses(local)
+    assert len(want) == 3 and float(want[-1]) < float(want[0])
+    for out in workers:
+        assert losses(out) == want
+        assert "replicas=2" in out
+    assert accuracy(workers[0]) == accuracy(workers[1]) == accuracy(local)
+
+
+def test_two_workers_of_two_logical_cpus_make_four_replicas() -> None:
+    args = ["--epochs", "2", "--batch_size", "8"]
+    workers = run_workers(2, ["--replicas", "2", *args])
+    local = run_local(["--strategy", "mirrored", "--replicas", "4", *args])
+    for out in workers:
+        assert "replicas=4" in out
+        assert losses(out) == losses(local)
+
+
+def test_a_killed_worker_fails_the_others_step_within_the_heartbeat_bound() -> None:
+    ports = free_ports(2)
+    env = dict(DISTRIB_HEARTBEAT_S="0.2")
+    procs = [subprocess.Popen([sys.executable, "examples/custom_loop.py", "--strategy", "mwms",
+                               "--epochs", "1000", "--batch_size", "8"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=child_env(TF_CONFIG=tf_config(ports, i), **env))
+             for i in range(2)]
+    try:
+        # both train: wait for a first epoch line from worker 0
+        deadline = time.monotonic() + BOUND_S
+        seen = ""
+        while "epoch 1:" not in seen and time.monotonic() < deadline:
+            line = procs[0].stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "epoch 1:" in seen, seen[-2000:]
+        procs[1].kill()
+        killed_at = time.monotonic()
+        out, _ = procs[0].communicate(timeout=30)
+        took = time.monotonic() - killed_at
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait(10)
+    assert procs[0].returncode != 0
+    assert "UnavailableError" in out and "worker/task:1" in out, out[-3000:]
+    assert took < 10.0, f"worker 0 took {took:.1f}s to fail"

@@ -1,0 +1,271 @@
+"""The synchronous strategies on one process (MirroredStrategy and
+CentralStorageStrategy over two logical CPUs), dt.function and GradientTape:
+training reaches the same weights as one replica on the global batch, the
+mirrored copies stay equal after every step, and the replica-context API
+(all_reduce, all_gather, merge_call) and strategy.reduce/gather behave as TF's.
+
+Steps run on this process's local server (real sockets, loopback)."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.distribute import def_function
+from distrib.framework import config
+
+BOUND_S = 60
+
+
+@pytest.fixture
+def two_cpus():
+    config._reset_for_tests()
+    cpu = dt.config.list_physical_devices("CPU")[0]
+    dt.config.set_logical_device_configuration(
+        cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
+    dt.reset_default_graph()
+    yield
+    config._reset_for_tests()
+    dt.reset_default_graph()
+
+
+@pytest.fixture(autouse=True)
+async def function_sessions():
+    yield
+    await def_function.close_sessions()
+
+
+def data(n: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    y = (x @ np.array([[1.0], [2.0], [-1.0]], np.float32) + 0.5).astype(np.float32)
+    return x, y
+
+
+OPTIMIZERS = {
+    "momentum": lambda lr: dt.train.MomentumOptimizer(lr, 0.9),
+    "adam": lambda lr: dt.train.AdamOptimizer(lr),
+    "sgd": lambda lr: dt.train.GradientDescentOptimizer(lr),
+}
+
+
+async def reference_weights(x: np.ndarray, y: np.ndarray, batch: int, lr: float,
+                            opt: str = "momentum") -> list:
+    """One replica, plain TF1 graph, the whole global batch per step."""
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable(np.full((3, 1), 0.1, np.float32))
+        b = dt.Variable(np.zeros(1, np.float32))
+        xp = dt.placeholder(dt.float32, [None, 3])
+        yp = dt.placeholder(dt.float32, [None, 1])
+        loss = dt.reduce_sum(dt.square(dt.matmul(xp, w) + b - yp)) / float(batch)
+        train = OPTIMIZERS[opt](lr).minimize(loss)
+        init = dt.global_variables_initializer()
+    server = dt.Server.create_local_server()
+    try:
+        async with dt.Session(server.target, graph=g) as sess:
+            await sess.run(init)
+            for i in range(0, len(x), batch):
+                await sess.run(train, {xp: x[i:i + batch], yp: y[i:i + batch]})
+            return await sess.run([w, b])
+    finally:
+        server.stop()
+
+
+async def train_with(strategy, x, y, batch: int, lr: float, check_equal: bool = True,
+                     opt_name: str = "momentum"):
+    with strategy.scope():
+        w = dt.Variable(np.full((3, 1), 0.1, np.float32), name="w")
+        b = dt.Variable(np.zeros(1, np.float32), name="b")
+        opt = OPTIMIZERS[opt_name](lr)
+
+    def step(inputs):
+        xb, yb = inputs
+        with dt.GradientTape() as tape:
+            err = dt.matmul(xb, w) + b - yb
+            loss = dt.nn.compute_average_loss(dt.reduce_sum(dt.square(err), axis=1),
+                                              global_batch_size=batch)
+        grads = tape.gradient(loss, [w, b])
+        opt.apply_gradients(zip(grads, [w, b]))
+        return loss
+
+    @dt.function
+    def train(inputs):
+        return strategy.reduce(dt.distribute.ReduceOp.SUM, strategy.run(step, args=(inputs,)),
+                               axis=None)
+
+    @dt.function
+    def copies():
+        return [list(strategy.experimental_local_results(v)) for v in (w, b)]
+
+    ds = dt.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+    losses = []
+    for inputs in strategy.experimental_distribute_dataset(ds):
+        losses.append(float(await train(inputs)))
+        if check_equal:
+            ws, bs = await copies()
+            for part in (ws, bs):
+                for other in part[1:]:
+                    np.testing.assert_array_equal(part[0], other)
+    ws, bs = await copies()
+    return [ws[0], bs[0]], losses, (w, b)
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+async def test_mirrored_training_equals_one_replica_on_the_global_batch(two_cpus, opt) -> None:
+    x, y = data()
+    async with asyncio.timeout(BOUND_S):
+        strategy = dt.distribute.MirroredStrategy()
+        assert strategy.num_replicas_in_sync == 2
+        got, losses, (w, _) = await train_with(strategy, x, y, batch=8, lr=0.05, opt_name=opt)
+        want = await reference_weights(x, y, batch=8, lr=0.05, opt=opt)
+    assert len(w.values) == 2 and w.values[1].name.startswith("w/replica_1")
+    assert losses[-1] < losses[0] or opt == "adam"   # (4 steps of Adam need not descend)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+async def test_central_storage_keeps_one_copy_and_trains_the_same(two_cpus) -> None:
+    x, y = data(seed=1)
+    async with asyncio.timeout(BOUND_S):
+        strategy = dt.distribute.experimental.CentralStorageStrategy()
+        got, _, (w, _) = await train_with(strategy, x, y, batch=8, lr=0.05, check_equal=False)
+        want = await reference_weights(x, y, batch=8, lr=0.05)
+    assert isinstance(w, dt.Variable) and "CPU:0" in w.device
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+async def test_nccl_all_reduce_uses_collectives_between_local_replicas(two_cpus) -> None:
+    x, y = data(seed=2)
+    async with asyncio.timeout(BOUND_S):
+        strategy = dt.distribute.MirroredStrategy(
+            cross_device_ops=dt.distribute.NcclAllReduce())
+        got, _, _ = await train_with(strategy, x, y, batch=8, lr=0.05)
+        want = await reference_weights(x, y, batch=8, lr=0.05)
+        ops = {op.type for op in dt.get_default_graph().get_operations()}
+    assert "CollectiveReduce" in ops
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+async def test_replica_context_all_reduce_all_gather_and_merge_call(two_cpus) -> None:
+    strategy = dt.distribute.MirroredStrategy()
+    seen = {}
+
+    def fn(v):
+        ctx = dt.distribute.get_replica_context()
+        seen[ctx.replica_id_in_sync_group] = ctx.num_replicas_in_sync
+        total = ctx.all_reduce(dt.distribute.ReduceOp.SUM, v)
+        mean = ctx.all_reduce("MEAN", v)
+        gathered = ctx.all_gather(v, axis=0)
+        merged = ctx.merge_call(lambda s, per: s.reduce("SUM", per, axis=None), args=(v * 10.0,))
+        return total, mean, gathered, merged
+
+    @dt.function
+    def run(inputs):
+        return strategy.run(fn, args=(inputs,))
+
+    inputs = dt.distribute.PerReplica([np.array([1.0, 2.0], np.float32),
+                                       np.array([3.0, 5.0], np.float32)])
+    async with asyncio.timeout(BOUND_S):
+        total, mean, gathered, merged = await run(inputs)
+    assert seen == {0: 2, 1: 2}
+    for r in range(2):
+        np.testing.assert_allclose(total.values[r], [4.0, 7.0])
+        np.testing.assert_allclose(mean.values[r], [2.0, 3.5])
+        np.testing.assert_allclose(gathered.values[r], [1.0, 2.0, 3.0, 5.0])
+        np.testing.assert_allclose(merged.values[r], [40.0, 70.0])
+
+
+async def test_reduce_gather_and_local_results(two_cpus) -> None:
+    strategy = dt.distribute.MirroredStrategy()
+
+    @dt.function
+    def run(inputs):
+        per = strategy.run(lambda v: v * 2.0, args=(inputs,))
+        return (strategy.reduce("SUM", per, axis=0), strategy.reduce("MEAN", per, axis=0),
+                strategy.gather(per, axis=0), strategy.experimental_local_results(per))
+
+    inputs = dt.distribute.PerReplica([np.array([[1.0], [2.0]], np.float32),
+                                       np.array([[4.0]], np.float32)])
+    async with asyncio.timeout(BOUND_S):
+        total, mean, gathered, local = await run(inputs)
+    with pytest.raises(ValueError, match="SUM"):
+        strategy.reduce("SUM", dt.constant(1.0))
+    with pytest.raises(ValueError, match="reduce_op"):
+        strategy.reduce("MAX", inputs)
+    np.testing.assert_allclose(total, [14.0])           # 2 + 4 + 8, over every row
+    np.testing.assert_allclose(mean, [14.0 / 3.0])      # over all 3 rows of both replicas
+    np.testing.assert_allclose(gathered.reshape(-1), [2.0, 4.0, 8.0])
+    assert len(local) == 2
+
+
+async def test_contexts_as_tf_defines_them(two_cpus) -> None:
+    assert dt.distribute.get_replica_context() is not None     # the default replica context
+    assert not dt.distribute.has_strategy()
+    strategy = dt.distribute.MirroredStrategy()
+    with strategy.scope():
+        assert dt.distribute.get_replica_context() is None      # cross-replica
+        assert dt.distribute.get_strategy() is strategy
+        assert dt.distribute.in_cross_replica_context()
+        v = dt.Variable(1.0)
+        assert isinstance(v, dt.distribute.MirroredVariable) and len(v.values) == 2
+        with pytest.raises(ValueError, match="Mixing"):
+            with dt.distribute.MirroredStrategy().scope():
+                pass
+    with pytest.raises(ValueError, match="duplicates"):
+        dt.distribute.MirroredStrategy(["/device:CPU:0", "/device:CPU:0"])
+    with pytest.raises(RuntimeError, match="after being initialized"):
+        dt.config.set_logical_device_configuration(
+            dt.config.list_physical_devices("CPU")[0], [dt.config.LogicalDeviceConfiguration()])
+    devices = [d.name for d in dt.config.list_logical_devices("CPU")]
+    assert devices == ["/device:CPU:0", "/device:CPU:1"]
+
+
+async def test_function_traces_once_per_signature_and_initializes_on_first_use() -> None:
+    dt.reset_default_graph()
+    v = dt.Variable(np.array([1.0, 2.0], np.float32), name="counter")
+    traces = []
+
+    @dt.function
+    def bump(x, scale):
+        traces.append(scale)
+        v.assign_add(x * scale)
+        return {"sum": dt.reduce_sum(x), "scale": scale}
+
+    async with asyncio.timeout(BOUND_S):
+        out = await bump(np.ones(2, np.float32), 2.0)     # v initialized on first use
+        await bump(np.ones(2, np.float32), 2.0)
+        await bump(np.zeros(2, np.float32), 2.0)           # same signature: no retrace
+        await bump(np.ones(3, np.float32)[:2], 3.0)        # a new Python value: retrace
+        with pytest.raises(dt.errors.InvalidArgumentError, match="shape"):
+            await bump(np.ones((1, 2), np.float32), 2.0)   # a new shape: retraced (and refused)
+
+        @dt.function
+        def read():
+            return v.read_value()
+        value = await read()
+    assert out == {"sum": np.float32(2.0), "scale": 2.0}
+    assert traces == [2.0, 3.0, 2.0] and bump.experimental_get_tracing_count() == 2
+    np.testing.assert_allclose(value, [1.0 + 2 + 2 + 3, 2.0 + 2 + 2 + 3])
+
+
+def test_gradient_tape_follows_tf_rules() -> None:
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable([1.0, 2.0])
+        u = dt.Variable(3.0)
+        with dt.GradientTape() as tape:
+            loss = dt.reduce_sum(w * w)
+        grads = tape.gradient(loss, {"w": w, "u": u})
+        assert grads["u"] is None and grads["w"] is not None
+        with pytest.raises(RuntimeError, match="non-persistent"):
+            tape.gradient(loss, [w])
+        with dt.GradientTape(persistent=True) as tape2:
+            loss2 = dt.reduce_sum(w) * 2.0
+        zero = tape2.gradient(loss2, [u], unconnected_gradients="zero")
+        again = tape2.gradient(loss2, (w,))
+        assert isinstance(again, tuple) and zero[0] is not None
