@@ -28,6 +28,7 @@ from distrib.framework.graph import (Graph, GraphKeys, Operation, Tensor, add_to
                                      name_scope, reset_default_graph)
 from distrib.framework.graph_def import import_graph_def
 from distrib.framework.tensor_shape import TensorShape
+from distrib.data.structure import TensorSpec
 from distrib.ops import collective_ops as collective
 from distrib.ops import nn
 from distrib.ops.array_ops import concat
@@ -41,7 +42,8 @@ from distrib.ops.math_ops import (abs, add, add_n, argmax, cast, constant, conve
                                   random_uniform, reduce_max, reduce_mean, reduce_min, reduce_prod,
                                   reduce_sum, reshape, set_random_seed, shape, sigmoid, sign, sqrt,
                                   square, subtract, tanh, transpose, truediv, zeros, zeros_like)
-from distrib.ops.variables import (Variable, global_variables, global_variables_initializer,
+from distrib.ops.variables import (Variable, VariableAggregation, VariableSynchronization,
+                                   global_variables, global_variables_initializer,
                                    initialize_all_variables, is_variable_initialized,
                                    local_variables, local_variables_initializer,
                                    trainable_variables, variables_initializer)
@@ -49,7 +51,7 @@ from distrib.server import Server, serve
 
 # the graph part of the contract (DESIGN.md), as tf.compat.v1 names it
 _graph_all = [
-    "collective", "concat", "GradientTape", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
+    "TensorSpec", "collective", "concat", "GradientTape", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
     "int16", "int32", "int64", "string", "uint8", "NotDifferentiable", "gradients",
     "no_gradient", "register_gradient", "Graph", "GraphKeys", "Operation", "Tensor",
     "add_to_collection", "add_to_collections", "colocate_with", "control_dependencies",
@@ -61,7 +63,7 @@ _graph_all = [
     "no_op", "not_equal", "ones", "ones_like", "placeholder", "pow", "random_normal",
     "random_uniform", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
     "reshape", "set_random_seed", "shape", "sigmoid", "sign", "sqrt", "square", "subtract",
-    "tanh", "transpose", "truediv", "zeros", "zeros_like", "TensorShape", "Variable",
+    "tanh", "transpose", "truediv", "zeros", "zeros_like", "TensorShape", "Variable", "VariableAggregation", "VariableSynchronization",
     "global_variables", "global_variables_initializer", "initialize_all_variables",
     "is_variable_initialized", "local_variables", "local_variables_initializer",
     "trainable_variables", "variables_initializer",

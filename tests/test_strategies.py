@@ -269,3 +269,49 @@ def test_gradient_tape_follows_tf_rules() -> None:
         zero = tape2.gradient(loss2, [u], unconnected_gradients="zero")
         again = tape2.gradient(loss2, (w,))
         assert isinstance(again, tuple) and zero[0] is not None
+
+
+async def test_function_with_an_input_signature_traces_once() -> None:
+    dt.reset_default_graph()
+
+    @dt.function(input_signature=[dt.TensorSpec(shape=[None, 2], dtype=dt.float32)])
+    def total(x):
+        return dt.reduce_sum(x, axis=0)
+
+    async with asyncio.timeout(BOUND_S):
+        a = await total(np.ones((3, 2), np.float32))
+        b = await total(np.ones((5, 2), np.float32))
+        with pytest.raises(ValueError, match="input_signature"):
+            await total(np.ones((5, 3), np.float32))
+    np.testing.assert_allclose(a, [3.0, 3.0])
+    np.testing.assert_allclose(b, [5.0, 5.0])
+    assert total.experimental_get_tracing_count() == 1
+
+
+async def test_mirrored_variable_updates_in_a_replica_context_need_an_aggregation(two_cpus) -> None:
+    strategy = dt.distribute.MirroredStrategy()
+    with strategy.scope():
+        plain = dt.Variable(0.0, name="plain")
+        total = dt.Variable(0.0, name="total", aggregation=dt.VariableAggregation.SUM)
+        first = dt.Variable(0.0, name="first",
+                            aggregation=dt.VariableAggregation.ONLY_FIRST_REPLICA)
+    with pytest.raises(ValueError, match="aggregation"):
+        strategy.run(lambda: plain.assign_add(1.0))
+
+    def fn(v):
+        return total.assign_add(v), first.assign(v)
+
+    @dt.function
+    def run(v):
+        return strategy.run(fn, args=(v,))
+
+    @dt.function
+    def copies():
+        return [list(strategy.experimental_local_results(x)) for x in (total, first)]
+
+    inputs = dt.distribute.PerReplica([np.float32(2.0), np.float32(5.0)])
+    async with asyncio.timeout(BOUND_S):
+        await run(inputs)
+        totals, firsts = await copies()
+    assert [float(t) for t in totals] == [7.0, 7.0]
+    assert [float(f) for f in firsts] == [2.0, 2.0]

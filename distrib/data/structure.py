@@ -41,8 +41,15 @@ class TensorSpec:
     """
 
     shape: TensorShape
-    dtype: Any
+    dtype: Any = dtypes.float32
     name: str | None = None
+
+    def __post_init__(self) -> None:
+        # TF's TensorSpec(shape=[None, 3], dtype=dt.float32): a list and a dtype name work too
+        if not isinstance(self.shape, TensorShape):
+            object.__setattr__(self, "shape", TensorShape(self.shape))
+        if not isinstance(self.dtype, dtypes.DType):
+            object.__setattr__(self, "dtype", dtypes.as_dtype(self.dtype))
 
     def __repr__(self) -> str:
         dims = self.shape.dims

@@ -40,6 +40,7 @@ from distrib.distribute.local_target import default_target
 from distrib.distribute.values import DistributedValues, PerReplica
 from distrib.framework import distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
+from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
 from distrib.runtime.collective_engine import COLLECTIVE_OPS
 from distrib.runtime.stateful import STATEFUL_OPS
@@ -91,10 +92,15 @@ class Function:
     def _trace_for(self, args: tuple, kwargs: dict) -> _Trace:
         graph = get_default_graph()
         strategy = distribution_context.strategy()
-        key = (id(graph), id(strategy), _signature((args, kwargs)))
+        if self._input_signature is not None:
+            _check_signature(self._input_signature, args, kwargs)
+            key: Any = (id(graph), id(strategy), "input_signature")
+        else:
+            key = (id(graph), id(strategy), _signature((args, kwargs)))
         trace = self._traces.get(key)
         if trace is None:
-            trace = self._traces[key] = _Trace(self._fn, graph, strategy, args, kwargs)
+            trace = self._traces[key] = _Trace(self._fn, graph, strategy, args, kwargs,
+                                               self._input_signature)
         return trace
 
 
@@ -102,15 +108,21 @@ class _Trace:
     """One signature's graph: its feeds (placeholders) and fetches."""
 
     def __init__(self, fn: Callable[..., Any], graph: Any, strategy: Any, args: tuple,
-                 kwargs: dict) -> None:
+                 kwargs: dict, input_signature: Any = None) -> None:
         self.graph = graph
         self.strategy = strategy
+        self._signed = input_signature is not None
         self._placeholders: list[Tensor] = []
         name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
                                                         "function")
         first_new = len(graph.get_operations())
         with graph.as_default(), name_scope(name):
-            call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders)
+            if input_signature is not None:   # placeholders of the specs' (partial) shapes
+                call_args = tuple(_spec_placeholder(spec, self._placeholders)
+                                  for spec in input_signature)
+                call_kwargs: dict = {}
+            else:
+                call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders)
             if strategy is not None:
                 with distribution_context.enter(strategy, distribution_context.replica_context()):
                     outputs = fn(*call_args, **call_kwargs)
@@ -133,7 +145,8 @@ class _Trace:
 
     async def run(self, args: tuple, kwargs: dict) -> Any:
         values: list[Any] = []
-        _leaves((args, kwargs), values)
+        _leaves((tuple(np.asarray(a) for a in args), kwargs) if self._signed else (args, kwargs),
+                values)
         feeds = dict(zip(self._placeholders, values))
         session = await _session(self.graph, self._target())
         await _initialize_variables(session, self.graph, self.strategy)
@@ -171,6 +184,27 @@ def _signature(value: Any) -> Any:
     if isinstance(value, dict):
         return ("dict", tuple((k, _signature(value[k])) for k in sorted(value, key=repr)))
     return ("object", id(value))
+
+
+def _check_signature(signature: Any, args: tuple, kwargs: dict) -> None:
+    """TF's rule: with an input_signature every call passes arrays that fit it."""
+    if kwargs or len(args) != len(signature):
+        raise ValueError(f"the function takes {len(signature)} positional arguments of its "
+                         f"input_signature; got {len(args)} and keywords {sorted(kwargs)}")
+    for i, (spec, value) in enumerate(zip(signature, args)):
+        array = np.asarray(value)
+        if np.dtype(spec.dtype.name) != array.dtype or \
+                not spec.shape.is_compatible_with(TensorShape(list(array.shape))):
+            raise ValueError(f"Python inputs incompatible with input_signature: argument {i} "
+                             f"is {array.dtype}{list(array.shape)}, the signature says {spec}")
+
+
+def _spec_placeholder(spec: Any, out: list[Tensor]) -> Tensor:
+    dims = spec.shape.dims
+    ph = ops.placeholder(spec.dtype, shape=None if dims is None else list(dims),
+                         name=spec.name or "input")
+    out.append(ph)
+    return ph
 
 
 def _placeholders(value: Any, out: list[Tensor]) -> Any:

@@ -80,7 +80,7 @@ def make_variable(devices: Sequence[str], args: tuple, kwargs: dict) -> Mirrored
                 kw["collections"] = [GraphKeys.GLOBAL_VARIABLES]   # trainable: the first copy
             with graph.device(device):
                 components.append(Variable(**kw))
-    mirrored = MirroredVariable(components, aggregation=str(kwargs.get("aggregation", "none")))
+    mirrored = MirroredVariable(components, aggregation=kwargs.get("aggregation"))
     for c in components:
         c._distributed_container = mirrored
     graph.add_to_collection("mirrored_variables", mirrored)

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from distrib.framework import distribution_context
 from distrib.ops import math_ops as ops
-from distrib.ops.variables import Variable
+from distrib.ops.variables import Variable, VariableAggregation
 
 __all__ = ["DistributedValues", "PerReplica", "Mirrored", "MirroredVariable", "local_results",
            "replica_index"]
@@ -75,9 +75,9 @@ class Mirrored(DistributedValues):
 class MirroredVariable(DistributedValues):
     """A variable with one copy per replica device, kept equal (see the module header)."""
 
-    def __init__(self, components: Sequence[Variable], aggregation: str = "none") -> None:
+    def __init__(self, components: Sequence[Variable], aggregation: Any = None) -> None:
         super().__init__(components)
-        self.aggregation = aggregation
+        self.aggregation = VariableAggregation.NONE if aggregation is None else aggregation
 
     # -- the copy for the replica being built --------------------------------------------
     def _component(self) -> Variable:
@@ -101,12 +101,43 @@ class MirroredVariable(DistributedValues):
 
     # -- updates: the replica's copy inside strategy.run, every copy outside ------------
     def _update(self, method: str, value: Any, **kwargs: Any) -> Any:
-        if replica_index() is not None:
-            return getattr(self._component(), method)(value, **kwargs)
+        replica = distribution_context.replica_context()
+        if replica is not None:
+            return self._update_in_replica(replica, method, value, kwargs)
+        return self._update_all(method, [value] * len(self._values), kwargs)
+
+    def _update_in_replica(self, replica: Any, method: str, value: Any,
+                           kwargs: dict[str, Any]) -> Any:
+        """TF's rule: in a replica context the copies stay equal only through an
+        aggregation (SUM, MEAN of the replicas' values, or the first replica's)."""
+        how = self.aggregation
+        if how == VariableAggregation.NONE:
+            raise ValueError(
+                "You must specify an aggregation method to update a MirroredVariable in "
+                "Replica Context. You can do so by passing an explicit value for argument "
+                "`aggregation` to dt.Variable(..), e.g. "
+                "`dt.Variable(..., aggregation=dt.VariableAggregation.SUM)`")
+
+        def merge(strategy: Any, per_replica: Any) -> Any:
+            values = list(per_replica.values) if isinstance(per_replica, DistributedValues) \
+                else [per_replica] * len(self._values)
+            if how == VariableAggregation.ONLY_FIRST_REPLICA:
+                combined = [values[0]] * len(self._values)
+            else:
+                op = "SUM" if how == VariableAggregation.SUM else "MEAN"
+                combined = strategy._reduce_to_replicas(op, values)
+            return Mirrored(list(self._update_all(method, combined, kwargs, each=True)))
+        return replica.merge_call(merge, args=(value,))
+
+    def _update_all(self, method: str, values: list[Any], kwargs: dict[str, Any],
+                    each: bool = False) -> Any:
+        """Update every copy (copy i with ``values[i]``): one op, or one per copy."""
         updates = []
-        for component in self._values:
+        for component, value in zip(self._values, values):
             with component.graph.device(component.device):
                 updates.append(getattr(component, method)(value, **kwargs))
+        if each:
+            return updates
         if kwargs.get("read_value", True) is False:
             return ops.group(*updates)
         with self._values[0].graph.control_dependencies(updates):

@@ -24,10 +24,28 @@ from distrib.framework.tensor_shape import TensorShape, unknown_shape
 from distrib.ops import math_ops as ops
 
 __all__ = [
-    "Variable", "global_variables", "trainable_variables", "local_variables",
+    "Variable", "VariableAggregation", "VariableSynchronization", "global_variables", "trainable_variables", "local_variables",
     "global_variables_initializer", "local_variables_initializer", "variables_initializer",
     "is_variable_initialized", "initialize_all_variables",
 ]
+
+
+class VariableAggregation:
+    """How a distributed variable combines the replicas' updates in a replica
+    context (``dt.VariableAggregation``, TF's names and values)."""
+    NONE = 0
+    SUM = 1
+    MEAN = 2
+    ONLY_FIRST_REPLICA = 3
+
+
+class VariableSynchronization:
+    """When a distributed variable is synchronized (TF's names; AUTO and ON_WRITE
+    behave alike here: mirrored copies are written together)."""
+    AUTO = 0
+    NONE = 1
+    ON_WRITE = 2
+    ON_READ = 3
 
 
 class Variable(TensorOperators):
@@ -51,7 +69,8 @@ class Variable(TensorOperators):
     def __init__(self, initial_value: Any = None, trainable: bool = True,
                  collections: Sequence[str] | None = None, validate_shape: bool = True,
                  caching_device: Any = None, name: str | None = None, dtype: Any = None,
-                 expected_shape: Any = None, shape: Any = None) -> None:
+                 expected_shape: Any = None, shape: Any = None, synchronization: Any = None,
+                 aggregation: Any = None) -> None:
         if "_variable_op" in self.__dict__:
             return   # made by a strategy's create_variable (see __new__): Python calls __init__ again
         if initial_value is None:
