@@ -11,7 +11,15 @@ reports them,
 
 beside ``memcpy`` (np.copyto in this process), a raw blocking TCP socket
 between two processes, and one actor call round trip (bench/transport.py's
-measurements, taken in the same run).
+measurements, taken in the same run), and ``raw-exchange``: two processes
+moving exactly the traffic of a 2-participant ring all-reduce over raw
+blocking TCP sockets (each sends and receives size/2 at once, twice) and
+nothing else, the bound for the TCP rows: on a 2-core VM loopback TCP in
+both directions at once runs at about a third of the one-way raw socket.
+
+``--rounds R`` repeats the whole run R times, interleaving shm and tcp (and
+the baselines), and reports each row's median over the rounds: on a noisy
+VM, numbers taken minutes apart are not comparable.
 
 Each participant runs its own graph (between-graph, as
 MultiWorkerMirroredStrategy does): a variable of the size (so nothing is fed
@@ -19,7 +27,7 @@ or fetched but a NoOp) through a chain of K all-reduces per step, K large
 for small tensors so that the step's own overhead is amortized; the time is
 the median step's wall time over K. Never asserts.
 
-    python bench/allreduce.py [--quick] [--sizes 1K,1M,64M] [--json PATH]
+    python bench/allreduce.py [--quick] [--sizes 1K,1M,64M] [--rounds 3] [--json PATH]
 """
 from __future__ import annotations
 
@@ -28,9 +36,11 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from typing import Iterator
 
@@ -40,6 +50,7 @@ for p in (ROOT, HERE):
     if p not in sys.path:
         sys.path.insert(0, p)
 
+import numpy as np  # noqa: E402
 import uvloop  # noqa: E402
 
 import distrib as dt  # noqa: E402
@@ -120,6 +131,64 @@ async def _bench_group(targets: list[str], sizes: list[int], reps: int,
     return out
 
 
+def bench_raw_exchange(size: int, reps: int) -> dict:
+    """Two processes (this one and a fork) over raw blocking TCP, moving a
+    2-participant ring all-reduce's traffic of ``size`` bytes: each sends
+    size/2 while it receives size/2, twice. No framing, no reduction."""
+    half = size // 2
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+
+    def exchange(sock: socket.socket, out: np.ndarray, into: memoryview) -> None:
+        for _ in range(2):
+            sender = threading.Thread(target=sock.sendall, args=(out,))
+            sender.start()
+            got = 0
+            while got < half:
+                got += sock.recv_into(into[got:], half - got)
+            sender.join()
+
+    out = np.ones(half, np.uint8)
+    into = memoryview(np.zeros(half, np.uint8))
+    pid = os.fork()
+    if pid == 0:   # the peer: as many exchanges as the parent times, then exit
+        code = 1
+        try:
+            sock = socket.create_connection(lst.getsockname())
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(reps + 1):
+                exchange(sock, out, into)
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        sock, _ = lst.accept()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        times = []
+        for _ in range(reps + 1):
+            t0 = time.perf_counter()
+            exchange(sock, out, into)
+            times.append(time.perf_counter() - t0)
+        sock.close()
+    finally:
+        lst.close()
+        os.waitpid(pid, 0)
+    sec = statistics.median(times[1:])
+    return {"transport": "raw-exchange", "size": size, "GBps": size / sec / 1e9,
+            "us": sec * 1e6}
+
+
+def _median_rows(rounds: list[list[dict]], value: str) -> list[dict]:
+    """Each row (by transport, n, size) with the median of ``value`` over the rounds."""
+    out = []
+    for i, row in enumerate(rounds[0]):
+        vals = [r[i][value] for r in rounds]
+        med = statistics.median(vals)
+        out.append({**row, value: med, "rounds": vals})
+    return out
+
+
 def _rows(transport: str, n: int, timings: list[tuple[int, float]]) -> list[dict]:
     return [{"transport": transport, "n": n, "size": size, "us": sec * 1e6,
              "algbw_GBps": size / sec / 1e9, "busbw_GBps": size / sec / 1e9 * 2 * (n - 1) / n}
@@ -149,6 +218,9 @@ def summary(rows: list[dict], baselines: list[dict]) -> list[str]:
         lines.append(f"64 MiB, 2 participants, tcp: algbw / raw socket = "
                      f"{get['tcp', 2, big]['algbw_GBps'] / base['raw-socket', big]['GBps']:.2f}x "
                      "(target >= 0.8x)")
+    if ("tcp", 2, big) in get and ("raw-exchange", big) in base:
+        lines.append(f"64 MiB, 2 participants, tcp: algbw / raw exchange (the same traffic "
+                     f"over raw sockets) = {get['tcp', 2, big]['algbw_GBps'] / base['raw-exchange', big]['GBps']:.2f}x")
     actor = [b for b in baselines if b["transport"] == "actor-call"]
     for tr in ("shm", "tcp"):
         small = get.get((tr, 2, 1 << 10))
@@ -164,23 +236,38 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     parser.add_argument("--sizes", help="comma-separated sizes, e.g. 1K,1M,64M")
     parser.add_argument("--participants", default="2,4", help="group sizes, e.g. 2,4")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat everything this many times, interleaved; report medians")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = parser.parse_args()
     sizes = [_parse_size(s) for s in args.sizes.split(",")] if args.sizes else \
         QUICK_SIZES if args.quick else SIZES
     reps = 3 if args.quick else 5
-    rows: list[dict] = []
-    for transport, mode in (("shm", "auto"), ("tcp", "tcp")):
-        for n in (int(x) for x in args.participants.split(",")):
-            with _servers(n, mode) as targets:
-                timings = uvloop.run(_bench_group(targets, sizes, reps, 1))
-            rows += _rows(transport, n, timings)
     big = sorted({s for s in sizes if s >= 1 << 20})
-    baselines = [transport_bench.bench_memcpy(s, reps) for s in big]
-    baselines += transport_bench.bench_raw_socket([s for s in big if s <= max(
-        transport_bench.SIZES)], reps)
-    baselines += [b for b in uvloop.run(transport_bench.bench_rtt(2000, reps))
-                  if b["transport"] == "actor-call"]
+    row_rounds: list[list[dict]] = []
+    base_rounds: list[list[dict]] = []
+    for _ in range(args.rounds):
+        rows: list[dict] = []
+        for transport, mode in (("shm", "auto"), ("tcp", "tcp")):
+            for n in (int(x) for x in args.participants.split(",")):
+                with _servers(n, mode) as targets:
+                    timings = uvloop.run(_bench_group(targets, sizes, reps, 1))
+                rows += _rows(transport, n, timings)
+        baselines = [transport_bench.bench_memcpy(s, reps) for s in big]
+        baselines += transport_bench.bench_raw_socket([s for s in big if s <= max(
+            transport_bench.SIZES)], reps)
+        baselines += [bench_raw_exchange(s, reps) for s in big if s <= 256 << 20]
+        baselines += [b for b in uvloop.run(transport_bench.bench_rtt(2000, reps))
+                      if b["transport"] == "actor-call"]
+        row_rounds.append(rows)
+        base_rounds.append(baselines)
+    rows = _median_rows(row_rounds, "us")
+    for r in rows:   # bandwidths of the median time
+        r["algbw_GBps"] = r["size"] / (r["us"] / 1e6) / 1e9
+        r["busbw_GBps"] = r["algbw_GBps"] * 2 * (r["n"] - 1) / r["n"]
+    baselines = _median_rows(base_rounds, "us")
+    for b in baselines:   # bandwidth of the median time per message
+        b["GBps"] = b["size"] / b["us"] / 1e3
     print_table(rows, baselines)
     for line in summary(rows, baselines):
         print(line)

@@ -21,7 +21,18 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
   (this file with ``--replica``: it serves its task and runs its own client
   session, between-graph, variables on the ps via ``replica_device_setter``);
   the second worker of the cluster idles meanwhile;
-- ``ps1-w2``: both workers train at once (asynchronous), examples/s summed.
+- ``ps1-w2``: both workers train at once (asynchronous), examples/s summed;
+- ``mwms-w2``: two workers (this file with ``--mwms``), each a
+  ``MultiWorkerMirroredStrategy()`` from TF_CONFIG, written as a TF2 custom
+  loop: variables and optimizer in ``strategy.scope()``, a ``@dt.function``
+  step whose replica function (``strategy.run``) takes the batch as a numpy
+  argument, divides the summed loss by the global batch
+  (``compute_average_loss``, 512) and calls ``apply_gradients``, which
+  all-reduces the six gradients (2.6 MB) between the workers. Synchronous:
+  a window is a number of steps both run (from the last window's ms per
+  step), examples/s summed; each worker checks first that its first step
+  equals numpy's one step on the 512 rows. The collective engine counts no
+  messages or bytes, so msgs/step and tensor MB stay blank.
 
 The configurations take turns in rounds and each row reports the median over
 rounds, so load from other processes on the machine hits all of them alike.
@@ -74,7 +85,8 @@ BATCH = 256
 SIZES = [784, 512, 512, 10]
 LR = 0.01
 WARMUP_STEPS = 5
-TARGETS = {"local-1proc": ">= 1.0x", "ps1-w1": ">= 0.9x", "ps1-w2": ">= 1.5x"}
+TARGETS = {"local-1proc": ">= 1.0x", "ps1-w1": ">= 0.9x", "ps1-w2": ">= 1.5x",
+           "mwms-w2": ">= 1.5x"}
 
 
 def synthetic_batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -99,6 +111,7 @@ class NumpyPlain:
 
     def __init__(self, x: np.ndarray, y: np.ndarray) -> None:
         self.x, self.y = x, y
+        self.n = np.float32(len(x))
         self.p = initial_params()
 
     def step(self) -> None:
@@ -111,7 +124,7 @@ class NumpyPlain:
         z3 = h2 @ w2 + b2
         e = np.exp(z3 - z3.max(axis=1, keepdims=True))
         prob = e / e.sum(axis=1, keepdims=True)
-        d3 = (prob - y) / np.float32(BATCH)
+        d3 = (prob - y) / self.n
         d2 = (d3 @ w2.T) * (z2 > 0)
         d1 = (d2 @ w1.T) * (z1 > 0)
         grads = [x.T @ d1, d1.sum(0), h1.T @ d2, d2.sum(0), h2.T @ d3, d3.sum(0)]
@@ -298,10 +311,11 @@ async def _warm_up(sess: Any, train: Any, feed: dict) -> None:
         await sess.run(train, feed)
 
 
-async def _serve_commands(window: Any) -> None:
+async def _serve_commands(window: Any, greet: bool = True) -> None:
     """Say ``ready``, then obey stdin: ``go SECONDS`` runs ``window(SECONDS)``
     and prints its result as one JSON line; ``quit`` (or end of input) returns."""
-    print("ready", flush=True)
+    if greet:
+        print("ready", flush=True)
     loop = asyncio.get_running_loop()
     while True:
         line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
@@ -323,16 +337,26 @@ async def _until_initialized(sess: Any, train: Any, feed: dict) -> None:
 
 
 class Child:
-    """A process of the cluster that answers on stdout; always stopped."""
+    """A process of a cluster that answers on stdout; always stopped. ``wait=False``:
+    the caller calls ``expect_ready`` after starting its peers (MWMS workers)."""
 
-    def __init__(self, args: list[str], ready: str) -> None:
+    def __init__(self, args: list[str], ready: str, wait: bool = True) -> None:
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.args, self.ready, self.hello = args, ready, ""
         self.proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-        line = self.readline(60)
-        if not line.startswith(ready):
+        if wait:
+            self.expect_ready(60)
+
+    def expect_ready(self, timeout: float) -> None:
+        try:
+            line = self.readline(timeout)
+            if not line.startswith(self.ready):
+                raise SystemExit(f"{' '.join(self.args[:3])} did not start: {line!r}")
+        except BaseException:
             self.stop()
-            raise SystemExit(f"{' '.join(args[:3])} did not start: {line!r}")
+            raise
+        self.hello = line
 
     def readline(self, timeout: float) -> str:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -406,6 +430,115 @@ class PsCluster:
         return out
 
 
+# -- the MWMS workers ----------------------------------------------------------------
+
+async def mwms_main(spec: dict[str, list[str]], task: int) -> None:
+    """An MWMS worker (``--mwms TASK``), a TF2 custom loop; the strategy starts
+    this task's server in the process. Says ``ready MS`` (ms per step) once its
+    first step matched numpy's on the global batch; ``go STEPS`` runs that many
+    steps, as the other worker does (a synchronous step needs both)."""
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": "worker",
+                                                                     "index": task}})
+    strategy = dt.distribute.MultiWorkerMirroredStrategy()
+    start = initial_params()
+    with strategy.scope():
+        params = [dt.Variable(v, name=f"{'wb'[i % 2]}{i // 2}") for i, v in enumerate(start)]
+        optimizer = dt.train.GradientDescentOptimizer(LR)
+
+    def replica_step(x: Any, y: Any) -> Any:
+        with dt.GradientTape() as tape:
+            h = x
+            for i in range(0, len(params), 2):
+                h = dt.matmul(h, params[i]) + params[i + 1]
+                if i + 2 < len(params):
+                    h = dt.nn.relu(h)
+            loss = dt.nn.compute_average_loss(
+                dt.nn.softmax_cross_entropy_with_logits(labels=y, logits=h),
+                global_batch_size=2 * BATCH)
+        optimizer.apply_gradients(zip(tape.gradient(loss, params), params))
+        return loss
+
+    @dt.function
+    def train_step(x: Any, y: Any) -> Any:
+        return strategy.run(replica_step, args=(x, y))
+
+    bx, by = synthetic_batch(task)
+    await train_step(bx, by)
+    # the first step must be numpy's one step on both workers' batches (512 rows)
+    ref = NumpyPlain(*(np.concatenate(z) for z in zip(synthetic_batch(0), synthetic_batch(1))))
+    ref.step()
+    def read_params() -> Any:
+        return [p.value() for p in params]
+    got = await dt.function(read_params)()
+    err = max(float(np.abs((g - s) - (r - s)).max() / np.abs(r - s).max())
+              for g, r, s in zip(got, ref.p, start))
+    if not err < 1e-3:
+        print(f"error: the first step differs from numpy's by {err:.2g} (relative)", flush=True)
+        return
+    t0 = time.perf_counter()
+    for _ in range(10):
+        await train_step(bx, by)
+    print(f"ready {(time.perf_counter() - t0) / 10 * 1e3:.3f}", flush=True)   # ms per step
+    core = strategy._server._core   # this task's server (TF gives no handle on it)
+
+    async def window(steps: float) -> dict[str, Any]:
+        for _ in range(WARMUP_STEPS):
+            await train_step(bx, by)
+        core.worker.reset_stats()
+        core.master.reset_stats()
+        t0 = time.perf_counter()
+        for _ in range(int(steps)):
+            await train_step(bx, by)
+        elapsed = time.perf_counter() - t0
+        return {"steps": int(steps), "seconds": elapsed, "master": core.master.stats(),
+                "worker": core.worker.stats()}
+
+    await _serve_commands(window, greet=False)
+
+
+class MwmsCluster:
+    """Two MWMS workers (this file, ``--mwms``); a window is a number of steps
+    that both run (from the last window's ms per step), about ``seconds`` long."""
+
+    def __init__(self) -> None:
+        self.spec = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
+        self.children: list[Child] = []
+
+    def __enter__(self) -> MwmsCluster:
+        try:
+            for task in (0, 1):
+                self.children.append(Child(
+                    [os.path.abspath(__file__), "--mwms", str(task),
+                     "--spec", json.dumps(self.spec)], ready="ready", wait=False))
+            for child in self.children:
+                child.expect_ready(120)
+        except BaseException:
+            self.__exit__()
+            raise
+        self.ms_per_step = max(float(c.hello.split()[1]) for c in self.children)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for child in reversed(self.children):
+            child.stop()
+
+    def window(self, seconds: float) -> dict[str, Any]:
+        steps = max(WARMUP_STEPS, round(seconds * 1e3 / self.ms_per_step))
+        for c in self.children:
+            c.command(f"go {steps}")
+        results = [json.loads(c.readline(3 * seconds + 60)) for c in self.children]
+        master = {k: sum(r["master"][k] for r in results) for k in results[0]["master"]}
+        out = step_costs(2 * steps, statistics.mean(r["seconds"] for r in results), master,
+                         [r["worker"] for r in results])
+        out["examples_per_s"] = sum(r["steps"] * BATCH / r["seconds"] for r in results)
+        out["ms_per_step"] = self.ms_per_step = statistics.mean(
+            r["seconds"] / r["steps"] for r in results) * 1e3
+        out["outside_ms_per_step"] = out["ms_per_step"] - out["kernel_ms_per_step"]
+        for key in ("messages_per_step", "tensors_per_step", "tensor_MB_per_step"):
+            del out[key]
+        return out
+
+
 # -- the run -------------------------------------------------------------------------
 
 def numpy_main(kind: str, seconds: float) -> None:
@@ -462,7 +595,7 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
     def add(name: str, result: dict[str, Any]) -> None:
         samples.setdefault(name, []).append(result)
 
-    with PsCluster() as cluster:
+    with PsCluster() as cluster, MwmsCluster() as mwms:
         local = Child([os.path.abspath(__file__), "--local"], ready="ready")
         try:
             for _ in range(rounds):
@@ -473,6 +606,7 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
                 add("local-1proc", json.loads(local.readline(seconds + 60)))
                 add("ps1-w1", cluster.window(1, seconds))
                 add("ps1-w2", cluster.window(2, seconds))
+                add("mwms-w2", mwms.window(seconds))
         finally:
             local.stop()
     return samples
@@ -520,6 +654,7 @@ def main() -> None:
     ap.add_argument("--spec", help=argparse.SUPPRESS)
     ap.add_argument("--numpy", choices=["plain", "prealloc"], help=argparse.SUPPRESS)
     ap.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mwms", type=int, help=argparse.SUPPRESS)     # internal: an MWMS worker
     args = ap.parse_args()
     if args.numpy:
         numpy_main(args.numpy, args.seconds or 3.0)
@@ -530,6 +665,9 @@ def main() -> None:
         return
     if args.local:
         uvloop.run(local_main())
+        return
+    if args.mwms is not None:
+        uvloop.run(mwms_main(json.loads(args.spec), args.mwms))
         return
     rounds = args.rounds or (2 if args.quick else 5)
     seconds = args.seconds or (1.0 if args.quick else 2.0)
@@ -549,7 +687,8 @@ def main() -> None:
           "ps1-w2 is one worker's step, so both workers' CPU over both workers' steps); "
           "msgs: messages between tasks (tensors for one task travel together when they are "
           "ready together) + 2 per remote partition call; "
-          "tensor MB: bytes of those tensors; per step of one worker (ps1-w2: each worker's); "
+          "tensor MB: bytes of those tensors; per step of one worker (ps1-w2, mwms-w2: each "
+          "worker's; mwms-w2's all-reduce is not counted: blank); "
           "--json rows of the ps configurations also give ps_cpu_ms_per_step, the ps's share "
           "of cpu ms")
     if args.json:

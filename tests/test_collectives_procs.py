@@ -99,3 +99,51 @@ async def test_killed_participant_fails_the_others_then_a_restarted_one_rejoins(
     finally:
         for p in procs:
             p.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 3])
+async def test_shared_memory_ring_lends_arena_arrays_and_every_member_gets_the_same_bytes(
+        tmp_path, n) -> None:
+    """Variables and collective outputs live in the shared-memory arena: the
+    ring lends them whole instead of copying (collective_ring). A chain of
+    collectives, run for several steps (so buffers are lent, released and
+    reused), still gives every member the exact, identical result."""
+    size = 300_007   # chunks and segments of unequal sizes
+    spec = cluster_spec(worker=n)
+    cfg = write_cluster(tmp_path, spec)
+    env = {"DISTRIB_TRANSPORT": "shm", "DISTRIB_COLLECTIVE_SEGMENT_BYTES": "262144"}
+    procs = [cli_task(cfg, "worker", t, **env) for t in range(n)]
+    base = np.arange(size, dtype=np.float32) % 1000
+    total = sum(range(1, n + 1))
+    try:
+        sessions, fetches = [], []
+        for t in range(n):
+            g = dt.Graph()
+            with g.as_default(), dt.device(f"/job:worker/task:{t}"):
+                v = dt.Variable(base * (t + 1), name="v")
+                y1 = dt.collective.all_reduce(v, n, 1, 1)                   # input: a variable
+                y2 = dt.collective.all_reduce(y1, n, 1, 2, final_op="Div")  # input: y1
+                y3 = dt.collective.all_reduce(y2 * (t + 1), n, 1, 3, merge_op="Max")
+                z = dt.collective.all_gather(y2, n, 1, 4)
+                init = dt.global_variables_initializer()
+            sess = dt.Session(f"distrib://{spec['worker'][t]}", graph=g)
+            await sess.run(init)
+            sessions.append(sess)
+            fetches.append([y1, y2, y3, z])
+        for _ in range(3):
+            res = await asyncio.wait_for(asyncio.gather(
+                *(s.run(f) for s, f in zip(sessions, fetches))), GUARD_S)
+            for y1, y2, y3, z in res:
+                np.testing.assert_array_equal(y1, base * total)
+                np.testing.assert_array_equal(y2, base * total)
+                np.testing.assert_array_equal(y3, base * total * n)
+                np.testing.assert_array_equal(z, np.concatenate([base * total] * n))
+            for other in res[1:]:
+                for a, b in zip(res[0], other):
+                    assert a.tobytes() == b.tobytes()
+        for s in sessions:
+            await s.close()
+    finally:
+        for p in procs:
+            p.stop()

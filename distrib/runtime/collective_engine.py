@@ -44,7 +44,7 @@ from distrib import errors
 from distrib.cluster import ClusterSpec
 from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
                             OpError, UnavailableError)
-from distrib.runtime.actors import ActorRef, ActorSystem
+from distrib.runtime.actors import ActorRef, ActorSystem, in_process_system
 from distrib.runtime.collective_group import Group, GroupLeader, Member, leader_task
 from distrib.runtime.collective_instance import (FINAL_OPS, MERGE, Exchange, Instance,
                                                  InstanceKey, InstanceTable, check_dtype)
@@ -316,7 +316,8 @@ class CollectiveEngine:
         try:
             if inst.error is not None:
                 raise inst.error
-            ex = Exchange(group.ranks[spec.device], group.size, inst, self._sender(group, key))
+            ex = Exchange(group.ranks[spec.device], group.size, inst, self._sender(group, key),
+                          self._linker(group))
             return await self._algorithm(spec, value, ex, group)
         finally:
             self.table.end(key)
@@ -358,6 +359,15 @@ class CollectiveEngine:
             return self._ref(m).tell("deliver", [gk, sig, ik, seq, m.device], m.incarnation,
                                      src, tag, payload)
         return send
+
+    def _linker(self, group: Group) -> Any:
+        def link(rank: int) -> str:
+            m = group.members[rank]
+            if m.address == self.system.address or in_process_system(m.address) is not None:
+                return "local"
+            shm = self.system.shares_memory_with(m.address, (m.task, m.incarnation))
+            return "shm" if shm else "tcp"
+        return link
 
     def _ref(self, m: Member) -> ActorRef:
         k = (m.address, m.task, m.incarnation)

@@ -16,6 +16,13 @@ Order: members are ranked by (job, replica, task, device type, device index),
 numerically, so a group's ranks are the same on every member and
 ``all_gather`` concatenates in the order a reader expects.
 
+Deaths: when the leader loses a member's connection, the member leaves
+every group it was in, and the leader remembers it as *departed*. A group
+that waits for a departed member fails (``UnavailableError`` naming it)
+unless the member comes back within ``rejoin_grace_s()`` (three heartbeats,
+at least 2 s): the survivors' step fails instead of hanging, and a restarted
+process that joins in time (a new incarnation) lets the group form again.
+
 Restarts: a member that joins again with a new incarnation (its process
 restarted) replaces its old entry. The list's *signature* hashes every
 member's device and incarnation, and it is part of every collective's key:
@@ -31,11 +38,17 @@ import re
 from dataclasses import dataclass
 
 from distrib.cluster import ClusterSpec
-from distrib.errors import InvalidArgumentError
+from distrib.errors import InvalidArgumentError, UnavailableError
+from distrib.runtime.failure_detector import heartbeat_s
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Member", "Group", "GroupLeader", "leader_task", "device_order"]
+__all__ = ["Member", "Group", "GroupLeader", "leader_task", "device_order", "rejoin_grace_s"]
+
+
+def rejoin_grace_s() -> float:
+    """How long a group waits for a departed member to come back."""
+    return max(2.0, 3 * (heartbeat_s() or 1.0))
 
 _DEVICE_RE = re.compile(r"^/job:([^/]+)/replica:(\d+)/task:(\d+)/device:([A-Za-z_]+):(\d+)$")
 
@@ -105,12 +118,14 @@ def leader_task(cluster: ClusterSpec) -> tuple[str, str]:
 class _Forming:
     """A group on the leader: members joined so far, and who waits for the rest."""
 
-    __slots__ = ("size", "members", "waiters")
+    __slots__ = ("size", "members", "waiters", "departed", "timer")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.members: dict[str, Member] = {}
         self.waiters: list[asyncio.Future] = []
+        self.departed: dict[str, str] = {}    # device -> its task, lost and not back
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class GroupLeader:
@@ -140,6 +155,7 @@ class GroupLeader:
             logger.info("collective group %d: %s rejoined (incarnation %x, was %x)",
                         group_key, member.device, member.incarnation, old.incarnation)
         forming.members[member.device] = member
+        forming.departed.pop(member.device, None)
         fut = asyncio.get_running_loop().create_future()
         if len(forming.members) == forming.size:
             answer = [m.as_wire() for m in forming.members.values()]
@@ -147,9 +163,38 @@ class GroupLeader:
                 if not w.done():
                     w.set_result(answer)
             forming.waiters.clear()
+            self._disarm(forming)
         else:
             forming.waiters.append(fut)
+            self._arm(group_key, forming)
         return fut
+
+    def _arm(self, group_key: int, forming: _Forming) -> None:
+        """Fail the group's waiters if a departed member is not back in time."""
+        if not forming.departed or forming.timer is not None or not forming.waiters:
+            return
+        forming.timer = asyncio.get_running_loop().call_later(
+            rejoin_grace_s(), self._give_up, group_key, forming)
+
+    @staticmethod
+    def _disarm(forming: _Forming) -> None:
+        if forming.timer is not None:
+            forming.timer.cancel()
+            forming.timer = None
+
+    def _give_up(self, group_key: int, forming: _Forming) -> None:
+        forming.timer = None
+        if not forming.departed or len(forming.members) == forming.size:
+            return
+        gone = ", ".join(f"{d} ({t})" for d, t in forming.departed.items())
+        err = UnavailableError(
+            f"collective group {group_key}: member {gone} stopped, crashed or missed 3 "
+            f"heartbeats and did not come back within {rejoin_grace_s():g}s; the collective "
+            "fails (a restarted process of that task joins the next one)", task=self.task)
+        waiters, forming.waiters = forming.waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_exception(err)
 
     def lost(self, task: str, incarnation: int) -> None:
         """That process of ``task`` is gone: its devices leave every group, so
@@ -160,7 +205,9 @@ class GroupLeader:
                     if m.task == task and m.incarnation == incarnation]
             for d in gone:
                 del forming.members[d]
+                forming.departed[d] = task
             if gone:
+                self._arm(gk, forming)
                 logger.info("collective group %d: %s left (its connection was lost)", gk,
                             ", ".join(gone))
 

@@ -110,6 +110,11 @@ class Instance:
         del self.slots[(src, tag)]
         return fut.result()
 
+    def ready(self, src: int, tag: int) -> bool:
+        """Whether ``get(src, tag)`` would return (or raise) without waiting."""
+        fut = self.slots.get((src, tag))
+        return self.error is not None or (fut is not None and fut.done())
+
     def fail(self, error: OpError) -> None:
         if self.error is not None:
             return
@@ -155,16 +160,21 @@ class InstanceTable:
 
 
 class Exchange:
-    """What an algorithm sees: its rank, the group size, and send/recv by rank."""
+    """What an algorithm sees: its rank, the group size, send/recv by rank,
+    and how each peer is reached (``link``: "local" for a peer in this
+    process, "shm" for one that maps our shared memory, else "tcp")."""
 
-    __slots__ = ("rank", "size", "instance", "_send")
+    __slots__ = ("rank", "size", "instance", "_send", "_link", "_links")
 
     def __init__(self, rank: int, size: int, instance: Instance,
-                 send: Callable[[int, int, Any], Awaitable[None]]) -> None:
+                 send: Callable[[int, int, Any], Awaitable[None]],
+                 link: Callable[[int], str] | None = None) -> None:
         self.rank = rank
         self.size = size
         self.instance = instance
         self._send = send
+        self._link = link
+        self._links: dict[int, str] = {}
 
     def send(self, dst: int, tag: int, payload: Any) -> Awaitable[None]:
         """Send ``payload`` to rank ``dst`` (the caller must not write into it
@@ -173,6 +183,17 @@ class Exchange:
 
     def recv(self, src: int, tag: int) -> Awaitable[Any]:
         return self.instance.get(src, tag)
+
+    def link(self, rank: int) -> str:
+        """How rank ``rank`` is reached (asked once the header round opened it)."""
+        kind = self._links.get(rank)
+        if kind is None:
+            kind = self._links[rank] = "local" if self._link is None else self._link(rank)
+        return kind
+
+    def near(self, rank: int) -> bool:
+        """Whether ``rank`` maps this process's shared-memory arena arrays."""
+        return self.link(rank) == "shm"
 
 
 def check_dtype(dtype: np.dtype, op: str) -> None:

@@ -76,6 +76,7 @@ class CompiledPartition(PartitionGraph):
         clock: list[Any] = [0.0, 0, []]
         on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
         pooled = [0]              # how many went there
+        collectives: list[asyncio.Future] = []   # this step's collectives, started
         try:
             while done < n:
                 while ready or heavy_ready:
@@ -100,6 +101,10 @@ class CompiledPartition(PartitionGraph):
                         i = heavy_ready.pop(kernel_pool.pick_heavy(
                             heavy_ready, self.priority, self.heavy, lowest=to_pool))
                         await flush_channel(channel, early=True)  # the other task gets on meanwhile
+                        if collectives and not all(f.done() for f in collectives):
+                            # a started all-reduce (a gradient's) moves on between the
+                            # backward pass's kernels instead of after all of them
+                            await asyncio.sleep(0)
                     out = self._run_node(i, values, uses, feeds, variables, channel,
                                          clock, heavy_ready, on_pool, shapes)
                     if type(out) is not list:
@@ -108,6 +113,8 @@ class CompiledPartition(PartitionGraph):
                             out = []
                         else:   # a heavy kernel now on the pool, or a waiting resource op
                             pending.add(out, i)
+                            if self.nodes[i]["op"] in COLLECTIVE_OPS:
+                                collectives.append(out)
                             pooled[0] += self.kernels[i] is not None
                             continue
                     if self.keeps_shape[i]:
