@@ -28,7 +28,9 @@ input signature, then run the traced graph per call (awaitable).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import re
 import weakref
 from typing import Any, Callable
 
@@ -89,18 +91,24 @@ class Function:
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return await self._trace_for(args, kwargs).run(args, kwargs)
 
-    def _trace_for(self, args: tuple, kwargs: dict) -> _Trace:
+    async def call_on(self, device: str, strategy: Any, args: tuple, kwargs: dict) -> Any:
+        """Run on ``device`` (a coordinator's worker): traced once per device, under
+        ``strategy``, its ops placed there unless they name a device themselves."""
+        return await self._trace_for(args, kwargs, device, strategy).run(args, kwargs)
+
+    def _trace_for(self, args: tuple, kwargs: dict, device: str | None = None,
+                   strategy: Any = None) -> _Trace:
         graph = get_default_graph()
-        strategy = distribution_context.strategy()
+        strategy = strategy if strategy is not None else distribution_context.strategy()
         if self._input_signature is not None:
             _check_signature(self._input_signature, args, kwargs)
-            key: Any = (id(graph), id(strategy), "input_signature")
+            key: Any = (id(graph), id(strategy), device, "input_signature")
         else:
-            key = (id(graph), id(strategy), _signature((args, kwargs)))
+            key = (id(graph), id(strategy), device, _signature((args, kwargs)))
         trace = self._traces.get(key)
         if trace is None:
             trace = self._traces[key] = _Trace(self._fn, graph, strategy, args, kwargs,
-                                               self._input_signature)
+                                               self._input_signature, device)
         return trace
 
 
@@ -108,15 +116,19 @@ class _Trace:
     """One signature's graph: its feeds (placeholders) and fetches."""
 
     def __init__(self, fn: Callable[..., Any], graph: Any, strategy: Any, args: tuple,
-                 kwargs: dict, input_signature: Any = None) -> None:
+                 kwargs: dict, input_signature: Any = None, device: str | None = None
+                 ) -> None:
         self.graph = graph
         self.strategy = strategy
         self._signed = input_signature is not None
         self._placeholders: list[Tensor] = []
         name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
                                                         "function")
+        name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip("_") or "function"   # '<lambda>'
+
         first_new = len(graph.get_operations())
-        with graph.as_default(), name_scope(name):
+        place = graph.device(device) if device is not None else contextlib.nullcontext()
+        with graph.as_default(), place, name_scope(name):
             if input_signature is not None:   # placeholders of the specs' (partial) shapes
                 call_args = tuple(_spec_placeholder(spec, self._placeholders)
                                   for spec in input_signature)
@@ -171,6 +183,9 @@ def _consumed(graph: Any, op: Operation) -> bool:
 
 # -- signatures and placeholders -----------------------------------------------------------
 def _signature(value: Any) -> Any:
+    custom = getattr(value, "_function_signature", None)
+    if custom is not None:   # an argument that feeds itself (a per-worker iterator)
+        return custom()
     if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
         return ("per", tuple(_signature(v) for v in value.values))
     if isinstance(value, (np.ndarray, np.generic)):
@@ -209,6 +224,9 @@ def _spec_placeholder(spec: Any, out: list[Tensor]) -> Tensor:
 
 def _placeholders(value: Any, out: list[Tensor]) -> Any:
     """``value`` with a placeholder for each array (appended to ``out`` in order)."""
+    custom = getattr(value, "_function_placeholders", None)
+    if custom is not None:
+        return custom(out)
     if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
         return PerReplica([_placeholders(v, out) for v in value.values])
     if isinstance(value, (np.ndarray, np.generic)):
@@ -228,7 +246,10 @@ def _placeholders(value: Any, out: list[Tensor]) -> Any:
 
 def _leaves(value: Any, out: list[Any]) -> None:
     """The arrays of ``value``, in ``_placeholders``' order."""
-    if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
+    custom = getattr(value, "_function_leaves", None)
+    if custom is not None:
+        custom(out)
+    elif isinstance(value, DistributedValues) and not hasattr(value, "_component"):
         for v in value.values:
             _leaves(v, out)
     elif isinstance(value, (np.ndarray, np.generic)):
@@ -276,6 +297,7 @@ _sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # loop -> {
 # graph -> {target: the variables (ops) this process initialized there}; not per loop, so
 # a second event loop (a test's) never initializes a variable again
 _initialized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_init_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # loop -> {key: Lock}
 
 
 async def _session(graph: Any, target: str) -> Session:
@@ -295,15 +317,27 @@ async def _initialize_variables(session: Session, graph: Any, strategy: Any) -> 
     this target yet: a variable made for TF2-style code starts from its initial
     value, as an eager one does, even where a server holds one of that name."""
     done = _initialized.setdefault(graph, {}).setdefault(session.target, set())
-    fresh = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES) if v.op not in done]
-    if not fresh:
+    if all(v.op in done for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)):
         return
+    lock = _init_locks.setdefault(asyncio.get_running_loop(), {}).setdefault(
+        (id(graph), session.target), asyncio.Lock())
+    async with lock:   # steps started together (a coordinator's) initialize once
+        fresh = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+                 if v.op not in done]
+        if fresh:
+            await _initialize(session, fresh, strategy)
+            done.update(v.op for v in fresh)
+
+
+async def _initialize(session: Session, fresh: list[Any], strategy: Any) -> None:
     initialize = getattr(strategy or get_strategy(), "initialize_variables", None)
     if initialize is not None:
         await initialize(session, fresh)
     else:
         await session.run([v.initializer for v in fresh])
-    done.update(v.op for v in fresh)
+
+
+session_for = _session   # the session a dt.function of ``graph`` runs in, on ``target``
 
 
 async def close_sessions() -> None:
