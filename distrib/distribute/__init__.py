@@ -5,7 +5,7 @@ and ``dt.function``. Re-exports only."""
 from __future__ import annotations
 
 from distrib.cluster import resolvers as cluster_resolver
-from distrib.distribute import experimental
+from distrib.distribute import coordinator, experimental
 from distrib.distribute.collective_strategy import (CommunicationImplementation,
                                                     CommunicationOptions,
                                                     MultiWorkerMirroredStrategy)
@@ -17,9 +17,11 @@ from distrib.distribute.distribute_lib import (ReplicaContext, Strategy, get_rep
                                                in_cross_replica_context)
 from distrib.distribute.input_lib import InputContext
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
+from distrib.distribute.parameter_server_strategy import ParameterServerStrategy, ShardedVariable
 from distrib.distribute.values import DistributedValues, Mirrored, MirroredVariable, PerReplica
 
-__all__ = ["cluster_resolver", "experimental", "CommunicationImplementation",
+__all__ = ["cluster_resolver", "coordinator", "experimental", "ParameterServerStrategy",
+           "ShardedVariable", "CommunicationImplementation",
            "CommunicationOptions", "MultiWorkerMirroredStrategy", "CrossDeviceOps",
            "HierarchicalCopyAllReduce", "NcclAllReduce", "ReduceOp", "ReductionToOneDevice",
            "Function", "function", "ReplicaContext", "Strategy", "get_replica_context",

@@ -99,7 +99,7 @@ class MultiWorkerMirroredStrategy(_Mirroring):
                                  f"tasks; this task is {task_type}:{task_id} (TF_CONFIG's "
                                  "task)")
             self._server = Server(cluster, job_name=task_type, task_index=task_id)
-            set_default_target(self._server.target)
+            set_default_target(self._server)
             n = config.logical_cpu_count()
             prefix = f"/job:{task_type}/replica:0/task:{task_id}"
             devices = [f"{prefix}/device:CPU:{i}" for i in range(n)]

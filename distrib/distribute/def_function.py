@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from distrib.client.session import Session
-from distrib.distribute.distribute_lib import get_strategy
+from distrib.distribute.distribute_lib import get_strategy, strategies_used
 from distrib.distribute.local_target import default_target
 from distrib.distribute.values import DistributedValues, PerReplica
 from distrib.framework import distribution_context
@@ -135,11 +135,15 @@ class _Trace:
                 call_kwargs: dict = {}
             else:
                 call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders)
-            if strategy is not None:
-                with distribution_context.enter(strategy, distribution_context.replica_context()):
+            with strategies_used() as used:
+                if strategy is not None:
+                    with distribution_context.enter(strategy,
+                                                    distribution_context.replica_context()):
+                        outputs = fn(*call_args, **call_kwargs)
+                else:
                     outputs = fn(*call_args, **call_kwargs)
-            else:
-                outputs = fn(*call_args, **call_kwargs)
+        if self.strategy is None and used:
+            self.strategy = used[0]   # called outside its scope: its strategy.run says where
         self._outputs = outputs
         self._fetches, self._rebuild = _fetch_plan(outputs)
         # TF runs every stateful op a function made (its automatic control

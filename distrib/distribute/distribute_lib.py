@@ -31,8 +31,22 @@ from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat
 from distrib.ops.variables import Variable
 
-__all__ = ["Strategy", "ReplicaContext", "InputContext", "get_strategy", "has_strategy",
+__all__ = ["Strategy", "ReplicaContext", "strategies_used", "InputContext", "get_strategy", "has_strategy",
            "get_replica_context", "in_cross_replica_context", "get_cross_replica_context"]
+
+
+_collectors: list[list[Strategy]] = []   # open strategies_used() blocks (dt.function traces)
+
+
+@contextlib.contextmanager
+def strategies_used() -> Iterator[list[Strategy]]:
+    """The strategies whose ``run`` is called inside (a ``dt.function``'s trace)."""
+    found: list[Strategy] = []
+    _collectors.append(found)
+    try:
+        yield found
+    finally:
+        _collectors.remove(found)
 
 
 class ReplicaContext:
@@ -139,6 +153,7 @@ class Strategy:
         """Build ``fn`` once per replica (its args split: a PerReplica gives each
         replica its own value); returns the outputs, PerReplica where they differ."""
         kwargs = dict(kwargs or {})
+        self._note_use()
         n = len(self._devices)
         contexts = [ReplicaContext(self, i, self._worker_index * n + i) for i in range(n)]
         per_args = [_select(tuple(args), i) for i in range(n)]
@@ -146,8 +161,14 @@ class Strategy:
         results = run_replicas(self, contexts, fn, per_args, per_kwargs, self._devices)
         return _regroup(results)
 
+    def _note_use(self) -> None:
+        for found in _collectors:   # a dt.function being traced runs on this strategy's target
+            if self not in found:
+                found.append(self)
+
     def reduce(self, reduce_op: Any, value: Any, axis: int | None = None) -> Any:
         """``value``'s replicas combined (SUM or MEAN), over ``axis`` of each too."""
+        self._note_use()
         op = ReduceOp.check(reduce_op)
         if not isinstance(value, DistributedValues):
             # the same on every replica (TF's reduce_non_distributed_value)
@@ -176,11 +197,13 @@ class Strategy:
 
     def gather(self, value: Any, axis: int) -> Any:
         """Every replica's ``value`` joined along ``axis`` (of every worker)."""
+        self._note_use()
         if not isinstance(value, DistributedValues):
             value = PerReplica([value] * len(self._devices))
         return self._gather_all([ops.convert_to_tensor(v) for v in value.values], axis)
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
+        self._note_use()
         return local_results(value)
 
     def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:

@@ -4,9 +4,12 @@ from __future__ import annotations
 from distrib.distribute.collective_strategy import (CommunicationImplementation,
                                                     CommunicationOptions,
                                                     MultiWorkerMirroredStrategy)
+from distrib.distribute import coordinator
+from distrib.distribute import partitioners
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy
+from distrib.distribute.parameter_server_strategy import ParameterServerStrategy
 
 CollectiveCommunication = CommunicationImplementation
 
-__all__ = ["CommunicationImplementation", "CommunicationOptions", "CollectiveCommunication",
+__all__ = ["coordinator", "partitioners", "ParameterServerStrategy", "CommunicationImplementation", "CommunicationOptions", "CollectiveCommunication",
            "MultiWorkerMirroredStrategy", "CentralStorageStrategy"]

@@ -21,19 +21,23 @@ __all__ = ["local_server", "shutdown", "default_target", "set_default_target"]
 
 _lock = threading.Lock()
 _server: Server | None = None
-_default: str | None = None   # a MultiWorkerMirroredStrategy's own server, once made
+_default: Server | None = None   # a multi-worker or ps strategy's own server, once made
 
 
-def set_default_target(target: str | None) -> None:
+def set_default_target(server: Server | None) -> None:
     """Where TF2-style code runs from now on in this process: a multi-worker
     strategy sets its task's server, as TF's sets up the eager context's."""
     global _default
-    _default = target
+    _default = server
 
 
 def default_target() -> str:
-    """The target a ``dt.function`` runs on outside every strategy's scope."""
-    return _default if _default is not None else local_server().target
+    """The target a ``dt.function`` runs on outside every strategy's scope: the
+    server a strategy set while it runs, else this process's local server."""
+    server = _default
+    if server is not None and not server._stopped.is_set():
+        return server.target
+    return local_server().target
 
 
 def local_server() -> Server:

@@ -24,7 +24,7 @@ from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, VariableAggregation
 
 __all__ = ["DistributedValues", "PerReplica", "Mirrored", "MirroredVariable", "local_results",
-           "replica_index"]
+           "replica_index", "tensor_operator"]
 
 
 def replica_index() -> int | None:
@@ -198,8 +198,9 @@ def local_results(value: Any) -> tuple[Any, ...]:
 
 
 # the operators of a tensor (a + b, -a, a @ b ...) on a mirrored variable
-def _operator(name: str) -> Any:
-    def method(self: MirroredVariable, *args: Any) -> Any:
+def tensor_operator(name: str) -> Any:
+    """Operator ``name`` of a tensor, on an object that converts to one (``_as_tensor``)."""
+    def method(self: Any, *args: Any) -> Any:
         return getattr(self._as_tensor(), name)(*args)
     method.__name__ = name
     return method
@@ -208,4 +209,4 @@ def _operator(name: str) -> Any:
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
               "__truediv__", "__rtruediv__", "__matmul__", "__rmatmul__", "__neg__",
               "__pow__", "__rpow__", "__getitem__", "__lt__", "__le__", "__gt__", "__ge__"):
-    setattr(MirroredVariable, _name, _operator(_name))
+    setattr(MirroredVariable, _name, tensor_operator(_name))

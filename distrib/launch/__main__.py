@@ -29,7 +29,7 @@ from distrib.launch.tasks import loopback_cluster, select_tasks
 
 EXIT_USAGE = 2
 PROG = "python -m distrib.launch"
-USAGE = (f"{PROG} (--cluster FILE | --ps N --workers M) [--only NAMES] [--max_restarts N]\n"
+USAGE = (f"{PROG} (--cluster FILE | --ps N --workers M [--chief]) [--only NAMES] [--max_restarts N]\n"
          f"       {' ' * len(PROG)} [--logdir DIR] [options] [-- COMMAND [ARGS...]]")
 EPILOG = """\
 Each task runs COMMAND (without one: python -m distrib.server) with TF_CONFIG
@@ -76,6 +76,9 @@ def parser() -> argparse.ArgumentParser:
                    help="N ps tasks on free loopback ports (with --workers)")
     p.add_argument("--workers", type=_count, metavar="M", default=_env("workers"),
                    help="M worker tasks on free loopback ports (with --ps)")
+    p.add_argument("--chief", action="store_true", default=_env("chief", "") not in ("", "0"),
+                   help="one chief task too (with --ps/--workers): the coordinator of "
+                        "ParameterServerStrategy training")
     p.add_argument("--only", metavar="NAMES", default=_env("only"),
                    help="start only these tasks: comma-separated job (all its tasks) or "
                         "job:index, e.g. ps,worker:1")
@@ -110,7 +113,7 @@ def _cluster(args: argparse.Namespace) -> ClusterSpec:
     if args.cluster:
         return ClusterSpec.from_json(args.cluster)
     if counted:
-        return loopback_cluster(args.ps or 0, args.workers or 0)
+        return loopback_cluster(args.ps or 0, args.workers or 0, 1 if args.chief else 0)
     raise ValueError("no cluster: pass --cluster FILE, or --ps N --workers M")
 
 

@@ -44,13 +44,15 @@ def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
             s.close()
 
 
-def loopback_cluster(ps: int, workers: int) -> ClusterSpec:
-    """``ps`` ps tasks and ``workers`` worker tasks on free loopback ports."""
-    if ps < 0 or workers < 0:
-        raise ValueError(f"--ps and --workers count tasks: got --ps {ps} --workers {workers}")
-    ports = iter(free_ports(ps + workers))
+def loopback_cluster(ps: int, workers: int, chief: int = 0) -> ClusterSpec:
+    """``chief`` chief tasks (0 or 1), ``ps`` ps tasks and ``workers`` worker
+    tasks on free loopback ports."""
+    if ps < 0 or workers < 0 or chief not in (0, 1):
+        raise ValueError(f"--ps and --workers count tasks, --chief adds one: got --ps {ps} "
+                         f"--workers {workers} chief={chief}")
+    ports = iter(free_ports(ps + workers + chief))
     jobs = {job: [f"{LOOPBACK}:{next(ports)}" for _ in range(n)]
-            for job, n in (("ps", ps), ("worker", workers)) if n}
+            for job, n in (("chief", chief), ("ps", ps), ("worker", workers)) if n}
     return ClusterSpec(jobs)
 
 

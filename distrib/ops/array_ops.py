@@ -12,7 +12,7 @@ from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
 from distrib.ops.gradients import register_gradient
 
-__all__ = ["concat"]
+__all__ = ["concat", "slice_rows"]
 
 
 def concat(values: Sequence[Any], axis: int, name: str = "concat") -> Tensor:
@@ -25,6 +25,14 @@ def concat(values: Sequence[Any], axis: int, name: str = "concat") -> Tensor:
         if len(tensors) == 1:
             return ops.identity(tensors[0], name=scope)
         return ops._out("ConcatV2", tensors, {"axis": int(axis)}, scope)
+
+
+def slice_rows(t: Any, begin: int, size: int, axis: int = 0, name: str | None = None
+               ) -> Tensor:
+    """Rows ``[begin, begin + size)`` of ``t`` along ``axis`` (a ``SliceAxis`` op)."""
+    t = ops.convert_to_tensor(t)
+    return ops._out("SliceAxis", [t], {"axis": int(axis), "begin": int(begin),
+                                       "size": int(size)}, name or "SliceAxis")
 
 
 def _concat_shape(op_type: str, name: str, inputs: list, attrs: dict) -> list:

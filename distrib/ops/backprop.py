@@ -77,6 +77,9 @@ class GradientTape:
 
 
 def _flatten(value: Any) -> list[Any]:
+    shards = getattr(value, "_shards", None)
+    if shards is not None:   # a sharded variable: one gradient per shard, as TF's
+        return list(shards)
     if isinstance(value, dict):
         return [x for k in sorted(value) for x in _flatten(value[k])]
     if isinstance(value, (list, tuple)):
@@ -85,6 +88,9 @@ def _flatten(value: Any) -> list[Any]:
 
 
 def _pack(structure: Any, flat: Any) -> Any:
+    shards = getattr(structure, "_shards", None)
+    if shards is not None:
+        return [next(flat) for _ in shards]
     if isinstance(structure, dict):
         return {k: _pack(structure[k], flat) for k in sorted(structure)}
     if isinstance(structure, tuple):

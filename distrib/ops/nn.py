@@ -117,9 +117,13 @@ def compute_average_loss(per_example_loss: Any, sample_weight: Any = None,
             rows = loss.shape[0] if loss.shape.ndims else None
             if rows is not None and getattr(rows, "value", rows) is not None:
                 global_batch_size = int(getattr(rows, "value", rows)) * replicas
-            else:
-                batch = ops.shape(loss)[0] if loss.shape.ndims != 0 else 1
-                global_batch_size = ops.multiply(ops.cast(batch, loss.dtype), float(replicas))
+            else:   # the rows counted at run time (the other dimensions known, or none)
+                rest = [d for d in (loss.shape.dims or [])[1:]]
+                per_row = 1
+                for d in rest:
+                    per_row *= int(getattr(d, "value", d) or 1)
+                rows = ops.divide(ops.reduce_sum(ops.ones_like(loss)), float(per_row))
+                global_batch_size = ops.multiply(rows, float(replicas))
         if isinstance(global_batch_size, (int, float)):
             if global_batch_size <= 0:
                 raise InvalidArgumentError(f"global_batch_size must be positive, got "

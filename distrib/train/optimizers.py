@@ -140,6 +140,7 @@ class Optimizer:
         replicas, then every replica applies the sum to its own copy of the
         variable (TF's optimizers do the same through ``merge_call``).
         """
+        grads_and_vars = _expand_shards(grads_and_vars)
         replica = distribution_context.replica_context()
         if replica is not None:
             grads_and_vars = [(g, _resolve(v)) for g, v in grads_and_vars]
@@ -272,6 +273,22 @@ class Optimizer:
 def _replica_index() -> int | None:
     replica = distribution_context.replica_context()
     return None if replica is None else getattr(replica, "local_index", None)
+
+
+def _expand_shards(grads_and_vars: Any) -> list[tuple[Any, Any]]:
+    """(gradients of the shards, a sharded variable) pairs as one pair per shard."""
+    out: list[tuple[Any, Any]] = []
+    for g, v in grads_and_vars:
+        shards = getattr(v, "_shards", None)
+        if shards is None:
+            out.append((g, v))
+        elif isinstance(g, (list, tuple)) and len(g) == len(shards):
+            out.extend(zip(g, shards))
+        else:
+            raise OptimizerArgumentError(
+                f"the gradient of sharded variable {getattr(v, 'name', v)!r} must be a list "
+                f"of {len(shards)} shard gradients (what tape.gradient returns for it)")
+    return out
 
 
 def _apply_across_replicas(strategy: Any, optimizer: Optimizer, grads_and_vars: Any,

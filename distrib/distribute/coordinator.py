@@ -1,0 +1,470 @@
+"""``ClusterCoordinator``: TF2's way of driving parameter-server training from
+one program (TF's ``coordinator/cluster_coordinator.py``), on the async client.
+
+    coordinator = dt.distribute.coordinator.ClusterCoordinator(strategy)
+    per_worker_iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    for _ in range(steps):
+        coordinator.schedule(worker_fn, args=(per_worker_iterator,))   # returns at once
+    await coordinator.join()
+
+* ``schedule(fn, args, kwargs)`` queues a closure and returns a
+  ``RemoteValue`` at once. One task per worker takes closures from the queue
+  as soon as its worker is free, and runs ``fn`` there: a ``dt.function``
+  traced once per worker under that worker's device (variables stay on the
+  ps), executed through the chief's master. Every closure runs at least once.
+* A **worker that fails** (its step ends with ``UnavailableError`` or
+  ``AbortedError`` naming it) gets its closure put back at the head of the
+  queue for another worker; the coordinator probes it every second and, when
+  it answers again (the launcher, Kubernetes or SLURM restarted it), rebuilds
+  its datasets and gives it closures again.
+* A **ps that fails** fails the closures that need it; they are put back
+  and wait until the ps answers, then the coordinator restores the ps's
+  variables (``checkpoint_dir``'s newest checkpoint when one is given, else
+  their initial values) before running them again; TF makes the user
+  restart the coordinator instead.
+* An **error in fn itself** (anything else) is kept: its RemoteValue fails
+  with it, the closures queued after it are cancelled (their RemoteValues
+  fail with ``CancelledError``), and the next ``join``, ``done`` or
+  ``schedule`` raises it, once, as TF does.
+* ``create_per_worker_dataset(dataset_fn)``: one dataset per worker, each
+  from its own call of ``dataset_fn`` (given an ``InputContext`` when it
+  takes an argument); ``iter()`` of it gives per-worker iterators, and a
+  closure's ``next(iterator)`` reads the next element of the iterator of the
+  worker that runs it. The elements are read by this program and fed to the
+  step (a deviation from TF, whose datasets run on the workers; see the
+  README's differences).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import inspect
+import logging
+from typing import Any, Callable, Iterator
+
+from distrib.client.session import parse_target
+from distrib.distribute.def_function import Function, session_for
+from distrib.distribute.input_lib import InputContext
+from distrib.errors import (AbortedError, CancelledError, FailedPreconditionError, OpError,
+                            OutOfRangeError, UnavailableError)
+from distrib.framework.graph import GraphKeys, get_default_graph
+from distrib.ops import math_ops as ops
+from distrib.ops.variables import is_variable_initialized
+from distrib.runtime.actors import ActorSystem, client_name
+from distrib.train import checkpoint as ckpt
+from distrib.train.ps_recovery import recoverable
+from distrib.train.saver import Saver
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ClusterCoordinator", "RemoteValue", "PerWorkerValues"]
+
+_PROBE_S = 1.0
+
+
+class RemoteValue:
+    """The result of a scheduled closure (``await rv.fetch()``)."""
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def _set(self, value: Any) -> None:
+        if not self._future.done():
+            self._future.set_result(value)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self._future.done():
+            self._future.set_exception(error)
+            self._future.exception()   # retrieved: raised again by fetch
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    async def fetch(self) -> Any:
+        """The closure's outputs (numpy), once it ran; its error if it failed."""
+        return await asyncio.shield(self._future)
+
+    get = fetch
+
+
+class PerWorkerValues:
+    """One value per worker (TF's): a closure on worker ``i`` sees ``values[i]``."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self._values = values
+
+    @property
+    def values(self) -> tuple[Any, ...]:
+        return tuple(self._values)
+
+
+class _Closure:
+    __slots__ = ("fn", "args", "kwargs", "result")
+
+    def __init__(self, fn: Function, args: tuple, kwargs: dict, result: RemoteValue) -> None:
+        self.fn, self.args, self.kwargs, self.result = fn, args, kwargs, result
+
+
+class ClusterCoordinator:
+    """``dt.distribute.coordinator.ClusterCoordinator(strategy)``: see the module header.
+
+    ``checkpoint_dir`` (a distrib extension): where a restarted ps's variables
+    are restored from (the newest good checkpoint of the graph's Saver)."""
+
+    def __init__(self, strategy: Any, checkpoint_dir: str | None = None) -> None:
+        if not hasattr(strategy, "worker_devices"):
+            raise ValueError("ClusterCoordinator needs a ParameterServerStrategy")
+        self.strategy = strategy
+        self.checkpoint_dir = checkpoint_dir
+        self._devices: list[str] = list(strategy.worker_devices)
+        self._queue: collections.deque[_Closure] = collections.deque()
+        self._error: BaseException | None = None
+        self._inflight = 0
+        self._up = [True] * len(self._devices)
+        self._tasks: list[asyncio.Task] = []
+        self._changed: asyncio.Event | None = None
+        self._datasets: list[_PerWorkerDataset] = []
+        self._system: ActorSystem | None = None
+        self._ps_lock: asyncio.Lock | None = None
+        strategy._coordinator = self
+
+    # -- the API ------------------------------------------------------------------------
+    def schedule(self, fn: Callable[..., Any], args: tuple | None = None,
+                 kwargs: dict | None = None) -> RemoteValue:
+        """Queue ``fn(*args, **kwargs)`` for the next free worker; its RemoteValue."""
+        self._raise_error()
+        self._start()
+        fn = fn if isinstance(fn, Function) else Function(fn)
+        result = RemoteValue()
+        self._queue.append(_Closure(fn, tuple(args or ()), dict(kwargs or {}), result))
+        self._wake()
+        return result
+
+    async def join(self) -> None:
+        """Wait until every scheduled closure ran; raise the first error of fn, if any."""
+        self._start()
+        while self._queue or self._inflight:
+            if self._error is not None:
+                break
+            await self._wait_change()
+        self._raise_error()
+
+    def done(self) -> bool:
+        """Whether every scheduled closure ran (raises the first error of fn, if any)."""
+        self._raise_error()
+        return not self._queue and not self._inflight
+
+    async def fetch(self, val: Any) -> Any:
+        """The values of a RemoteValue, or of a structure of them."""
+        if isinstance(val, RemoteValue):
+            return await val.fetch()
+        if isinstance(val, (list, tuple)):
+            items = [await self.fetch(v) for v in val]
+            return type(val)(items) if isinstance(val, tuple) else items
+        if isinstance(val, dict):
+            return {k: await self.fetch(v) for k, v in val.items()}
+        return val
+
+    def create_per_worker_dataset(self, dataset_fn: Any) -> _PerWorkerDataset:
+        """One dataset per worker from ``dataset_fn`` (see the module header)."""
+        dataset = _PerWorkerDataset(self, dataset_fn)
+        self._datasets.append(dataset)
+        return dataset
+
+    def create_per_worker_values(self, value_fn: Callable[[], Any]) -> PerWorkerValues:
+        return PerWorkerValues([value_fn() for _ in self._devices])
+
+    @property
+    def num_workers(self) -> int:
+        return len(self._devices)
+
+    async def shutdown(self) -> None:
+        """Stop the worker loops (closures still queued are cancelled)."""
+        tasks, self._tasks = self._tasks, []
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        self._cancel_queued("the coordinator was shut down")
+        system, self._system = self._system, None
+        if system is not None:
+            await system.shutdown()
+
+    # -- the worker loops -----------------------------------------------------------------
+    def _start(self) -> None:
+        if self._tasks and not all(t.done() for t in self._tasks):
+            return
+        self._changed = asyncio.Event()
+        self._ps_lock = asyncio.Lock()
+        self._tasks = [asyncio.ensure_future(self._worker_loop(i))
+                       for i in range(len(self._devices))]
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def _wait_change(self) -> None:
+        assert self._changed is not None
+        self._changed.clear()
+        await self._changed.wait()
+
+    async def _worker_loop(self, index: int) -> None:
+        while True:
+            if not self._up[index]:
+                await self._until_back(index)
+            if not self._queue or self._error is not None:
+                await self._wait_change()
+                continue
+            closure = self._queue.popleft()
+            self._inflight += 1
+            try:
+                await self._run(index, closure)
+            finally:
+                self._inflight -= 1
+                self._wake()
+
+    async def _run(self, index: int, closure: _Closure) -> None:
+        device = self._devices[index]
+        args = tuple(_for_worker(a, index) for a in closure.args)
+        kwargs = {k: _for_worker(v, index) for k, v in closure.kwargs.items()}
+        try:
+            with _worker_index(closure, index):
+                value = await closure.fn.call_on(device, self.strategy, args, kwargs)
+        except (UnavailableError, AbortedError, FailedPreconditionError) as exc:
+            if isinstance(exc, FailedPreconditionError) and not recoverable(exc):
+                closure.result._fail(exc)
+                self._set_error(exc)
+                return
+            failed = self._failed_task(exc)
+            if isinstance(exc, FailedPreconditionError) and failed is not None \
+                    and not failed.startswith("/job:worker"):
+                # a restarted ps whose variables are not back yet
+                logger.warning("%s lost its variables (%s); restoring them", failed,
+                               exc.message)
+                await self._recover_ps(failed)
+            elif failed is None or failed.startswith("/job:worker"):
+                bad = self._devices.index(failed) if failed in self._devices else index
+                logger.warning("worker %s failed (%s); its closure goes to another worker",
+                               self._devices[bad], exc.message)
+                self._up[bad] = False
+            else:
+                logger.warning("%s failed (%s); the closure waits for it", failed, exc.message)
+                await self._recover_ps(failed)
+            self._queue.appendleft(closure)
+            return
+        except OutOfRangeError as exc:
+            closure.result._fail(exc)
+            self._set_error(exc)
+            return
+        except Exception as exc:   # an error of fn itself: reaches the user at join
+            closure.result._fail(exc)
+            self._set_error(exc)
+            return
+        closure.result._set(value)
+
+    def _failed_task(self, exc: OpError) -> str | None:
+        """The task a failure names (a worker or a ps), if any."""
+        text = f"{exc.message} {exc.task or ''}"
+        for device in self._devices + list(getattr(self.strategy, "_ps", [])):
+            if device + "/" in text + "/" or text.endswith(device):
+                return device
+        return None
+
+    def _set_error(self, exc: BaseException) -> None:
+        if self._error is None:
+            self._error = exc
+            self._cancel_queued(f"an earlier closure failed: {type(exc).__name__}: {exc}")
+        self._wake()
+
+    def _cancel_queued(self, why: str) -> None:
+        while self._queue:
+            self._queue.popleft().result._fail(CancelledError(f"closure cancelled: {why}"))
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    # -- failures -------------------------------------------------------------------------
+    async def _ping(self, task: str) -> int | None:
+        """The incarnation of ``task`` if it answers now, else None."""
+        if self._system is None:
+            self._system = await ActorSystem(client_name(), listen=False).start()
+        job, index = task.split("/")[1][4:], int(task.split(":")[-1])
+        address = self.strategy._cluster.task_address(job, index)
+        try:
+            status = await self._system.ref(parse_target(address), "worker").call(
+                "get_status", timeout=_PROBE_S * 2)
+            return int(status["incarnation"])
+        except OpError:
+            return None
+
+    async def _until_back(self, index: int) -> None:
+        device = self._devices[index]
+        while await self._ping(device) is None:
+            await asyncio.sleep(_PROBE_S)
+        logger.info("worker %s answers again: it takes closures again", device)
+        for dataset in self._datasets:
+            dataset._rebuild(index)
+        self._up[index] = True
+
+    async def _recover_ps(self, task: str) -> None:
+        assert self._ps_lock is not None
+        async with self._ps_lock:
+            while await self._ping(task) is None:
+                await asyncio.sleep(_PROBE_S)
+            await _restore_ps(self.strategy, task, self.checkpoint_dir)
+
+
+async def _restore_ps(strategy: Any, task: str, checkpoint_dir: str | None) -> None:
+    """Bring back the variables of a restarted ps: the newest good checkpoint,
+    else their initial values. Nothing to do when they are initialized."""
+    graph = get_default_graph()
+    on_task = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
+               if task in (v.device or "")]
+    if not on_task:
+        return
+    session = await session_for(graph, strategy.target)
+    with graph.as_default():
+        flags = [is_variable_initialized(v) for v in on_task]
+    if all(bool(f) for f in await session.run(flags)):
+        return
+    if checkpoint_dir:
+        with graph.as_default():
+            saver = Saver(var_list=on_task)
+        for path in ckpt.checkpoint_candidates(checkpoint_dir):
+            try:
+                await saver.restore(session, path, only_task=task)
+                logger.warning("restored %s from %s", task, path)
+                return
+            except OpError as exc:
+                logger.warning("checkpoint %s unusable for %s: %s", path, task, exc)
+    await session.run([v.initializer for v in on_task])
+    logger.warning("no checkpoint for %s: its variables start again from their initial "
+                   "values", task)
+
+
+# -- per-worker datasets ----------------------------------------------------------------------
+class _PerWorkerDataset:
+    def __init__(self, coordinator: ClusterCoordinator, dataset_fn: Any) -> None:
+        self._coordinator = coordinator
+        self._fn = dataset_fn
+        n = coordinator.num_workers
+        self._datasets = [self._make(i) for i in range(n)]
+        self._iterators: list[_PerWorkerIterator] = []
+
+    def _make(self, index: int) -> Any:
+        fn = self._fn
+        takes = len(inspect.signature(fn).parameters) if callable(fn) else 0
+        dataset = fn(InputContext(self._coordinator.num_workers, index, 1)) if takes else fn()
+        if hasattr(dataset, "_datasets"):   # a PerWorkerDataset given back
+            dataset = dataset._datasets[index]
+        return dataset
+
+    def _rebuild(self, index: int) -> None:
+        self._datasets[index] = self._make(index)
+        for it in self._iterators:
+            it._restart(index)
+
+    def __iter__(self) -> _PerWorkerIterator:
+        it = _PerWorkerIterator(self)
+        self._iterators.append(it)
+        return it
+
+    def __aiter__(self) -> Any:
+        raise TypeError("iterate a per-worker dataset with iter(); pass the iterator to "
+                        "coordinator.schedule")
+
+
+class _PerWorkerIterator:
+    """A closure argument: the running worker's iterator (see the module header)."""
+
+    def __init__(self, dataset: _PerWorkerDataset) -> None:
+        self._dataset = dataset
+        self._iters: list[Iterator[Any]] = [iter(d) for d in dataset._datasets]
+        self._spec = dataset._datasets[0].element_spec
+        self._worker: int | None = None    # set while a closure's arguments are read
+
+    def _restart(self, index: int) -> None:
+        self._iters[index] = iter(self._dataset._datasets[index])
+
+    def _function_signature(self) -> Any:
+        return ("per_worker_iterator", id(self))
+
+    def _function_placeholders(self, out: list[Any]) -> Any:
+        return _TracedIterator(self._spec, out)
+
+    def _function_leaves(self, out: list[Any]) -> None:
+        index = self._worker if self._worker is not None else 0
+        try:
+            element = next(self._iters[index])
+        except StopIteration:
+            raise OutOfRangeError(f"the dataset of {self._dataset._coordinator._devices[index]}"
+                                  " is exhausted (End of sequence)") from None
+        out.extend(_flatten(element))
+
+    def __next__(self) -> Any:
+        raise TypeError("call next() on a per-worker iterator inside the scheduled function")
+
+
+class _TracedIterator:
+    """What a traced function's ``next(iterator)`` returns: placeholders shaped by
+    the dataset's element spec (fed, per run, the running worker's next element)."""
+
+    def __init__(self, spec: Any, out: list[Any]) -> None:
+        self._spec = spec
+        self._out = out
+        self._used = False
+
+    def __iter__(self) -> _TracedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._used:
+            raise ValueError("a scheduled function may read its per-worker iterator once "
+                             "per call")
+        self._used = True
+        return _placeholders_for(self._spec, self._out)
+
+    get_next = __next__
+
+
+def _placeholders_for(spec: Any, out: list[Any]) -> Any:
+    if isinstance(spec, tuple):
+        return tuple(_placeholders_for(s, out) for s in spec)
+    if isinstance(spec, list):
+        return [_placeholders_for(s, out) for s in spec]
+    if isinstance(spec, dict):
+        return {k: _placeholders_for(spec[k], out) for k in sorted(spec)}
+    dims = spec.shape.dims
+    ph = ops.placeholder(spec.dtype, shape=None if dims is None else list(dims), name="next")
+    out.append(ph)
+    return ph
+
+
+def _flatten(element: Any) -> list[Any]:
+    if isinstance(element, (tuple, list)):
+        return [x for e in element for x in _flatten(e)]
+    if isinstance(element, dict):
+        return [x for k in sorted(element) for x in _flatten(element[k])]
+    return [element]
+
+
+def _for_worker(value: Any, index: int) -> Any:
+    return value.values[index] if isinstance(value, PerWorkerValues) else value
+
+
+@contextlib.contextmanager
+def _worker_index(closure: _Closure, index: int) -> Iterator[None]:
+    """Point the closure's per-worker arguments at worker ``index`` while it reads them."""
+    iterators = [a for a in list(closure.args) + list(closure.kwargs.values())
+                 if isinstance(a, _PerWorkerIterator)]
+    for it in iterators:
+        it._worker = index
+    try:
+        yield
+    finally:
+        for it in iterators:
+            it._worker = None

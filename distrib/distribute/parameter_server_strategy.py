@@ -1,0 +1,274 @@
+"""``ParameterServerStrategy``: TF2's parameter-server training, driven by a
+coordinator (TF's ``parameter_server_strategy_v2.py``).
+
+The program runs on the cluster's ``chief`` task (the coordinator); ``ps``
+and ``worker`` tasks run bare servers (``python -m distrib.server`` or the
+launcher). The strategy starts the chief's own server in the process (the
+master of every step), and:
+
+* variables made in its scope go round-robin to the ps tasks; with a
+  ``variable_partitioner`` a large one is split along its first axis into a
+  ``ShardedVariable`` whose shards go to different ps tasks;
+* a step is a ``dt.function`` that ``ClusterCoordinator.schedule`` runs on a
+  worker: traced once per worker under that worker's device, so its ops run
+  there and read and update the variables on the ps, asynchronously with the
+  other workers' steps, as TF's strategy does;
+* ``strategy.run(fn)`` inside such a step builds ``fn`` once (one replica per
+  worker: ``num_replicas_in_sync`` is 1), and an optimizer's
+  ``apply_gradients`` in it updates the ps variables directly.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Sequence
+
+from distrib.cluster.resolvers import ClusterResolver
+from distrib.distribute.distribute_lib import Strategy
+from distrib.distribute.local_target import set_default_target
+from distrib.distribute.mirrored_strategy import _variable_args
+from distrib.distribute.values import DistributedValues, tensor_operator
+from distrib.framework import distribution_context, dtypes
+from distrib.framework.graph import get_default_graph
+from distrib.framework.tensor_shape import TensorShape
+from distrib.ops import math_ops as ops
+from distrib.ops.array_ops import concat, slice_rows
+from distrib.ops.variables import Variable
+from distrib.server.server_lib import Server
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ParameterServerStrategy", "ShardedVariable", "FixedShardsPartitioner",
+           "MinSizePartitioner", "MaxSizePartitioner"]
+
+
+# -- partitioners (dt.distribute.experimental.partitioners) -------------------------------
+class FixedShardsPartitioner:
+    """``num_shards`` shards along axis 0 (fewer when the axis is shorter)."""
+
+    def __init__(self, num_shards: int) -> None:
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        self._num_shards = num_shards
+
+    def __call__(self, shape: Any, dtype: Any, axis: int = 0) -> list[int]:
+        dims = list(TensorShape(shape).dims or [])
+        out = [1] * len(dims)
+        if dims:
+            out[axis] = max(1, min(self._num_shards, int(dims[axis] or 1)))
+        return out
+
+
+class MinSizePartitioner:
+    """Shards of at least ``min_shard_bytes`` each, at most ``max_shards`` (TF's)."""
+
+    def __init__(self, min_shard_bytes: int = 256 << 10, max_shards: int = 1,
+                 bytes_per_string: int = 16) -> None:
+        if min_shard_bytes < 1 or max_shards < 1:
+            raise ValueError("min_shard_bytes and max_shards must be >= 1")
+        self._min_bytes = min_shard_bytes
+        self._max_shards = max_shards
+
+    def __call__(self, shape: Any, dtype: Any, axis: int = 0) -> list[int]:
+        dims = [int(d) for d in TensorShape(shape).dims or []]
+        out = [1] * len(dims)
+        if not dims:
+            return out
+        size = dtypes.as_dtype(dtype).as_numpy_dtype().itemsize
+        total = math.prod(dims) * size
+        shards = min(self._max_shards, dims[axis], max(1, total // self._min_bytes))
+        out[axis] = max(1, shards)
+        return out
+
+
+class MaxSizePartitioner:
+    """Shards of at most ``max_shard_bytes`` each (and at most ``max_shards``)."""
+
+    def __init__(self, max_shard_bytes: int, max_shards: int | None = None,
+                 bytes_per_string: int = 16) -> None:
+        if max_shard_bytes < 1:
+            raise ValueError("max_shard_bytes must be >= 1")
+        self._max_bytes = max_shard_bytes
+        self._max_shards = max_shards
+
+    def __call__(self, shape: Any, dtype: Any, axis: int = 0) -> list[int]:
+        dims = [int(d) for d in TensorShape(shape).dims or []]
+        out = [1] * len(dims)
+        if not dims:
+            return out
+        size = dtypes.as_dtype(dtype).as_numpy_dtype().itemsize
+        shards = max(1, math.ceil(math.prod(dims) * size / self._max_bytes))
+        if self._max_shards:
+            shards = min(shards, self._max_shards)
+        out[axis] = min(shards, dims[axis])
+        return out
+
+
+# -- sharded variables ----------------------------------------------------------------------
+class ShardedVariable(DistributedValues):
+    """A variable split along axis 0 into shards on different ps tasks. It reads
+    as the whole (a ``ConcatV2`` of the shards); ``variables`` are the shards
+    (what gradients and optimizers see, as in TF)."""
+
+    def __init__(self, shards: Sequence[Variable], name: str) -> None:
+        super().__init__(shards)
+        self._name = name
+
+    variables = property(lambda self: list(self._values))
+    _shards = property(lambda self: list(self._values))   # what GradientTape differentiates
+    name = property(lambda self: self._name)
+    dtype = property(lambda self: self._values[0].dtype)
+    graph = property(lambda self: self._values[0].graph)
+    trainable = property(lambda self: self._values[0].trainable)
+
+    @property
+    def shape(self) -> TensorShape:
+        rows = sum(int(v.shape.dims[0]) for v in self._values)
+        return TensorShape([rows, *self._values[0].shape.dims[1:]])
+
+    def _as_tensor(self) -> Any:
+        return concat([v._as_tensor() for v in self._values], axis=0)
+
+    def _as_graph_element(self) -> Any:
+        return self._as_tensor()
+
+    def value(self) -> Any:
+        return self._as_tensor()
+
+    read_value = value
+
+    @property
+    def initializer(self) -> Any:
+        return ops.group(*[v.initializer for v in self._values])
+
+    def assign(self, value: Any, use_locking: bool = False, name: str | None = None,
+               read_value: bool = True) -> Any:
+        value = ops.convert_to_tensor(value)
+        updates, begin = [], 0
+        for v in self._values:
+            rows = int(v.shape.dims[0])
+            updates.append(v.assign(slice_rows(value, begin, rows), read_value=False))
+            begin += rows
+        return ops.group(*updates)
+
+    def __repr__(self) -> str:
+        return f"<ShardedVariable {self._name!r} shape={self.shape} shards={len(self._values)}>"
+
+
+def _single(value: Any) -> Any:
+    if isinstance(value, DistributedValues) and not hasattr(value, "_component") \
+            and len(value.values) == 1:
+        return value.values[0]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_single(v) for v in value)
+    if isinstance(value, list):
+        return [_single(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _single(v) for k, v in value.items()}
+    return value
+
+
+# -- the strategy ---------------------------------------------------------------------------
+class ParameterServerStrategy(Strategy):
+    """``dt.distribute.ParameterServerStrategy(cluster_resolver, variable_partitioner=None)``."""
+
+    def __init__(self, cluster_resolver: ClusterResolver,
+                 variable_partitioner: Any = None) -> None:
+        cluster = cluster_resolver.cluster_spec()
+        if "ps" not in cluster.jobs or "worker" not in cluster.jobs:
+            raise ValueError("ParameterServerStrategy needs a cluster with 'ps' and 'worker' "
+                             f"jobs (and a 'chief' for the coordinator); got {cluster.jobs}")
+        super().__init__([""])
+        self.cluster_resolver = cluster_resolver
+        self._cluster = cluster
+        self._partitioner = variable_partitioner
+        self._ps = [f"/job:ps/task:{i}" for i in cluster.task_indices("ps")]
+        self._workers = [f"/job:worker/task:{i}" for i in cluster.task_indices("worker")]
+        self._next_ps = 0
+        task_type, task_id = cluster_resolver.task_type, cluster_resolver.task_id
+        self._server: Server | None = None
+        if task_type in ("chief", "worker", "ps") and task_id is not None:
+            self._server = Server(cluster, job_name=task_type, task_index=task_id)
+            set_default_target(self._server)
+        logger.info("ParameterServerStrategy: %d ps, %d workers", len(self._ps),
+                    len(self._workers))
+
+    @property
+    def target(self) -> str:
+        if self._server is None:
+            raise ValueError("this ParameterServerStrategy runs no server: give it a "
+                             "cluster_resolver whose task is the chief (TF_CONFIG's task)")
+        return self._server.target
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return 1
+
+    @property
+    def worker_devices(self) -> list[str]:
+        return list(self._workers)
+
+    def run(self, fn: Any, args: tuple = (), kwargs: dict | None = None, options: Any = None
+            ) -> Any:
+        """``fn`` built once, on the worker that runs the step (one replica per worker:
+        its outputs come back as they are, not as PerReplica values)."""
+        out = super().run(fn, args, kwargs, options)
+        return _single(out)
+
+    def _place(self) -> str:
+        device = self._ps[self._next_ps % len(self._ps)]
+        self._next_ps += 1
+        return device
+
+    def create_variable(self, *args: Any, **kwargs: Any) -> Any:
+        spec = _variable_args(args, kwargs)
+        graph = get_default_graph()
+        with distribution_context.variable_creation_paused():
+            if self._partitioner is not None:
+                sharded = self._sharded(spec, graph)
+                if sharded is not None:
+                    return sharded
+            with graph.device(self._place()):
+                return Variable(**spec)
+
+    def _sharded(self, spec: dict[str, Any], graph: Any) -> ShardedVariable | None:
+        init = spec["initial_value"]
+        if callable(init):
+            init = init()
+        init = ops.convert_to_tensor(init, dtype=spec.get("dtype"))
+        dims = init.shape.dims
+        if not dims or None in dims:
+            return None
+        parts = self._partitioner(list(dims), init.dtype)
+        n = int(parts[0]) if parts else 1
+        if n <= 1:
+            spec = dict(spec, initial_value=init)
+            with graph.device(self._place()):
+                return Variable(**spec)
+        rows = int(dims[0])
+        sizes = [rows // n + (1 if i < rows % n else 0) for i in range(n)]
+        name = spec.get("name") or "Variable"
+        shards, begin = [], 0
+        for i, size in enumerate(sizes):
+            kw = dict(spec, initial_value=slice_rows(init, begin, size), name=f"{name}/part_{i}")
+            with graph.device(self._place()):
+                shards.append(Variable(**kw))
+            begin += size
+        return ShardedVariable(shards, name)
+
+    def _reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
+        return [ops.convert_to_tensor(values[0])]
+
+    def apply_gradients_across_replicas(self, optimizer: Any, grads_and_vars: Any,
+                                        global_step: Any, name: str | None) -> Any:
+        """One replica per worker: the update goes straight to the ps variables."""
+        pairs = list(grads_and_vars.values[0] if isinstance(grads_and_vars, DistributedValues)
+                     else grads_and_vars)
+        with distribution_context.variable_creation_paused():
+            return optimizer._apply_gradients_here(pairs, global_step, name)
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__matmul__", "__rmatmul__", "__neg__",
+              "__pow__", "__rpow__", "__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(ShardedVariable, _name, tensor_operator(_name))

@@ -1,0 +1,9 @@
+"""``dt.distribute.experimental.partitioners``: how ParameterServerStrategy
+shards a large variable (TF's names)."""
+from __future__ import annotations
+
+from distrib.distribute.parameter_server_strategy import (FixedShardsPartitioner,
+                                                          MaxSizePartitioner,
+                                                          MinSizePartitioner)
+
+__all__ = ["FixedShardsPartitioner", "MinSizePartitioner", "MaxSizePartitioner"]

@@ -1,0 +1,319 @@
+"""ParameterServerStrategy with ClusterCoordinator: variables round-robin (or
+sharded) over the ps tasks, closures scheduled on whichever worker is free,
+RemoteValues, join/done, an error in fn reaching the user at join with the
+closures after it cancelled; and, with real server processes, a worker
+killed mid-schedule (every closure still runs, the restarted worker takes
+closures again) and a ps killed mid-training (restored from the checkpoint,
+training finishes).
+
+The ps and worker tasks are real servers (in this process for the fast
+tests, `python -m distrib.server` processes for the kill tests); the
+coordinator is this process, as TF's chief."""
+from __future__ import annotations
+
+import asyncio
+import os
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.distribute import def_function
+from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
+
+BOUND_S = 60
+
+
+@pytest.fixture(autouse=True)
+async def fresh_graph():
+    dt.reset_default_graph()
+    yield
+    await def_function.close_sessions()
+    dt.reset_default_graph()
+
+
+@pytest.fixture
+def in_process_cluster():
+    spec = cluster_spec(chief=1, ps=2, worker=2)
+    servers = [dt.Server(spec, job_name=j, task_index=i)
+               for j, n in (("ps", 2), ("worker", 2)) for i in range(n)]
+    try:
+        yield spec
+    finally:
+        for s in servers:
+            s.stop()
+
+
+def strategy_for(spec: dict, partitioner=None) -> dt.distribute.ParameterServerStrategy:
+    resolver = dt.distribute.cluster_resolver.SimpleClusterResolver(
+        dt.ClusterSpec(spec), task_type="chief", task_id=0)
+    return dt.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+async def stop_chief(strategy) -> None:
+    await def_function.close_sessions()
+    strategy._server.stop()
+
+
+def linear_data(n: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    return x, x @ np.array([[1.0], [2.0], [-1.0], [0.5]], np.float32)
+
+
+def linear_model(strategy, lr: float = 0.1):
+    with strategy.scope():
+        w = dt.Variable(np.zeros((4, 1), np.float32), name="w")
+        b = dt.Variable(np.zeros(1, np.float32), name="b")
+        opt = dt.train.GradientDescentOptimizer(lr)
+
+    @dt.function
+    def step(iterator):
+        def replica_fn(inputs):
+            x, y = inputs
+            with dt.GradientTape() as tape:
+                loss = dt.reduce_mean(dt.square(dt.matmul(x, w) + b - y))
+            grads = tape.gradient(loss, [w, b])
+            opt.apply_gradients(zip(grads, [w, b]))
+            return loss
+        return strategy.run(replica_fn, args=(next(iterator),))
+    return (w, b), step
+
+
+async def test_variables_go_round_robin_and_closures_train_the_model(in_process_cluster) -> None:
+    strategy = strategy_for(in_process_cluster)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        (w, b), step = linear_model(strategy)
+        assert w.device.startswith("/job:ps/task:0") and b.device.startswith("/job:ps/task:1")
+        x, y = linear_data()
+        it = iter(coord.create_per_worker_dataset(
+            lambda: dt.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()))
+        async with asyncio.timeout(BOUND_S):
+            results = [coord.schedule(step, args=(it,)) for _ in range(120)]
+            assert not coord.done() or all(r.done() for r in results)
+            await coord.join()
+            assert coord.done()
+            losses = [float(await r.fetch()) for r in results]
+            assert losses[-1] < 1e-3 < losses[0]
+            assert await coord.fetch(results[-1]) == losses[-1]
+
+            @dt.function
+            def read():
+                return w.read_value()
+            with strategy.scope():
+                got = await read()
+        np.testing.assert_allclose(got.ravel(), [1.0, 2.0, -1.0, 0.5], atol=1e-2)
+        assert step.experimental_get_tracing_count() == 2   # one trace per worker
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+
+
+async def test_an_error_in_fn_reaches_join_and_cancels_what_was_queued(in_process_cluster) -> None:
+    strategy = strategy_for(in_process_cluster)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        with strategy.scope():
+            v = dt.Variable(0.0, name="v")
+
+        @dt.function
+        def ok():
+            return v.assign_add(1.0)
+
+        @dt.function
+        def bad():
+            return dt.reshape(dt.constant([1.0, 2.0, 3.0]), [2, 2])   # fails when it runs
+
+        async with asyncio.timeout(BOUND_S):
+            first = [coord.schedule(ok) for _ in range(5)]
+            await coord.join()
+            failing = coord.schedule(bad)
+            later = [coord.schedule(ok) for _ in range(50)]
+            with pytest.raises(dt.errors.InvalidArgumentError):
+                await coord.join()
+            with pytest.raises(dt.errors.InvalidArgumentError):
+                await failing.fetch()
+            cancelled = 0
+            for r in later:
+                try:
+                    await r.fetch()
+                except dt.errors.CancelledError:
+                    cancelled += 1
+            assert cancelled >= 1            # those still queued when bad failed
+            assert coord.done()              # the error was raised once, at join
+            again = coord.schedule(ok)       # and the coordinator goes on
+            await coord.join()
+            assert float(await again.fetch()) >= 6.0
+            assert sorted([float(await r.fetch()) for r in first]) == [1.0, 2.0, 3.0, 4.0, 5.0]
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+
+
+async def test_each_worker_reads_its_own_dataset_and_values(in_process_cluster) -> None:
+    strategy = strategy_for(in_process_cluster)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+
+        def dataset_fn(ctx: dt.distribute.InputContext):
+            return dt.data.Dataset.from_tensors(
+                np.array([ctx.input_pipeline_id], np.int32)).repeat()
+        it = iter(coord.create_per_worker_dataset(dataset_fn))
+
+        @dt.function
+        def which(iterator):
+            return next(iterator)
+
+        async with asyncio.timeout(BOUND_S):
+            results = [coord.schedule(which, args=(it,)) for _ in range(40)]
+            await coord.join()
+            seen = {int((await r.fetch())[0]) for r in results}
+        assert seen <= {0, 1} and seen   # each closure read the dataset of its own worker
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+
+
+async def test_a_partitioner_shards_a_large_variable_over_the_ps_tasks(in_process_cluster) -> None:
+    strategy = strategy_for(in_process_cluster,
+                            dt.distribute.experimental.partitioners.FixedShardsPartitioner(2))
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        with strategy.scope():
+            emb = dt.Variable(np.arange(10, dtype=np.float32).reshape(5, 2), name="emb")
+            opt = dt.train.GradientDescentOptimizer(1.0)
+        assert isinstance(emb, dt.distribute.ShardedVariable)
+        shards = emb.variables
+        assert [s.shape.as_list() for s in shards] == [[3, 2], [2, 2]]
+        assert {s.device.split("/device")[0] for s in shards} == {"/job:ps/task:0",
+                                                                  "/job:ps/task:1"}
+
+        @dt.function
+        def step():
+            def replica_fn():
+                with dt.GradientTape() as tape:
+                    loss = dt.reduce_sum(emb * 1.0)
+                grads = tape.gradient(loss, emb)
+                opt.apply_gradients([(grads, emb)])
+                return dt.reduce_sum(emb)
+            return strategy.run(replica_fn)
+
+        async with asyncio.timeout(BOUND_S):
+            r = coord.schedule(step)
+            await coord.join()
+            await r.fetch()
+
+            @dt.function
+            def read():
+                return emb.read_value()
+            with strategy.scope():
+                got = await read()
+        np.testing.assert_allclose(got, np.arange(10, dtype=np.float32).reshape(5, 2) - 1.0)
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+
+
+# -- failures, with real server processes ----------------------------------------------------
+@pytest.fixture
+def process_cluster(tmp_path):
+    spec = cluster_spec(chief=1, ps=1, worker=2)
+    cfg = write_cluster(tmp_path, spec)
+    env = {"DISTRIB_HEARTBEAT_S": "0.3"}
+    procs = {("ps", 0): cli_task(cfg, "ps", 0, **env),
+             ("worker", 0): cli_task(cfg, "worker", 0, **env),
+             ("worker", 1): cli_task(cfg, "worker", 1, **env)}
+    try:
+        yield spec, cfg, procs, env
+    finally:
+        for p in procs.values():
+            p.stop()
+
+
+@pytest.mark.slow
+async def test_a_killed_worker_loses_no_closure_and_comes_back(process_cluster,
+                                                               monkeypatch) -> None:
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
+    spec, cfg, procs, env = process_cluster
+    strategy = strategy_for(spec)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        with strategy.scope():
+            runs = dt.Variable(np.zeros(2, np.float32), name="runs")   # closures run, per worker
+
+        def dataset_fn(ctx):
+            onehot = np.eye(2, dtype=np.float32)[ctx.input_pipeline_id]
+            return dt.data.Dataset.from_tensors(onehot).repeat()
+        it = iter(coord.create_per_worker_dataset(dataset_fn))
+
+        @dt.function
+        def count(iterator):
+            return runs.assign_add(next(iterator))
+
+        async with asyncio.timeout(BOUND_S):
+            results = [coord.schedule(count, args=(it,)) for _ in range(60)]
+            while sum(r.done() for r in results) < 10:
+                await asyncio.sleep(0.01)
+            procs[("worker", 1)].kill()                       # kill -9, mid-schedule
+            await coord.join()
+            assert all(r.done() for r in results)
+            for r in results:
+                await r.fetch()                               # every closure ran
+            before = await _read(strategy, runs)
+            assert before.sum() >= 60
+            procs[("worker", 1)] = cli_task(cfg, "worker", 1, **env)   # it comes back
+            more = [coord.schedule(count, args=(it,)) for _ in range(200)]
+            await coord.join()
+            after = await _read(strategy, runs)
+        assert after.sum() >= before.sum() + 200
+        assert after[1] > before[1]                           # worker 1 took closures again
+        assert all(r.done() for r in more)
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+
+
+@pytest.mark.slow
+async def test_a_killed_ps_is_restored_from_the_checkpoint_and_training_finishes(
+        process_cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
+    spec, cfg, procs, env = process_cluster
+    logdir = str(tmp_path / "ckpt")
+    strategy = strategy_for(spec)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy, checkpoint_dir=logdir)
+        (w, b), step = linear_model(strategy, lr=0.05)
+        x, y = linear_data()
+        it = iter(coord.create_per_worker_dataset(
+            lambda: dt.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()))
+        async with asyncio.timeout(BOUND_S):
+            for _ in range(40):
+                coord.schedule(step, args=(it,))
+            await coord.join()
+            session = await def_function.session_for(dt.get_default_graph(), strategy.target)
+            with dt.get_default_graph().as_default():
+                saver = dt.train.Saver()
+            await saver.save(session, os.path.join(logdir, "model.ckpt"), global_step=40)
+            saved = await _read(strategy, w)
+            procs[("ps", 0)].kill()                            # kill -9 of the only ps
+            procs[("ps", 0)] = cli_task(cfg, "ps", 0, **env)   # restarted, empty
+            results = [coord.schedule(step, args=(it,)) for _ in range(80)]
+            await coord.join()
+            losses = [float(await r.fetch()) for r in results]
+            got = await _read(strategy, w)
+        assert np.isfinite(losses).all() and losses[-1] < 0.05
+        # restored from the checkpoint (not from zeros), then trained on
+        assert np.abs(got - saved).max() < np.abs(saved).max()
+        np.testing.assert_allclose(got.ravel(), [1.0, 2.0, -1.0, 0.5], atol=0.1)
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+
+
+async def _read(strategy, var) -> np.ndarray:
+    @dt.function
+    def read():
+        return var.read_value()
+    with strategy.scope():
+        return await read()
