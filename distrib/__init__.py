@@ -74,7 +74,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # dt.train loads on first use: it pulls in the optimizers, Saver and Supervisor
-    if name in ("train", "distribute"):
+    if name in ("train", "distribute", "keras"):
         import importlib
         mod = importlib.import_module(f"distrib.{name}")
         globals()[name] = mod

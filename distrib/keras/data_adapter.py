@@ -1,0 +1,199 @@
+"""What ``fit``/``evaluate``/``predict`` iterate: the user's input as batches.
+
+Two kinds of input, as in Keras:
+
+* **Arrays** (``x`` and ``y`` numpy, or anything ``np.asarray`` takes): cut
+  into batches of ``batch_size`` rows (32 by default), reshuffled every epoch
+  when ``shuffle`` (a permutation of the rows, seeded from ``dt.set_random_seed``
+  when set, so every worker of a multi-worker strategy draws the same one).
+  Without a strategy the batches are sliced straight from the arrays (a view
+  when not shuffled): no per-element work, since ``fit``'s per-step overhead
+  is what keeps it as fast as a hand-written loop. Float64 arrays become
+  float32 (Keras' floatx), as Keras' adapters do.
+* **A ``dt.data.Dataset``** of batches ``(x, y)`` (or ``x``), iterated anew
+  each epoch.
+
+Under a strategy, ``distribute=True`` hands the batches to
+``strategy.experimental_distribute_dataset``: each global batch is split
+between the replicas (and workers) as TF splits it, and a step gets
+``PerReplica`` values. ``steps`` is the steps per epoch (``None`` when the
+dataset cannot tell); with ``steps_per_epoch`` one iterator runs across the
+epochs, as Keras does, and an input that runs dry ends the training with a
+warning.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Iterator
+
+import numpy as np
+
+from distrib.data import Dataset
+from distrib.data.pipeline import INFINITE
+from distrib.distribute.input_lib import DistributedDataset
+from distrib.distribute.values import DistributedValues
+from distrib.framework.graph import get_default_graph
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DataHandler", "unpack", "batch_rows", "split_validation"]
+
+
+def unpack(data: Any) -> tuple[Any, Any]:
+    """``(x, y)`` of one element: ``(x, y)``, ``(x,)`` or ``x``; y may be None."""
+    if isinstance(data, tuple) and not hasattr(data, "_fields"):
+        if len(data) == 1:
+            return data[0], None
+        if len(data) == 2:
+            return data[0], data[1]
+        if len(data) == 3:
+            raise NotImplementedError("sample weights (a third element) are not supported "
+                                      "by dt.keras; give (x, y) elements")
+    return data, None
+
+
+def batch_rows(x: Any) -> int:
+    """The rows in a batch's ``x`` (all replicas' for a PerReplica)."""
+    if isinstance(x, DistributedValues):
+        return sum(batch_rows(v) for v in x.values)
+    if isinstance(x, (list, tuple)) and x:
+        return batch_rows(x[0])
+    if isinstance(x, dict) and x:
+        return batch_rows(next(iter(x.values())))
+    return int(np.shape(x)[0]) if np.ndim(x) else 1
+
+
+def _as_array(value: Any, name: str) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype == np.float64:
+        array = array.astype(np.float32)
+    if array.ndim == 0:
+        raise ValueError(f"`{name}` must hold one row per example; got a scalar")
+    return array
+
+
+def split_validation(x: Any, y: Any, fraction: float) -> tuple[Any, Any, tuple[Any, Any]]:
+    """Keras' ``validation_split``: the last ``fraction`` of the rows (before shuffling)."""
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation_split must be between 0 and 1, got {fraction}")
+    if isinstance(x, Dataset):
+        raise ValueError("`validation_split` is only supported for numpy arrays; pass "
+                         "validation_data with a dataset")
+    x, y = _as_array(x, "x"), _as_array(y, "y")
+    cut = int(math.floor(len(x) * (1.0 - fraction)))
+    if cut == 0 or cut == len(x):
+        raise ValueError(f"validation_split={fraction} leaves no rows on one side of "
+                         f"{len(x)} examples")
+    return x[:cut], y[:cut], (x[cut:], y[cut:])
+
+
+class _ArrayBatches:
+    """Batches of arrays, a new permutation per epoch when shuffling."""
+
+    def __init__(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int | None
+                 ) -> None:
+        self.x = _as_array(x, "x")
+        self.y = None if y is None else _as_array(y, "y")
+        if self.y is not None and len(self.y) != len(self.x):
+            raise ValueError(f"Data cardinality is ambiguous: x sizes: {len(self.x)}, "
+                             f"y sizes: {len(self.y)}. Make sure all arrays contain the same "
+                             "number of samples.")
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self._rng = np.random.default_rng(seed)
+        self._order: np.ndarray | None = None
+        self.num_batches = max(1, -(-len(self.x) // batch_size)) if len(self.x) else 0
+
+    def new_epoch(self) -> None:
+        self._order = self._rng.permutation(len(self.x)) if self.shuffle else None
+
+    def batch(self, i: Any) -> Any:
+        i = int(i)
+        lo, hi = i * self.batch_size, min((i + 1) * self.batch_size, len(self.x))
+        rows = slice(lo, hi) if self._order is None else self._order[lo:hi]
+        return (self.x[rows],) if self.y is None else (self.x[rows], self.y[rows])
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.num_batches):
+            yield self.batch(i)
+
+    def dataset(self) -> Dataset:
+        return Dataset.range(self.num_batches).map(self.batch)
+
+
+class DataHandler:
+    """One call's input: ``epoch()`` gives the batches of the next epoch."""
+
+    def __init__(self, x: Any, y: Any = None, batch_size: int | None = None,
+                 shuffle: bool = False, steps_per_epoch: int | None = None,
+                 strategy: Any = None, distribute: bool = False) -> None:
+        self._strategy = strategy if distribute else None
+        self._arrays: _ArrayBatches | None = None
+        self._source: Any
+        if isinstance(x, (Dataset, DistributedDataset)):
+            if y is not None:
+                raise ValueError("`y` argument is not supported when using a dataset as "
+                                 "input: the dataset's elements are (x, y)")
+            if batch_size is not None:
+                raise ValueError("`batch_size` is not supported with a dataset as input: "
+                                 "the dataset is batched already")
+            self._source = x
+            if isinstance(x, Dataset) and self._strategy is not None:
+                self._source = self._strategy.experimental_distribute_dataset(x)
+            steps = _dataset_steps(x)
+        else:
+            if x is None:
+                raise ValueError("fit/evaluate/predict need input data: x (and y), or a "
+                                 "dt.data.Dataset")
+            size = 32 if batch_size is None else int(batch_size)
+            if size <= 0:
+                raise ValueError(f"batch_size must be positive, got {batch_size}")
+            self._arrays = _ArrayBatches(x, y, size, shuffle, _shuffle_seed(strategy))
+            self._source = self._arrays if self._strategy is None else \
+                self._strategy.experimental_distribute_dataset(self._arrays.dataset())
+            steps = self._arrays.num_batches
+        if steps == INFINITE and steps_per_epoch is None:
+            raise ValueError("When passing an infinitely repeating dataset, you must specify "
+                             "how many steps to draw per epoch (steps_per_epoch=...)")
+        self._per_epoch = steps_per_epoch is not None
+        self.steps: int | None = int(steps_per_epoch) if self._per_epoch else \
+            (steps if steps >= 0 else None)
+        self._iterator: Iterator[Any] | None = None
+        self.exhausted = False
+
+    @property
+    def first_x(self) -> Any:
+        """An x batch's array, to build the model from (arrays only; else None)."""
+        return None if self._arrays is None else self._arrays.x[:1]
+
+    def epoch(self) -> Iterator[Any]:
+        """The next epoch's batches (``steps`` of them when steps_per_epoch is set)."""
+        if self._arrays is not None:
+            self._arrays.new_epoch()
+        if not self._per_epoch:
+            yield from self._source
+            return
+        if self._iterator is None:
+            self._iterator = iter(self._source)
+        for _ in range(self.steps or 0):
+            try:
+                yield next(self._iterator)
+            except StopIteration:
+                self.exhausted = True
+                logger.warning("Your input ran out of data; interrupting training. Make sure "
+                               "that your dataset can generate at least `steps_per_epoch * "
+                               "epochs` batches (use .repeat()).")
+                return
+
+
+def _dataset_steps(x: Any) -> int:
+    """The dataset's batches per epoch; -2 (unknown) for a distributed one."""
+    return int(x.cardinality()) if isinstance(x, Dataset) else -2
+
+
+def _shuffle_seed(strategy: Any) -> int | None:
+    seed = get_default_graph().seed
+    if seed is None and strategy is not None and strategy.extended.experimental_between_graph:
+        return 0   # every worker must draw the same permutation of the global batches
+    return seed

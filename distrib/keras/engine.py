@@ -1,0 +1,192 @@
+"""The traced steps of ``fit``/``evaluate``/``predict`` and the loops that run them.
+
+Keras' ``train_function``, on this runtime: one ``dt.function`` per model,
+traced once per batch shape, so a step is one call, one ``session.run``,
+with no graph building after the first (a short last batch traces once more).
+
+* **Train step.** Under a strategy: ``strategy.run`` of the replica step
+  (forward with ``training=True``, the loss, ``tape.gradient``,
+  ``optimizer.apply_gradients``, which sums the gradients over the replicas)
+  and one ``strategy.reduce(SUM)`` of the step's statistics; without one, the
+  replica step itself. The loss a replica differentiates is Keras':
+  ``SUM_OVER_BATCH_SIZE`` (and ``AUTO``) is the mean over the replica's rows
+  divided by the replicas in sync (Keras' ``scale_loss_for_distribution``),
+  so the summed gradient is the global batch's mean gradient; ``SUM`` (and
+  ``NONE``, whose per-example values TF differentiates as their sum) is the
+  plain sum.
+* **Statistics in the same fetch.** The step returns one small vector:
+  ``[sum of the per-example losses, rows, sum of each metric's values]``,
+  summed over replicas (one reduce, one collective across workers). The
+  client adds the vectors up (``EpochStats``): Keras' running means without
+  metric variables or another round trip.
+* **Evaluate and predict** run on one replica's device of this worker (every
+  copy of a mirrored variable is equal), not split across replicas: no
+  collectives, so a worker may validate or predict on its own.
+
+``training_loop_for(strategy)`` picks how steps are driven: ``SyncLoop``
+(awaits each step in turn) for no strategy and the synchronous ones
+(Mirrored, CentralStorage, MultiWorkerMirrored). A strategy whose steps are
+scheduled elsewhere (ParameterServerStrategy with a ClusterCoordinator)
+needs its own loop class here, taking the same traced train function;
+until one exists ``fit`` refuses it with ``UnimplementedError``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from distrib.distribute.collective_strategy import MultiWorkerMirroredStrategy
+from distrib.distribute.cross_device_ops import ReduceOp
+from distrib.distribute.def_function import Function, function
+from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
+from distrib.errors import UnimplementedError
+from distrib.framework.graph import Tensor
+from distrib.keras.data_adapter import batch_rows, unpack
+from distrib.keras.losses import Reduction
+from distrib.ops import math_ops as ops
+from distrib.ops.array_ops import concat
+from distrib.ops.backprop import GradientTape
+
+__all__ = ["StepFunctions", "EpochStats", "SyncLoop", "training_loop_for"]
+
+SYNC_STRATEGIES = (MirroredStrategy, CentralStorageStrategy, MultiWorkerMirroredStrategy)
+
+
+class StepFunctions:
+    """The model's three traced steps, made on first use."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._train: Function | None = None
+        self._test: Function | None = None
+        self._predict: Function | None = None
+
+    # -- the functions ----------------------------------------------------------------------
+    def train_function(self) -> Function:
+        if self._train is None:
+            model = self._model
+            strategy = model.distribute_strategy
+
+            def train_step(data: Any) -> Tensor:
+                x, y = unpack(data)
+                if strategy is None:
+                    return self._train_replica(x, y, 1)
+                per_replica = strategy.run(self._train_replica,
+                                           args=(x, y, strategy.num_replicas_in_sync))
+                return strategy.reduce(ReduceOp.SUM, per_replica, axis=None)
+            self._train = function(train_step)
+        return self._train
+
+    def test_function(self) -> Function:
+        if self._test is None:
+            def test_step(data: Any) -> Tensor:
+                x, y = unpack(data)
+                y_pred = self._model(x, training=False)
+                return self._loss_and_stats(y, y_pred, 1)[1]
+            self._test = function(test_step)
+        return self._test
+
+    def predict_function(self) -> Function:
+        if self._predict is None:
+            def predict_step(data: Any) -> Tensor:
+                x, _ = unpack(data)
+                return self._model(x, training=False)
+            self._predict = function(predict_step)
+        return self._predict
+
+    # -- the pieces -------------------------------------------------------------------------
+    def _train_replica(self, x: Any, y: Any, replicas: int) -> Tensor:
+        model = self._model
+        with GradientTape() as tape:
+            y_pred = model(x, training=True)
+            loss, stats = self._loss_and_stats(y, y_pred, replicas)
+        variables = model.trainable_variables
+        grads = tape.gradient(loss, variables)
+        model.optimizer.apply_gradients(zip(grads, variables))
+        return stats
+
+    def _loss_and_stats(self, y: Any, y_pred: Tensor, replicas: int) -> tuple[Tensor, Tensor]:
+        """The loss to differentiate and the statistics vector (module header)."""
+        model = self._model
+        if y is None:
+            raise ValueError("the data has no targets (y): fit and evaluate need (x, y)")
+        per_example = model.loss.per_example(y, y_pred)
+        total = ops.reduce_sum(per_example)
+        rows = ops.reduce_sum(ops.ones_like(per_example))
+        if model.loss.reduction in (Reduction.SUM, Reduction.NONE):
+            loss = total
+        else:
+            loss = total / ops.maximum(rows, 1.0)
+            if replicas > 1:
+                loss = loss * (1.0 / replicas)
+        parts = [total, rows] + [ops.reduce_sum(m.values(y, y_pred))
+                                 for m in model.compiled_metrics]
+        stats = concat([ops.reshape(ops.cast(p, "float32"), [1]) for p in parts], 0)
+        return loss, stats
+
+
+class EpochStats:
+    """Running totals of one epoch's (or evaluation's) step statistics."""
+
+    def __init__(self, model: Any) -> None:
+        self._metrics = list(model.compiled_metrics)
+        self._by_sum = model.loss.reduction == Reduction.SUM
+        self.totals = np.zeros(2 + len(self._metrics), np.float64)
+        self.steps = 0
+        self.examples = 0
+
+    def add(self, stats: Any, examples: int) -> None:
+        self.totals += np.asarray(stats, np.float64)
+        self.steps += 1
+        self.examples += examples
+
+    def logs(self, prefix: str = "") -> dict[str, float]:
+        """``{'loss': ..., <metric>: ...}``: the loss as the compiled loss reduces it
+        (a mean over examples; SUM: the mean batch sum), metrics as means."""
+        rows = self.totals[1]
+        if self._by_sum:
+            loss = self.totals[0] / max(self.steps, 1)
+        else:
+            loss = self.totals[0] / rows if rows else 0.0
+        out = {prefix + "loss": float(loss)}
+        for i, metric in enumerate(self._metrics):
+            metric.reset_state()
+            metric.update_totals(self.totals[2 + i], rows)
+            out[prefix + metric.name] = metric.result()
+        return out
+
+
+class SyncLoop:
+    """Drives synchronous steps: each step is awaited before the next starts."""
+
+    async def run_epoch(self, train_function: Function, batches: Iterator[Any],
+                        stats: EpochStats, callbacks: Any, stop: Callable[[], bool],
+                        before_first: Callable[[Any], Any] | None = None) -> None:
+        """Run the epoch's steps; ``before_first(batch)`` (awaited) precedes the
+        first, ``stop()`` ends the epoch early (``model.stop_training``)."""
+        begin = callbacks.wants("on_train_batch_begin")
+        end = callbacks.wants("on_train_batch_end")
+        for step, batch in enumerate(batches):
+            if before_first is not None:
+                await before_first(batch)
+                before_first = None
+            if begin:
+                await callbacks.call("on_train_batch_begin", step, None)
+            stats.add(await train_function(batch), batch_rows(unpack(batch)[0]))
+            if end:
+                await callbacks.call("on_train_batch_end", step, stats.logs())
+            if stop():
+                break
+
+
+def training_loop_for(strategy: Any) -> SyncLoop:
+    """The loop that runs ``fit``'s steps under ``strategy`` (see the module header)."""
+    if strategy is None or isinstance(strategy, SYNC_STRATEGIES):
+        return SyncLoop()
+    raise UnimplementedError(
+        f"Model.fit does not support {type(strategy).__name__} yet: dt.keras trains under "
+        "no strategy, MirroredStrategy, CentralStorageStrategy and "
+        "MultiWorkerMirroredStrategy. Write the step as a dt.function and run it yourself "
+        "under this strategy (see examples/custom_loop.py)")
+

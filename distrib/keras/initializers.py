@@ -1,0 +1,212 @@
+"""``dt.keras.initializers``: the starting values of layer weights (Keras' names,
+arguments and defaults).
+
+An initializer is called with a shape and a dtype and returns what
+``dt.Variable`` takes as its initial value. Uniform and normal draws are graph
+ops (``RandomUniform``/``RandomStandardNormal``), so a large kernel costs no
+bytes in the GraphDef and the variable's initializer draws it on the server;
+truncated normals (``TruncatedNormal``, ``GlorotNormal``, ``HeNormal``,
+``LecunNormal``) have no op here and are drawn with numpy in the client (a
+constant in the graph). Either way a given ``seed`` gives the same values on
+every run, and an unseeded initializer takes the next seed of the graph's
+sequence when ``dt.set_random_seed`` set one (``backend.derived_seed``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from distrib.framework import dtypes
+from distrib.keras import backend
+from distrib.ops import math_ops as ops
+
+__all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomNormal", "RandomUniform",
+           "TruncatedNormal", "VarianceScaling", "GlorotUniform", "GlorotNormal", "HeNormal",
+           "HeUniform", "LecunNormal", "LecunUniform", "get"]
+
+
+def _fans(shape: tuple[int, ...]) -> tuple[float, float]:
+    if len(shape) == 0:
+        return 1.0, 1.0
+    if len(shape) == 1:
+        return float(shape[0]), float(shape[0])
+    receptive = float(np.prod(shape[:-2])) if len(shape) > 2 else 1.0
+    return shape[-2] * receptive, shape[-1] * receptive
+
+
+class Initializer:
+    """Base class: ``initializer(shape, dtype)`` gives an initial value."""
+
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        raise NotImplementedError
+
+    def get_config(self) -> dict[str, Any]:
+        return {}
+
+
+class Zeros(Initializer):
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        return ops.zeros(list(shape), dtype=dtypes.as_dtype(dtype or backend.floatx()))
+
+
+class Ones(Initializer):
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        return ops.ones(list(shape), dtype=dtypes.as_dtype(dtype or backend.floatx()))
+
+
+class Constant(Initializer):
+    def __init__(self, value: Any = 0) -> None:
+        self.value = value
+
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        np_dtype = dtypes.as_dtype(dtype or backend.floatx()).as_numpy_dtype
+        return np.broadcast_to(np.asarray(self.value, dtype=np_dtype), tuple(shape)).copy()
+
+    def get_config(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+
+class RandomUniform(Initializer):
+    def __init__(self, minval: float = -0.05, maxval: float = 0.05, seed: int | None = None
+                 ) -> None:
+        self.minval, self.maxval, self.seed = minval, maxval, seed
+
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        return ops.random_uniform(list(shape), self.minval, self.maxval,
+                                  dtype=dtype or backend.floatx(),
+                                  seed=backend.derived_seed(self.seed))
+
+    def get_config(self) -> dict[str, Any]:
+        return {"minval": self.minval, "maxval": self.maxval, "seed": self.seed}
+
+
+class RandomNormal(Initializer):
+    def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: int | None = None) -> None:
+        self.mean, self.stddev, self.seed = mean, stddev, seed
+
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        return ops.random_normal(list(shape), self.mean, self.stddev,
+                                 dtype=dtype or backend.floatx(),
+                                 seed=backend.derived_seed(self.seed))
+
+    def get_config(self) -> dict[str, Any]:
+        return {"mean": self.mean, "stddev": self.stddev, "seed": self.seed}
+
+
+def _truncated_normal(shape: Any, mean: float, stddev: float, seed: int | None,
+                      dtype: Any) -> np.ndarray:
+    """Normal draws, those beyond two standard deviations drawn again (TF's rule)."""
+    rng = np.random.default_rng(seed)
+    out = rng.standard_normal(tuple(shape))
+    bad = np.abs(out) > 2.0
+    while bad.any():
+        out[bad] = rng.standard_normal(int(bad.sum()))
+        bad = np.abs(out) > 2.0
+    np_dtype = dtypes.as_dtype(dtype or backend.floatx()).as_numpy_dtype
+    return (out * stddev + mean).astype(np_dtype)
+
+
+class TruncatedNormal(Initializer):
+    def __init__(self, mean: float = 0.0, stddev: float = 0.05, seed: int | None = None
+                 ) -> None:
+        self.mean, self.stddev, self.seed = mean, stddev, seed
+
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        return _truncated_normal(shape, self.mean, self.stddev,
+                                 backend.derived_seed(self.seed), dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"mean": self.mean, "stddev": self.stddev, "seed": self.seed}
+
+
+class VarianceScaling(Initializer):
+    """Draws with variance ``scale / n`` (n: fan_in, fan_out or their mean)."""
+
+    def __init__(self, scale: float = 1.0, mode: str = "fan_in",
+                 distribution: str = "truncated_normal", seed: int | None = None) -> None:
+        if scale <= 0.0:
+            raise ValueError(f"Argument `scale` must be positive float. Received: {scale}")
+        if mode not in ("fan_in", "fan_out", "fan_avg"):
+            raise ValueError(f"Invalid `mode` argument: {mode!r}; use fan_in, fan_out or "
+                             "fan_avg")
+        if distribution not in ("truncated_normal", "untruncated_normal", "uniform"):
+            raise ValueError(f"Invalid `distribution` argument: {distribution!r}; use "
+                             "truncated_normal, untruncated_normal or uniform")
+        self.scale, self.mode, self.distribution, self.seed = scale, mode, distribution, seed
+
+    def __call__(self, shape: Any, dtype: Any = None) -> Any:
+        fan_in, fan_out = _fans(tuple(shape))
+        n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}
+        scale = self.scale / max(1.0, n[self.mode])
+        seed = backend.derived_seed(self.seed)
+        if self.distribution == "uniform":
+            limit = math.sqrt(3.0 * scale)
+            return ops.random_uniform(list(shape), -limit, limit,
+                                      dtype=dtype or backend.floatx(), seed=seed)
+        if self.distribution == "untruncated_normal":
+            return ops.random_normal(list(shape), 0.0, math.sqrt(scale),
+                                     dtype=dtype or backend.floatx(), seed=seed)
+        # the stddev of a unit normal truncated at two standard deviations
+        return _truncated_normal(shape, 0.0, math.sqrt(scale) / 0.87962566103423978, seed,
+                                 dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"scale": self.scale, "mode": self.mode, "distribution": self.distribution,
+                "seed": self.seed}
+
+
+class GlorotUniform(VarianceScaling):
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(1.0, "fan_avg", "uniform", seed)
+
+
+class GlorotNormal(VarianceScaling):
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(1.0, "fan_avg", "truncated_normal", seed)
+
+
+class HeNormal(VarianceScaling):
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(2.0, "fan_in", "truncated_normal", seed)
+
+
+class HeUniform(VarianceScaling):
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(2.0, "fan_in", "uniform", seed)
+
+
+class LecunNormal(VarianceScaling):
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(1.0, "fan_in", "truncated_normal", seed)
+
+
+class LecunUniform(VarianceScaling):
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(1.0, "fan_in", "uniform", seed)
+
+
+_BY_NAME: dict[str, type[Initializer]] = {
+    "zeros": Zeros, "ones": Ones, "constant": Constant, "random_normal": RandomNormal,
+    "random_uniform": RandomUniform, "truncated_normal": TruncatedNormal,
+    "glorot_uniform": GlorotUniform, "glorot_normal": GlorotNormal, "he_normal": HeNormal,
+    "he_uniform": HeUniform, "lecun_normal": LecunNormal, "lecun_uniform": LecunUniform,
+    "variance_scaling": VarianceScaling}
+
+
+def get(identifier: Any) -> Any:
+    """An initializer for a name (``'glorot_uniform'``, ``'zeros'`` ...), an
+    Initializer, or a function ``(shape, dtype) -> value``."""
+    if isinstance(identifier, Initializer) or (callable(identifier)
+                                               and not isinstance(identifier, type)):
+        return identifier
+    if isinstance(identifier, type) and issubclass(identifier, Initializer):
+        return identifier()
+    if isinstance(identifier, str):
+        key = identifier if identifier in _BY_NAME else backend.snake_case(identifier)
+        if key in _BY_NAME:
+            return _BY_NAME[key]()
+    raise ValueError(f"Could not interpret initializer identifier: {identifier!r}; use one of "
+                     f"{sorted(_BY_NAME)} or a dt.keras.initializers object")
+

@@ -1,0 +1,274 @@
+"""``dt.keras.layers``: ``Layer`` and the layers the seeds use: ``Dense``,
+``Flatten``, ``Dropout``, ``Activation`` (Keras' names, arguments, defaults).
+
+A layer builds its weights the first time it is called on an input of known
+last dimension (or when a model builds it from ``input_shape=``), as
+``dt.Variable``\\ s named ``<layer>/<weight>`` at the graph's root scope
+(``dense/kernel``), whatever scope the call is traced in. In a strategy's
+scope, or with the strategy of the model that owns the layer, they are that
+strategy's variables (MirroredVariables under the mirrored strategies). Layer
+names come from a per-process counter per class (``dense``, ``dense_1`` ...,
+``backend.unique_name``), so two layers never share a variable.
+
+Calling a layer builds graph ops (this runtime traces; ``dt.function`` runs
+them). Float inputs are cast to the layer's dtype (float32), as Keras'
+autocasting does, so float64 numpy data works unchanged. ``training`` reaches
+every layer of a model: ``Dropout`` drops only when it is True.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from distrib.framework import distribution_context, dtypes
+from distrib.framework.graph import Tensor, get_default_graph
+from distrib.keras import activations, backend, initializers
+from distrib.ops import math_ops as ops
+from distrib.ops import nn
+from distrib.ops.variables import Variable
+
+__all__ = ["Layer", "Dense", "Flatten", "Dropout", "Activation"]
+
+
+def _shape_tuple(shape: Any) -> tuple[int | None, ...]:
+    dims = getattr(shape, "dims", shape)
+    return tuple(None if d is None else int(getattr(d, "value", d)) for d in dims)
+
+
+class Layer:
+    """``dt.keras.layers.Layer(trainable=True, name=None, dtype=None, input_shape=None)``.
+
+    Subclasses implement ``build(input_shape)`` (``add_weight`` ...) and
+    ``call(inputs, training=None)``.
+    """
+
+    def __init__(self, trainable: bool = True, name: str | None = None, dtype: Any = None,
+                 input_shape: Sequence[int | None] | None = None,
+                 batch_input_shape: Sequence[int | None] | None = None,
+                 input_dim: int | None = None, **kwargs: Any) -> None:
+        if kwargs:
+            raise TypeError(f"Keyword argument(s) not understood: {sorted(kwargs)}")
+        self.name = name or backend.unique_name(backend.snake_case(type(self).__name__))
+        self.trainable = bool(trainable)
+        self.dtype = dtypes.as_dtype(dtype or backend.floatx()).name
+        if input_shape is None and input_dim is not None:
+            input_shape = (input_dim,)
+        if input_shape is not None:
+            batch_input_shape = (None, *tuple(input_shape))
+        self.batch_input_shape = None if batch_input_shape is None else tuple(batch_input_shape)
+        self.built = False
+        self._weights: list[tuple[Any, bool, str]] = []   # (variable, trainable, name)
+        self._strategy: Any = None    # the owning model's strategy (set by the model)
+        self._graph: Any = None       # the graph the weights live in
+        self._takes_training = "training" in inspect.signature(self.call).parameters
+
+    # -- weights -------------------------------------------------------------------------
+    @property
+    def weights(self) -> list[Any]:
+        return self.trainable_weights + self.non_trainable_weights
+
+    @property
+    def trainable_weights(self) -> list[Any]:
+        return [v for v, t, _ in self._weights if t and self.trainable]
+
+    @property
+    def non_trainable_weights(self) -> list[Any]:
+        return [v for v, t, _ in self._weights if not (t and self.trainable)]
+
+    def weight_names(self) -> dict[int, str]:
+        """``{id(weight): its name in the layer}`` (``kernel``, ``bias`` ...)."""
+        return {id(v): name for v, _, name in self._weights}
+
+    variables = property(lambda self: self.weights)
+    trainable_variables = property(lambda self: self.trainable_weights)
+    non_trainable_variables = property(lambda self: self.non_trainable_weights)
+
+    def add_weight(self, name: str, shape: Sequence[int], dtype: Any = None,
+                   initializer: Any = None, trainable: bool = True, **kwargs: Any) -> Any:
+        """A new weight ``<layer name>/<name>`` of ``shape``, from ``initializer``
+        (glorot_uniform for floats, as Keras), in the owning strategy's scope."""
+        dtype = dtypes.as_dtype(dtype or self.dtype)
+        init = initializers.get(initializer if initializer is not None else
+                                ("glorot_uniform" if dtype.is_floating else "zeros"))
+        shape = tuple(int(d) for d in shape)
+        graph = self._graph if self._graph is not None else get_default_graph()
+        self._graph = graph
+        with self._strategy_scope(), graph.as_default(), graph.name_scope(None), \
+                graph.name_scope(self.name + "/"):
+            var = Variable(lambda: init(shape, dtype), name=name, trainable=trainable,
+                           dtype=dtype, **kwargs)
+        self._weights.append((var, bool(trainable), name))
+        return var
+
+    @contextlib.contextmanager
+    def _strategy_scope(self) -> Iterator[None]:
+        if self._strategy is None or distribution_context.strategy() is not None:
+            yield
+            return
+        with self._strategy.scope():
+            yield
+
+    def count_params(self) -> int:
+        return sum(int(math.prod(v.shape.as_list())) for v in self.weights)
+
+    # -- building and calling ------------------------------------------------------------
+    def build(self, input_shape: Any) -> None:
+        self.built = True
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        return inputs
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        return _shape_tuple(input_shape)
+
+    def _maybe_build(self, input_shape: Any) -> None:
+        if not self.built:
+            self.build(_shape_tuple(input_shape))
+            self.built = True
+
+    def __call__(self, inputs: Any, training: Any = None, **kwargs: Any) -> Any:
+        graph = self._graph if self._graph is not None else get_default_graph()
+        with graph.as_default():
+            x = self._cast_input(inputs)
+            self._maybe_build(x.shape)
+            with graph.name_scope(self.name):
+                if self._takes_training:
+                    return self.call(x, training=bool(training), **kwargs)
+                return self.call(x, **kwargs)
+
+    def _cast_input(self, inputs: Any) -> Tensor:
+        if isinstance(inputs, Tensor) or hasattr(inputs, "_as_tensor"):
+            x = ops.convert_to_tensor(inputs)
+        else:   # numpy or Python values: floats become this layer's dtype
+            array = np.asarray(inputs)
+            if array.dtype.kind == "f":
+                array = array.astype(dtypes.as_dtype(self.dtype).as_numpy_dtype)
+            x = ops.convert_to_tensor(array)
+        if x.dtype.is_floating and x.dtype.name != self.dtype:
+            x = ops.cast(x, self.dtype)
+        return x
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name}, built={self.built}>"
+
+
+class Dense(Layer):
+    """``Dense(units, activation=None, use_bias=True, kernel_initializer='glorot_uniform',
+    bias_initializer='zeros', ...)``: ``activation(inputs @ kernel + bias)``."""
+
+    def __init__(self, units: int, activation: Any = None, use_bias: bool = True,
+                 kernel_initializer: Any = "glorot_uniform", bias_initializer: Any = "zeros",
+                 kernel_regularizer: Any = None, bias_regularizer: Any = None,
+                 activity_regularizer: Any = None, kernel_constraint: Any = None,
+                 bias_constraint: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        units = int(units) if not isinstance(units, bool) else 0
+        if units <= 0:
+            raise ValueError(f"Received an invalid value for `units`, expected a positive "
+                             f"integer. Received: units={units}")
+        unsupported = {k: v for k, v in (("kernel_regularizer", kernel_regularizer),
+                                         ("bias_regularizer", bias_regularizer),
+                                         ("activity_regularizer", activity_regularizer),
+                                         ("kernel_constraint", kernel_constraint),
+                                         ("bias_constraint", bias_constraint)) if v is not None}
+        if unsupported:
+            raise NotImplementedError(f"Dense: {sorted(unsupported)} are not supported by "
+                                      "dt.keras; leave them None")
+        self.units = units
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = initializers.get(kernel_initializer)
+        self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel: Any = None
+        self.bias: Any = None
+
+    def build(self, input_shape: Any) -> None:
+        shape = _shape_tuple(input_shape)
+        if not shape or shape[-1] is None:
+            raise ValueError(f"The last dimension of the inputs to a Dense layer should be "
+                             f"defined. Found None. Full input shape received: {shape}")
+        self.kernel = self.add_weight("kernel", (shape[-1], self.units),
+                                      initializer=self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.units,), initializer=self.bias_initializer)
+        self.built = True
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        shape = _shape_tuple(inputs.shape)
+        x = inputs
+        if len(shape) != 2:   # applied on the last axis, as Keras' tensordot
+            if any(d is None for d in shape[1:]):
+                raise ValueError(f"Dense on inputs of rank {len(shape)} needs every dimension "
+                                 f"but the first known; got {shape}")
+            x = ops.reshape(x, [-1, shape[-1]])
+        y = ops.matmul(x, self.kernel)
+        if self.use_bias:
+            y = nn.bias_add(y, self.bias)
+        if len(shape) != 2:
+            y = ops.reshape(y, [-1, *shape[1:-1], self.units])
+        return self.activation(y)
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        return (*_shape_tuple(input_shape)[:-1], self.units)
+
+
+class Flatten(Layer):
+    """``Flatten()``: every dimension but the first folded into one."""
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        shape = _shape_tuple(inputs.shape)
+        if any(d is None for d in shape[1:]):
+            raise ValueError(f"Flatten needs every dimension but the first known; got {shape}")
+        return ops.reshape(inputs, [-1, int(math.prod(shape[1:]))])
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        shape = _shape_tuple(input_shape)
+        return (shape[0], int(math.prod(shape[1:])))
+
+
+class Dropout(Layer):
+    """``Dropout(rate, noise_shape=None, seed=None)``: while training, each value
+    is zeroed with probability ``rate`` and the rest scaled by ``1 / (1 - rate)``;
+    outside training the inputs pass unchanged."""
+
+    def __init__(self, rate: float, noise_shape: Sequence[int | None] | None = None,
+                 seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) <= 1.0:
+            raise ValueError(f"Invalid value received for argument `rate`. Expected a float "
+                             f"value between 0 and 1. Received: rate={rate}")
+        self.rate = float(rate)
+        self.noise_shape = None if noise_shape is None else tuple(noise_shape)
+        self.seed = seed
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        if not training or self.rate == 0.0:
+            return inputs
+        shape = _shape_tuple(inputs.shape)
+        noise = self.noise_shape or shape
+        noise = tuple(s if n is None else n for n, s in zip(noise, shape))
+        if any(d is None for d in noise):
+            raise ValueError(f"Dropout while training needs the input's shape known, got "
+                             f"{shape}: run the model in a dt.function (it traces with the "
+                             "batch's shape) or pass noise_shape")
+        if self.rate == 1.0:
+            return ops.zeros_like(inputs)
+        draw = ops.random_uniform(list(noise), dtype=inputs.dtype,
+                                  seed=backend.derived_seed(self.seed, inputs.graph))
+        keep = ops.cast(ops.greater_equal(draw, self.rate), inputs.dtype)
+        return inputs * keep * (1.0 / (1.0 - self.rate))
+
+
+class Activation(Layer):
+    """``Activation('relu')``: an activation function as a layer."""
+
+    def __init__(self, activation: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.activation = activations.get(activation)
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        return self.activation(inputs)

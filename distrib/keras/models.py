@@ -1,0 +1,101 @@
+"""``dt.keras.Sequential``: a plain stack of layers, each feeding the next.
+
+``Sequential([Dense(1, input_shape=(1,))])`` builds its weights at once when
+the first layer gives an input shape (in the strategy scope open then, as
+Keras does); otherwise on the first call, ``fit``, ``evaluate`` or
+``predict``, from the data's shape. Every layer is owned by the model: it
+takes the model's graph and strategy, and a layer name appears once per model.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable, Sequence
+
+from distrib.keras.layers import Layer
+from distrib.keras.training import Model
+
+__all__ = ["Sequential"]
+
+
+class Sequential(Model):
+    """``Sequential(layers=None, name=None)``."""
+
+    def __init__(self, layers: Sequence[Layer] | None = None, name: str | None = None,
+                 trainable: bool = True) -> None:
+        super().__init__(name=name, trainable=trainable)
+        self._stack: list[Layer] = []
+        for layer in layers or []:
+            self.add(layer)
+
+    @property
+    def layers(self) -> list[Layer]:
+        return list(self._stack)
+
+    def add(self, layer: Layer) -> None:
+        """Append ``layer`` (built at once when the input shape is known)."""
+        if not isinstance(layer, Layer):
+            raise TypeError(f"The added layer must be an instance of class Layer. Received: "
+                            f"layer={layer!r} of type {type(layer)}.")
+        if any(other.name == layer.name for other in self._stack):
+            raise ValueError(f"All layers added to a Sequential model should have unique "
+                             f"names. Name {layer.name!r} is already the name of a layer in "
+                             "this model. Update the `name` argument to pass a unique name.")
+        self._adopt(layer)
+        self._stack.append(layer)
+        first = self._stack[0].batch_input_shape
+        if first is not None:
+            self.build(first)
+
+    def pop(self) -> Layer:
+        if not self._stack:
+            raise TypeError("There are no layers in the model.")
+        return self._stack.pop()
+
+    def build(self, input_shape: Any = None) -> None:
+        """Build every layer, each from the previous one's output shape."""
+        shape = input_shape or (self._stack[0].batch_input_shape if self._stack else None)
+        if shape is None:
+            raise ValueError("You must provide an `input_shape` argument (or give the first "
+                             "layer input_shape=...) to build a Sequential model")
+        with self.function_scope():
+            for layer in self._stack:
+                self._adopt(layer)
+                layer._maybe_build(shape)
+                shape = layer.compute_output_shape(shape)
+        self.built = True
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        x = inputs
+        for layer in self._stack:
+            x = layer(x, training=training)
+        return x
+
+    def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
+        shape = tuple(input_shape)
+        for layer in self._stack:
+            shape = layer.compute_output_shape(shape)
+        return shape
+
+    def summary(self, print_fn: Callable[[str], Any] | None = None) -> None:
+        """A table of the layers, their output shapes and parameter counts."""
+        write = print_fn or (lambda line: sys.stdout.write(line + "\n"))
+        rows = [("Layer (type)", "Output Shape", "Param #")]
+        shape = self._stack[0].batch_input_shape if self._stack else None
+        for layer in self._stack:
+            shape = layer.compute_output_shape(shape) if shape is not None else None
+            rows.append((f"{layer.name} ({type(layer).__name__})",
+                         str(shape) if shape is not None else "?",
+                         str(layer.count_params())))
+        widths = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
+        rule = "─" * sum(widths)
+        write(f'Model: "{self.name}"')
+        write(rule)
+        for i, row in enumerate(rows):
+            write("".join(cell.ljust(w) for cell, w in zip(row, widths)))
+            write(rule if i == 0 or i == len(rows) - 1 else "")
+        trainable = sum(int(math.prod(v.shape.as_list()))
+                        for v in self.trainable_weights)
+        write(f" Total params: {self.count_params()}")
+        write(f" Trainable params: {trainable}")
+        write(f" Non-trainable params: {self.count_params() - trainable}")

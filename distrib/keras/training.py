@@ -1,0 +1,353 @@
+"""``dt.keras.Model``: compile, fit, evaluate, predict, weights (Keras' API, async).
+
+A model is a ``Layer`` made of layers (``Sequential`` lists them; a subclass
+assigns them as attributes, which are tracked in order). It belongs to the
+graph it was made in and to the strategy whose scope was open when it was
+made or compiled (``distribute_strategy``, as Keras records it): its
+variables are built in that scope, and every step it runs (``fit`` ...,
+``save_weights``) runs in that scope on that strategy's target
+(``function_scope``). Compiling in another strategy's scope than the one the
+weights were made in is refused, as in Keras.
+
+``fit``, ``evaluate``, ``predict``, ``save_weights``, ``load_weights``,
+``get_weights`` and ``set_weights`` are coroutines (``await model.fit(...)``):
+every one of them runs steps on a server. ``fit`` returns a ``History``; its
+progress bar, callbacks and return values are Keras'; see ``engine.py`` for
+how a step runs and ``data_adapter.py`` for the inputs.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from distrib.distribute.values import local_results
+from distrib.framework import distribution_context
+from distrib.framework.graph import get_default_graph
+from distrib.keras import losses as losses_mod
+from distrib.keras import metrics as metrics_mod
+from distrib.keras import optimizers as optimizers_mod
+from distrib.keras.callbacks import BackupAndRestore, CallbackList, History, ProgbarLogger
+from distrib.keras.data_adapter import DataHandler, batch_rows, split_validation, unpack
+from distrib.keras.engine import EpochStats, StepFunctions, training_loop_for
+from distrib.keras.layers import Layer
+from distrib.keras.saving import StateIO
+
+__all__ = ["Model"]
+
+
+class Model(Layer):
+    """``dt.keras.Model(name=None)``: see the module header."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.__dict__.setdefault("_tracked", [])   # a subclass may assign layers first
+        super().__init__(*args, **kwargs)
+        self._strategy = distribution_context.strategy()
+        self._graph = get_default_graph()
+        self.optimizer: Any = None
+        self.loss: Any = None
+        self.compiled_metrics: list[metrics_mod.Metric] = []
+        self._optimizer_id: Any = None
+        self.stop_training = False
+        self.history: History | None = None
+        self._steps = StepFunctions(self)
+        self.state_io = StateIO(self)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, Layer) and not name.startswith("_") and \
+                value not in self.__dict__.get("_tracked", ()):
+            self.__dict__.setdefault("_tracked", []).append(value)
+        super().__setattr__(name, value)
+
+    # -- structure ------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[Layer]:
+        return list(self._tracked)
+
+    @property
+    def distribute_strategy(self) -> Any:
+        """The strategy the model's variables belong to (None: no strategy)."""
+        return self._strategy
+
+    def _adopt(self, layer: Layer) -> None:
+        layer._strategy = self._strategy
+        layer._graph = self._graph
+
+    def _all_weights(self, which: str) -> list[Any]:
+        out: list[Any] = []
+        seen: set[int] = set()
+        for layer in self.layers:
+            for v in getattr(layer, which):
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    out.append(v)
+        if which == "trainable_weights" or which == "weights":
+            out += [v for v, t, _ in self._weights if (t or which == "weights")
+                    and id(v) not in seen]
+        return out
+
+    @property
+    def weights(self) -> list[Any]:
+        return self.trainable_weights + self.non_trainable_weights
+
+    @property
+    def trainable_weights(self) -> list[Any]:
+        return self._all_weights("trainable_weights") if self.trainable else []
+
+    @property
+    def non_trainable_weights(self) -> list[Any]:
+        if not self.trainable:
+            return self._all_weights("weights")
+        return self._all_weights("non_trainable_weights")
+
+    trainable_variables = property(lambda self: self.trainable_weights)
+    non_trainable_variables = property(lambda self: self.non_trainable_weights)
+    variables = property(lambda self: self.weights)
+
+    @contextlib.contextmanager
+    def function_scope(self) -> Iterator[None]:
+        """The model's graph and strategy scope: where its steps are traced and run."""
+        with self._graph.as_default():
+            if self._strategy is not None and distribution_context.strategy() is None:
+                with self._strategy.scope():
+                    yield
+            else:
+                yield
+
+    def build(self, input_shape: Any) -> None:
+        for layer in self.layers:
+            self._adopt(layer)
+        self.built = True
+
+    def __call__(self, inputs: Any, training: Any = None, **kwargs: Any) -> Any:
+        for layer in self.layers:
+            if layer._graph is None:
+                self._adopt(layer)
+        return super().__call__(inputs, training=training, **kwargs)
+
+    # -- compile ----------------------------------------------------------------------------
+    def compile(self, optimizer: Any = "rmsprop", loss: Any = None, metrics: Any = None,
+                loss_weights: Any = None, weighted_metrics: Any = None,
+                run_eagerly: Any = None, steps_per_execution: Any = None,
+                jit_compile: Any = None, **kwargs: Any) -> None:
+        """``compile(optimizer, loss, metrics)`` with Keras' strings or objects."""
+        if loss_weights is not None or weighted_metrics is not None:
+            raise NotImplementedError("compile(loss_weights=..., weighted_metrics=...) are "
+                                      "not supported by dt.keras (one output, one loss)")
+        if kwargs:
+            raise TypeError(f"Invalid keyword argument(s) in `compile()`: {sorted(kwargs)}")
+        self._adopt_strategy(distribution_context.strategy())
+        if loss is None:
+            raise ValueError("compile needs a loss: a name ('mse', "
+                             "'sparse_categorical_crossentropy' ...) or a dt.keras.losses "
+                             "object")
+        self.loss = losses_mod.get(loss)
+        self._optimizer_id = optimizer
+        self.optimizer = None if optimizer == "rmsprop" else optimizers_mod.get(optimizer)
+        if self.optimizer is not None:
+            self.optimizer.build_for(self._strategy)
+        if isinstance(metrics, (str, metrics_mod.Metric)) or callable(metrics):
+            metrics = [metrics]
+        self.compiled_metrics = [metrics_mod.get(m, self.loss) for m in (metrics or [])]
+        self._steps = StepFunctions(self)
+
+    def _adopt_strategy(self, strategy: Any) -> None:
+        if strategy is None or strategy is self._strategy:
+            return
+        if self.weights:
+            raise ValueError(
+                f"the model's variables were made outside {type(strategy).__name__}'s scope "
+                "and cannot be used in it: create the model (and compile it) inside "
+                "`with strategy.scope():`")
+        self._strategy = strategy
+        for layer in self.layers:
+            self._adopt(layer)
+
+    def _check_compiled(self, need_optimizer: bool) -> None:
+        if self.loss is None:
+            raise RuntimeError("You must compile your model before training/testing. Use "
+                               "`model.compile(optimizer, loss)`.")
+        if need_optimizer and self.optimizer is None:
+            optimizers_mod.get(self._optimizer_id)   # raises, saying what is available
+
+    # -- fit ------------------------------------------------------------------------------
+    async def fit(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                  epochs: int = 1, verbose: Any = "auto", callbacks: Sequence[Any] | None = None,
+                  validation_split: float = 0.0, validation_data: Any = None,
+                  shuffle: bool = True, class_weight: Any = None, sample_weight: Any = None,
+                  initial_epoch: int = 0, steps_per_epoch: int | None = None,
+                  validation_steps: int | None = None, validation_batch_size: int | None = None,
+                  validation_freq: int = 1) -> History:
+        """Train for ``epochs`` epochs; returns the ``History`` of losses and metrics."""
+        self._check_compiled(need_optimizer=True)
+        if class_weight is not None or sample_weight is not None:
+            raise NotImplementedError("class_weight and sample_weight are not supported by "
+                                      "dt.keras")
+        loop = training_loop_for(self._strategy)
+        if validation_split and validation_data is None:
+            x, y, validation_data = split_validation(x, y, validation_split)
+        with self.function_scope():
+            data = DataHandler(x, y, batch_size, shuffle, steps_per_epoch, self._strategy,
+                               distribute=True)
+            self._build_for(data)
+            self.optimizer.iterations   # made now, in the model's scope
+        history = History()
+        verbose = 1 if verbose == "auto" else int(verbose)
+        stats_box: list[EpochStats] = []
+        extra = [ProgbarLogger(verbose=verbose, examples=lambda: stats_box[-1].examples)] \
+            if verbose else []
+        cbs = CallbackList([*(callbacks or []), *extra, history], self,
+                           {"epochs": epochs, "steps": data.steps, "verbose": verbose,
+                            "mode": "fit"})
+        self.stop_training = False
+        await cbs.call("on_train_begin", None)
+        for cb in cbs.callbacks:
+            if isinstance(cb, BackupAndRestore) and cb.resume_from_epoch is not None:
+                initial_epoch = max(initial_epoch, cb.resume_from_epoch)
+        train_function = self._steps.train_function()
+        logs: dict[str, float] = {}
+        for epoch in range(initial_epoch, epochs):
+            stats = EpochStats(self)
+            stats_box.append(stats)
+            await cbs.call("on_epoch_begin", epoch, None)
+            with self.function_scope():
+                await loop.run_epoch(train_function, data.epoch(), stats, cbs,
+                                     lambda: self.stop_training,
+                                     before_first=self._prepare_first_step)
+            logs = stats.logs()
+            if validation_data is not None and (epoch + 1) % validation_freq == 0:
+                logs.update(await self._validate(validation_data, validation_batch_size
+                                                 or batch_size, validation_steps))
+            await cbs.call("on_epoch_end", epoch, logs)
+            if self.stop_training or data.exhausted:
+                break
+        await cbs.call("on_train_end", logs)
+        return history
+
+    def _build_for(self, data: DataHandler) -> None:
+        if not self.built and data.first_x is not None:
+            self.build((None, *data.first_x.shape[1:]))
+
+    async def _prepare_first_step(self, batch: Any) -> None:
+        """Trace the train step before its first run, then assign the optimizer
+        state a restore found before the optimizer's slots existed."""
+        if self.state_io.pending:
+            self._steps.train_function().get_concrete_function(batch)
+            await self.state_io.apply_pending()
+
+    async def _validate(self, validation_data: Any, batch_size: int | None,
+                        steps: int | None) -> dict[str, float]:
+        if isinstance(validation_data, tuple):
+            vx, vy = unpack(validation_data)
+        else:   # a dataset of (x, y) batches
+            vx, vy, batch_size = validation_data, None, None
+        stats = await self._run_test(DataHandler(vx, vy, batch_size, False, steps,
+                                                 self._strategy), None)
+        return stats.logs("val_")
+
+    # -- evaluate / predict ---------------------------------------------------------------------
+    async def evaluate(self, x: Any = None, y: Any = None, batch_size: int | None = None,
+                       verbose: Any = "auto", sample_weight: Any = None,
+                       steps: int | None = None, callbacks: Sequence[Any] | None = None,
+                       return_dict: bool = False) -> Any:
+        """The loss (and metrics) over the data: a float, a list, or a dict."""
+        self._check_compiled(need_optimizer=False)
+        if sample_weight is not None:
+            raise NotImplementedError("sample_weight is not supported by dt.keras")
+        verbose = 1 if verbose == "auto" else int(verbose)
+        with self.function_scope():
+            data = DataHandler(x, y, batch_size, False, steps, self._strategy)
+            self._build_for(data)
+        cbs = self._callbacks(callbacks, verbose, data, "evaluate")
+        await cbs.call("on_test_begin", None)
+        stats = await self._run_test(data, cbs)
+        logs = stats.logs()
+        await cbs.call("on_test_end", logs)
+        if return_dict:
+            return logs
+        values = [logs["loss"], *(logs[m.name] for m in self.compiled_metrics)]
+        return values[0] if len(values) == 1 else values
+
+    async def _run_test(self, data: DataHandler, cbs: CallbackList | None) -> EpochStats:
+        stats = EpochStats(self)
+        test_function = self._steps.test_function()
+        with self.function_scope():
+            for step, batch in enumerate(data.epoch()):
+                stats.add(await test_function(batch), batch_rows(unpack(batch)[0]))
+                if cbs is not None and cbs.wants("on_test_batch_end"):
+                    await cbs.call("on_test_batch_end", step, stats.logs())
+        return stats
+
+    async def predict(self, x: Any, batch_size: int | None = None, verbose: Any = "auto",
+                      steps: int | None = None, callbacks: Sequence[Any] | None = None
+                      ) -> np.ndarray:
+        """The model's outputs for ``x``, one row per example (numpy)."""
+        verbose = 1 if verbose == "auto" else int(verbose)
+        with self.function_scope():
+            data = DataHandler(x, None, batch_size, False, steps, self._strategy)
+            self._build_for(data)
+        cbs = self._callbacks(callbacks, verbose, data, "predict")
+        await cbs.call("on_predict_begin", None)
+        predict_function = self._steps.predict_function()
+        outputs = []
+        with self.function_scope():
+            for step, batch in enumerate(data.epoch()):
+                outputs.append(np.asarray(await predict_function(batch)))
+                if cbs.wants("on_predict_batch_end"):
+                    await cbs.call("on_predict_batch_end", step, {})
+        await cbs.call("on_predict_end", {})
+        if not outputs:
+            raise ValueError("Unexpected result of `predict_function` (Empty batch_outputs). "
+                             "Please use `Model.compile(..., run_eagerly=True)`, or "
+                             "`tf.data.Dataset` with at least one element.")
+        return np.concatenate(outputs, axis=0)
+
+    def _callbacks(self, callbacks: Sequence[Any] | None, verbose: int, data: DataHandler,
+                   mode: str) -> CallbackList:
+        extra = [ProgbarLogger(verbose=verbose)] if verbose else []
+        return CallbackList([*(callbacks or []), *extra], self,
+                            {"epochs": 1, "steps": data.steps, "verbose": verbose,
+                             "mode": mode})
+
+    # -- weights ----------------------------------------------------------------------------
+    async def get_weights(self) -> list[np.ndarray]:
+        """The weights' values (the first copy of each), in ``weights`` order."""
+        state = {str(i): [v] for i, v in enumerate(self.weights)}
+        values = await self.state_io.read(state)
+        return [values[str(i)] for i in range(len(state))]
+
+    async def set_weights(self, weights: Sequence[Any]) -> None:
+        """Set every weight (every copy of it) from a list in ``weights`` order."""
+        mine = self.weights
+        if len(weights) != len(mine):
+            raise ValueError(f"You called `set_weights(weights)` on layer {self.name!r} with "
+                             f"a weight list of length {len(weights)}, but the layer was "
+                             f"expecting {len(mine)} weights.")
+        state = {str(i): list(local_results(v)) for i, v in enumerate(mine)}
+        await self.state_io.assign(state, {str(i): w for i, w in enumerate(weights)})
+
+    async def save_weights(self, filepath: str, overwrite: bool = True,
+                           save_format: Any = None, options: Any = None) -> str | None:
+        """Write the weights and the optimizer's state to ``filepath`` (distrib's
+        checkpoint format); returns the path (None on a non-chief worker)."""
+        if not overwrite and os.path.exists(filepath):
+            raise FileExistsError(f"{filepath} exists and overwrite=False")
+        return await self.state_io.save(filepath)
+
+    async def load_weights(self, filepath: str, skip_mismatch: bool = False,
+                           by_name: bool = False, options: Any = None) -> None:
+        """Set the weights (and the optimizer's state, when saved) from ``filepath``
+        or the newest checkpoint of the folder ``filepath``."""
+        if by_name or skip_mismatch:
+            raise NotImplementedError("load_weights(by_name=True / skip_mismatch=True) is not "
+                                      "supported by dt.keras")
+        if not self.built:
+            raise ValueError("Unable to load weights saved in this format into a subclassed "
+                             "model which has not created its variables yet. Call the model "
+                             "first (or build it), then load the weights.")
+        await self.state_io.load(filepath)
+
+    def count_params(self) -> int:
+        return sum(int(np.prod(v.shape.as_list())) for v in self.weights)
