@@ -221,6 +221,11 @@ class ClusterCoordinator:
             self._inflight += 1
             try:
                 await self._run(index, closure)
+            except Exception as exc:   # recovering failed (a restore, say): the user hears of it
+                logger.error("closure on %s failed while recovering: %s", self._devices[index],
+                             exc)
+                closure.result._fail(exc)
+                self._set_error(exc)
             finally:
                 self._inflight -= 1
                 self._wake()
@@ -303,8 +308,13 @@ class ClusterCoordinator:
 
     async def _until_back(self, index: int) -> None:
         device = self._devices[index]
+        waited = 0.0
         while await self._ping(device) is None:
             await asyncio.sleep(_PROBE_S)
+            waited += _PROBE_S
+            if waited % 30 < _PROBE_S:   # never silent: say whom the queue waits for
+                logger.warning("worker %s has not answered for %.0fs; %d closure(s) queued "
+                               "for the other workers", device, waited, len(self._queue))
         logger.info("worker %s answers again: it takes closures again", device)
         for dataset in self._datasets:
             dataset._rebuild(index)
