@@ -41,6 +41,7 @@ import collections
 import contextlib
 import inspect
 import logging
+import weakref
 from typing import Any, Callable, Iterator
 
 from distrib.client.session import parse_target
@@ -124,7 +125,8 @@ class ClusterCoordinator:
         self._up = [True] * len(self._devices)
         self._tasks: list[asyncio.Task] = []
         self._changed: asyncio.Event | None = None
-        self._datasets: list[_PerWorkerDataset] = []
+        self._datasets: weakref.WeakSet[_PerWorkerDataset] = weakref.WeakSet()   # (rebuilt
+        # when a worker comes back; a dataset nobody holds any more is let go)
         self._system: ActorSystem | None = None
         self._ps_lock: asyncio.Lock | None = None
         strategy._coordinator = self
@@ -169,7 +171,7 @@ class ClusterCoordinator:
     def create_per_worker_dataset(self, dataset_fn: Any) -> _PerWorkerDataset:
         """One dataset per worker from ``dataset_fn`` (see the module header)."""
         dataset = _PerWorkerDataset(self, dataset_fn)
-        self._datasets.append(dataset)
+        self._datasets.add(dataset)
         return dataset
 
     def create_per_worker_values(self, value_fn: Callable[[], Any]) -> PerWorkerValues:
@@ -316,7 +318,7 @@ class ClusterCoordinator:
                 logger.warning("worker %s has not answered for %.0fs; %d closure(s) queued "
                                "for the other workers", device, waited, len(self._queue))
         logger.info("worker %s answers again: it takes closures again", device)
-        for dataset in self._datasets:
+        for dataset in list(self._datasets):
             dataset._rebuild(index)
         self._up[index] = True
 
@@ -363,7 +365,7 @@ class _PerWorkerDataset:
         self._fn = dataset_fn
         n = coordinator.num_workers
         self._datasets = [self._make(i) for i in range(n)]
-        self._iterators: list[_PerWorkerIterator] = []
+        self._iterators: weakref.WeakSet[_PerWorkerIterator] = weakref.WeakSet()
 
     def _make(self, index: int) -> Any:
         fn = self._fn
@@ -375,12 +377,12 @@ class _PerWorkerDataset:
 
     def _rebuild(self, index: int) -> None:
         self._datasets[index] = self._make(index)
-        for it in self._iterators:
+        for it in list(self._iterators):
             it._restart(index)
 
     def __iter__(self) -> _PerWorkerIterator:
         it = _PerWorkerIterator(self)
-        self._iterators.append(it)
+        self._iterators.add(it)
         return it
 
     def __aiter__(self) -> Any:
@@ -401,7 +403,9 @@ class _PerWorkerIterator:
         self._iters[index] = iter(self._dataset._datasets[index])
 
     def _function_signature(self) -> Any:
-        return ("per_worker_iterator", id(self))
+        # by what it yields: a step traced for one iterator serves every iterator of
+        # the same element spec (a second fit), and a freed one's id is never reused
+        return ("per_worker_iterator", repr(self._spec))
 
     def _function_placeholders(self, out: list[Any]) -> Any:
         return _TracedIterator(self._spec, out)

@@ -1,12 +1,13 @@
 """``dt.keras``: a small Keras on the graph runtime: ``Sequential``, ``Dense``,
 ``Flatten``, ``Dropout``, compile/fit/evaluate/predict, callbacks and weight
-checkpoints, under no strategy or any synchronous strategy. Re-exports only."""
+checkpoints, under no strategy, any synchronous strategy or ParameterServerStrategy
+(``fit`` through a ClusterCoordinator). Re-exports only."""
 from __future__ import annotations
 
 from distrib.keras import (activations, backend, callbacks, initializers, layers, losses,
-                           metrics, optimizers)
+                           metrics, optimizers, utils)
 from distrib.keras.models import Sequential
 from distrib.keras.training import Model
 
 __all__ = ["Sequential", "Model", "activations", "backend", "callbacks", "initializers",
-           "layers", "losses", "metrics", "optimizers"]
+           "layers", "losses", "metrics", "optimizers", "utils"]

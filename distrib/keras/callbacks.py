@@ -71,6 +71,12 @@ class Callback:
     def on_predict_batch_begin(self, batch: int, logs: Any = None) -> Any: ...
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> Any: ...
 
+    def _implements_train_batch_hooks(self) -> bool:
+        """Whether this callback needs ``on_train_batch_begin/end`` (fit under
+        ParameterServerStrategy refuses such callbacks, as TF does)."""
+        return _overrides(self, "on_train_batch_begin") or \
+            _overrides(self, "on_train_batch_end")
+
 
 def _overrides(callback: Callback, hook: str) -> bool:
     return getattr(type(callback), hook, None) is not getattr(Callback, hook) or \
@@ -203,6 +209,9 @@ class ModelCheckpoint(Callback):
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch = epoch
+
+    def _implements_train_batch_hooks(self) -> bool:
+        return self.save_freq != "epoch"
 
     async def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         if isinstance(self.save_freq, int):

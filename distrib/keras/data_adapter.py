@@ -12,6 +12,10 @@ Two kinds of input, as in Keras:
   float32 (Keras' floatx), as Keras' adapters do.
 * **A ``dt.data.Dataset``** of batches ``(x, y)`` (or ``x``), iterated anew
   each epoch.
+* **A ``dt.keras.utils.experimental.DatasetCreator``** (``utils.py``): its
+  function makes the dataset (per process, through
+  ``strategy.distribute_datasets_from_function`` under a strategy);
+  ``steps_per_epoch`` is required, as in Keras.
 
 Under a strategy, ``distribute=True`` hands the batches to
 ``strategy.experimental_distribute_dataset``: each global batch is split
@@ -31,13 +35,15 @@ import numpy as np
 
 from distrib.data import Dataset
 from distrib.data.pipeline import INFINITE
-from distrib.distribute.input_lib import DistributedDataset
+from distrib.distribute.input_lib import (DistributedDataset, DistributedDatasetsFromFunction,
+                                          InputContext)
 from distrib.distribute.values import DistributedValues
 from distrib.framework.graph import get_default_graph
+from distrib.keras.utils import DatasetCreator
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DataHandler", "unpack", "batch_rows", "split_validation"]
+__all__ = ["DataHandler", "unpack", "batch_rows", "split_validation", "as_array"]
 
 
 def unpack(data: Any) -> tuple[Any, Any]:
@@ -64,7 +70,7 @@ def batch_rows(x: Any) -> int:
     return int(np.shape(x)[0]) if np.ndim(x) else 1
 
 
-def _as_array(value: Any, name: str) -> np.ndarray:
+def as_array(value: Any, name: str) -> np.ndarray:
     array = np.asarray(value)
     if array.dtype == np.float64:
         array = array.astype(np.float32)
@@ -80,7 +86,7 @@ def split_validation(x: Any, y: Any, fraction: float) -> tuple[Any, Any, tuple[A
     if isinstance(x, Dataset):
         raise ValueError("`validation_split` is only supported for numpy arrays; pass "
                          "validation_data with a dataset")
-    x, y = _as_array(x, "x"), _as_array(y, "y")
+    x, y = as_array(x, "x"), as_array(y, "y")
     cut = int(math.floor(len(x) * (1.0 - fraction)))
     if cut == 0 or cut == len(x):
         raise ValueError(f"validation_split={fraction} leaves no rows on one side of "
@@ -93,8 +99,8 @@ class _ArrayBatches:
 
     def __init__(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int | None
                  ) -> None:
-        self.x = _as_array(x, "x")
-        self.y = None if y is None else _as_array(y, "y")
+        self.x = as_array(x, "x")
+        self.y = None if y is None else as_array(y, "y")
         if self.y is not None and len(self.y) != len(self.x):
             raise ValueError(f"Data cardinality is ambiguous: x sizes: {len(self.x)}, "
                              f"y sizes: {len(self.y)}. Make sure all arrays contain the same "
@@ -131,13 +137,15 @@ class DataHandler:
         self._strategy = strategy if distribute else None
         self._arrays: _ArrayBatches | None = None
         self._source: Any
-        if isinstance(x, (Dataset, DistributedDataset)):
-            if y is not None:
-                raise ValueError("`y` argument is not supported when using a dataset as "
-                                 "input: the dataset's elements are (x, y)")
-            if batch_size is not None:
-                raise ValueError("`batch_size` is not supported with a dataset as input: "
-                                 "the dataset is batched already")
+        if isinstance(x, DatasetCreator):
+            _no_y_or_batch_size(y, batch_size)
+            if steps_per_epoch is None:
+                raise ValueError(DATASET_CREATOR_STEPS)
+            self._source = x(InputContext()) if self._strategy is None else \
+                self._strategy.distribute_datasets_from_function(x)
+            steps = -2
+        elif isinstance(x, (Dataset, DistributedDataset, DistributedDatasetsFromFunction)):
+            _no_y_or_batch_size(y, batch_size)
             self._source = x
             if isinstance(x, Dataset) and self._strategy is not None:
                 self._source = self._strategy.experimental_distribute_dataset(x)
@@ -185,6 +193,22 @@ class DataHandler:
                                "that your dataset can generate at least `steps_per_epoch * "
                                "epochs` batches (use .repeat()).")
                 return
+
+
+DATASET_CREATOR_STEPS = (
+    "When using a `dt.keras.utils.experimental.DatasetCreator`, `steps_per_epoch` (fit) "
+    "or `steps` (evaluate, predict) must be given: the function's dataset is read for "
+    "that many steps per epoch (repeat it so it does not run out)")
+
+
+def _no_y_or_batch_size(y: Any, batch_size: Any) -> None:
+    """A dataset (or a DatasetCreator) carries its targets and is batched already."""
+    if y is not None:
+        raise ValueError("`y` argument is not supported when using a dataset as input: the "
+                         "dataset's elements are (x, y)")
+    if batch_size is not None:
+        raise ValueError("`batch_size` is not supported with a dataset as input: the dataset "
+                         "is batched already")
 
 
 def _dataset_steps(x: Any) -> int:

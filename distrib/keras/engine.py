@@ -23,12 +23,14 @@ with no graph building after the first (a short last batch traces once more).
   copy of a mirrored variable is equal), not split across replicas: no
   collectives, so a worker may validate or predict on its own.
 
-``training_loop_for(strategy)`` picks how steps are driven: ``SyncLoop``
-(awaits each step in turn) for no strategy and the synchronous ones
-(Mirrored, CentralStorage, MultiWorkerMirrored). A strategy whose steps are
-scheduled elsewhere (ParameterServerStrategy with a ClusterCoordinator)
-needs its own loop class here, taking the same traced train function;
-until one exists ``fit`` refuses it with ``UnimplementedError``.
+``training_loop_for(strategy)`` picks how steps are driven, and the input
+and train function that go with it: ``SyncLoop`` (awaits each step in turn,
+on ``DataHandler``'s batches) for no strategy and the synchronous ones
+(Mirrored, CentralStorage, MultiWorkerMirrored); ``ps_loop.CoordinatorLoop``
+for ParameterServerStrategy (the train step, reading its batch with
+``next(iterator)`` from per-worker datasets, scheduled ``steps_per_epoch``
+times per epoch on a ``ClusterCoordinator``). Any other strategy is refused
+with ``UnimplementedError``.
 """
 from __future__ import annotations
 
@@ -40,15 +42,17 @@ from distrib.distribute.collective_strategy import MultiWorkerMirroredStrategy
 from distrib.distribute.cross_device_ops import ReduceOp
 from distrib.distribute.def_function import Function, function
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
+from distrib.distribute.parameter_server_strategy import ParameterServerStrategy
 from distrib.errors import UnimplementedError
 from distrib.framework.graph import Tensor
-from distrib.keras.data_adapter import batch_rows, unpack
+from distrib.keras.data_adapter import DataHandler, batch_rows, unpack
 from distrib.keras.losses import Reduction
+from distrib.keras.ps_loop import CoordinatorLoop
 from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat
 from distrib.ops.backprop import GradientTape
 
-__all__ = ["StepFunctions", "EpochStats", "SyncLoop", "training_loop_for"]
+__all__ = ["StepFunctions", "EpochStats", "SyncLoop", "CoordinatorLoop", "training_loop_for"]
 
 SYNC_STRATEGIES = (MirroredStrategy, CentralStorageStrategy, MultiWorkerMirroredStrategy)
 
@@ -59,6 +63,7 @@ class StepFunctions:
     def __init__(self, model: Any) -> None:
         self._model = model
         self._train: Function | None = None
+        self._scheduled: Function | None = None
         self._test: Function | None = None
         self._predict: Function | None = None
 
@@ -77,6 +82,21 @@ class StepFunctions:
                 return strategy.reduce(ReduceOp.SUM, per_replica, axis=None)
             self._train = function(train_step)
         return self._train
+
+    def scheduled_train_function(self) -> Function:
+        """The train step as a coordinator schedules it: its argument is a per-worker
+        iterator and the step reads its batch with ``next(iterator)`` (TF's
+        ``train_function(iterator)``), one replica per worker."""
+        if self._scheduled is None:
+            strategy = self._model.distribute_strategy
+
+            def train_step(iterator: Any) -> Tensor:
+                x, y = unpack(next(iterator))
+                per_replica = strategy.run(self._train_replica,
+                                           args=(x, y, strategy.num_replicas_in_sync))
+                return strategy.reduce(ReduceOp.SUM, per_replica, axis=None)
+            self._scheduled = function(train_step)
+        return self._scheduled
 
     def test_function(self) -> Function:
         if self._test is None:
@@ -160,6 +180,21 @@ class EpochStats:
 class SyncLoop:
     """Drives synchronous steps: each step is awaited before the next starts."""
 
+    def data_handler(self, x: Any, y: Any, batch_size: int | None, shuffle: bool,
+                     steps_per_epoch: int | None, strategy: Any) -> DataHandler:
+        """``fit``'s input: batches, split across the replicas under a strategy."""
+        return DataHandler(x, y, batch_size, shuffle, steps_per_epoch, strategy,
+                           distribute=True)
+
+    def train_function(self, steps: StepFunctions) -> Function:
+        return steps.train_function()
+
+    def check_callbacks(self, callbacks: Any) -> None:
+        """Every callback hook is supported."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
     async def run_epoch(self, train_function: Function, batches: Iterator[Any],
                         stats: EpochStats, callbacks: Any, stop: Callable[[], bool],
                         before_first: Callable[[Any], Any] | None = None) -> None:
@@ -180,13 +215,15 @@ class SyncLoop:
                 break
 
 
-def training_loop_for(strategy: Any) -> SyncLoop:
+def training_loop_for(strategy: Any) -> SyncLoop | CoordinatorLoop:
     """The loop that runs ``fit``'s steps under ``strategy`` (see the module header)."""
     if strategy is None or isinstance(strategy, SYNC_STRATEGIES):
         return SyncLoop()
+    if isinstance(strategy, ParameterServerStrategy):
+        return CoordinatorLoop(strategy)
     raise UnimplementedError(
         f"Model.fit does not support {type(strategy).__name__} yet: dt.keras trains under "
-        "no strategy, MirroredStrategy, CentralStorageStrategy and "
-        "MultiWorkerMirroredStrategy. Write the step as a dt.function and run it yourself "
+        "no strategy, MirroredStrategy, CentralStorageStrategy, MultiWorkerMirroredStrategy "
+        "and ParameterServerStrategy. Write the step as a dt.function and run it yourself "
         "under this strategy (see examples/custom_loop.py)")
 

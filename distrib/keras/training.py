@@ -13,7 +13,10 @@ weights were made in is refused, as in Keras.
 ``get_weights`` and ``set_weights`` are coroutines (``await model.fit(...)``):
 every one of them runs steps on a server. ``fit`` returns a ``History``; its
 progress bar, callbacks and return values are Keras'; see ``engine.py`` for
-how a step runs and ``data_adapter.py`` for the inputs.
+how a step runs and ``data_adapter.py`` for the inputs. Under
+ParameterServerStrategy ``fit`` schedules its steps on a ClusterCoordinator
+(``ps_loop.py``; ``steps_per_epoch`` required), while ``evaluate``,
+``predict`` and the weights' methods run on the chief's server.
 """
 from __future__ import annotations
 
@@ -189,8 +192,8 @@ class Model(Layer):
         if validation_split and validation_data is None:
             x, y, validation_data = split_validation(x, y, validation_split)
         with self.function_scope():
-            data = DataHandler(x, y, batch_size, shuffle, steps_per_epoch, self._strategy,
-                               distribute=True)
+            data = loop.data_handler(x, y, batch_size, shuffle, steps_per_epoch,
+                                     self._strategy)
             self._build_for(data)
             self.optimizer.iterations   # made now, in the model's scope
         history = History()
@@ -201,40 +204,45 @@ class Model(Layer):
         cbs = CallbackList([*(callbacks or []), *extra, history], self,
                            {"epochs": epochs, "steps": data.steps, "verbose": verbose,
                             "mode": "fit"})
+        loop.check_callbacks(cbs)
         self.stop_training = False
-        await cbs.call("on_train_begin", None)
-        for cb in cbs.callbacks:
-            if isinstance(cb, BackupAndRestore) and cb.resume_from_epoch is not None:
-                initial_epoch = max(initial_epoch, cb.resume_from_epoch)
-        train_function = self._steps.train_function()
-        logs: dict[str, float] = {}
-        for epoch in range(initial_epoch, epochs):
-            stats = EpochStats(self)
-            stats_box.append(stats)
-            await cbs.call("on_epoch_begin", epoch, None)
-            with self.function_scope():
-                await loop.run_epoch(train_function, data.epoch(), stats, cbs,
-                                     lambda: self.stop_training,
-                                     before_first=self._prepare_first_step)
-            logs = stats.logs()
-            if validation_data is not None and (epoch + 1) % validation_freq == 0:
-                logs.update(await self._validate(validation_data, validation_batch_size
-                                                 or batch_size, validation_steps))
-            await cbs.call("on_epoch_end", epoch, logs)
-            if self.stop_training or data.exhausted:
-                break
-        await cbs.call("on_train_end", logs)
+        train_function = loop.train_function(self._steps)
+        try:
+            await cbs.call("on_train_begin", None)
+            for cb in cbs.callbacks:
+                if isinstance(cb, BackupAndRestore) and cb.resume_from_epoch is not None:
+                    initial_epoch = max(initial_epoch, cb.resume_from_epoch)
+            logs: dict[str, float] = {}
+            for epoch in range(initial_epoch, epochs):
+                stats = EpochStats(self)
+                stats_box.append(stats)
+                await cbs.call("on_epoch_begin", epoch, None)
+                with self.function_scope():
+                    await loop.run_epoch(
+                        train_function, data.epoch(), stats, cbs, lambda: self.stop_training,
+                        before_first=lambda batch: self._prepare_first_step(train_function,
+                                                                            batch))
+                logs = stats.logs()
+                if validation_data is not None and (epoch + 1) % validation_freq == 0:
+                    logs.update(await self._validate(validation_data, validation_batch_size
+                                                     or batch_size, validation_steps))
+                await cbs.call("on_epoch_end", epoch, logs)
+                if self.stop_training or data.exhausted:
+                    break
+            await cbs.call("on_train_end", logs)
+        finally:
+            await loop.close()
         return history
 
-    def _build_for(self, data: DataHandler) -> None:
+    def _build_for(self, data: Any) -> None:
         if not self.built and data.first_x is not None:
             self.build((None, *data.first_x.shape[1:]))
 
-    async def _prepare_first_step(self, batch: Any) -> None:
+    async def _prepare_first_step(self, train_function: Any, batch: Any) -> None:
         """Trace the train step before its first run, then assign the optimizer
         state a restore found before the optimizer's slots existed."""
         if self.state_io.pending:
-            self._steps.train_function().get_concrete_function(batch)
+            train_function.get_concrete_function(batch)
             await self.state_io.apply_pending()
 
     async def _validate(self, validation_data: Any, batch_size: int | None,
