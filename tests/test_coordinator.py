@@ -105,6 +105,10 @@ async def test_variables_go_round_robin_and_closures_train_the_model(in_process_
                 got = await read()
         np.testing.assert_allclose(got.ravel(), [1.0, 2.0, -1.0, 0.5], atol=1e-2)
         assert step.experimental_get_tracing_count() == 2   # one trace per worker
+        # the step's compute runs on the worker that runs it, not on the chief
+        matmuls = [op for op in dt.get_default_graph().get_operations() if op.type == "MatMul"]
+        assert matmuls and {op.device.split("/device")[0] for op in matmuls} == {
+            "/job:worker/task:0", "/job:worker/task:1"}
         await coord.shutdown()
     finally:
         await stop_chief(strategy)

@@ -39,6 +39,7 @@ class _Replica(threading.Thread):
         self.context = context
         self.fn, self.args, self.kwargs = fn, args, kwargs
         self.graph, self.device, self.scope = graph, device, scope
+        self.state = graph.building_state()   # made in the caller's thread: its scopes
         self.go = threading.Event()        # the caller lets this replica build
         self.parked = threading.Event()    # the replica stopped: at merge_call, or done
         self.done = False
@@ -52,6 +53,9 @@ class _Replica(threading.Thread):
         self.go.wait()
         self.go.clear()
         try:
+            # the caller's scopes (a coordinator's worker device, a name scope) hold here
+            # too, as TF's replica threads copy them; then the replica's own device
+            self.graph.adopt_building_state(self.state)
             with self.graph.as_default(), self.graph.device(self.device), \
                     distribution_context.enter(self.context.strategy, self.context):
                 if self.scope:

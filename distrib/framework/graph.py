@@ -171,6 +171,21 @@ class Graph:
             self._local.name_stack = old
 
     # -- devices and colocation -------------------------------------------------
+    def building_state(self) -> tuple:
+        """This thread's lexical state (name scope, device, colocation and control
+        scopes), for another thread that builds on its behalf (a strategy's replica)."""
+        local = self._local
+        return (local.name_stack, list(local.device_stack), list(local.colocation_stack),
+                list(local.control_stack))
+
+    def adopt_building_state(self, state: tuple) -> None:
+        """Make ``state`` (from :meth:`building_state`) this thread's."""
+        local = self._local
+        local.name_stack = state[0]
+        local.device_stack = list(state[1])
+        local.colocation_stack = list(state[2])
+        local.control_stack = list(state[3])
+
     @contextlib.contextmanager
     def device(self, device_name_or_function: Any) -> Iterator[None]:
         """Request a device for ops built inside: a string, DeviceSpec, function or None.

@@ -9,6 +9,7 @@ scripts, and ``join()`` blocks like TF's.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -30,6 +31,8 @@ from distrib.runtime.worker import WorkerService
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
+
+GLOBAL_STEP = "global_step"   # the variable's name (dt.train.get_or_create_global_step)
 
 
 def resolve_task(cluster: ClusterSpec, job_name: str | None,
@@ -128,8 +131,10 @@ class ServerCore:
         self.system.spawn("master", self.master)
         self.system.spawn("server", _ServerControl(self))
         # the chief role's lease: asked on the arbiter task only (runtime/chief_lease.py)
-        self.system.spawn("chief_lease", ChiefLease(self.task))
+        self.chief_lease = ChiefLease(self.task)
+        self.system.spawn("chief_lease", self.chief_lease)
         self.started = True
+        self.started_at = time.monotonic()
         self._stop_requested = asyncio.Event()
         # debug, and not the CLI's wording: `python -m distrib.server` prints
         # its one ready line itself, which this would have doubled
@@ -152,10 +157,12 @@ class ServerCore:
 
 
 class _ServerControl:
-    """Actor "server": lets a peer tell a task that training is over."""
+    """Actor "server": lets a peer tell a task that training is over, and
+    answers ``python -m distrib.status``."""
 
     def __init__(self, core: ServerCore) -> None:
         self._core = core
+        self._steps = _StepRate()
 
     def request_stop(self) -> bool:
         if self._core._stop_requested is not None:
@@ -166,6 +173,70 @@ class _ServerControl:
 
     def task(self) -> str:
         return self._core.task
+
+    def status(self) -> dict[str, Any]:
+        """This task's own view, for ``python -m distrib.status`` (which
+        combines the answers of every task): ``lease`` is the chief lease
+        this task arbitrates (term 0: none), ``term`` the newest chief term it
+        has seen, ``peers`` [task, "shm" | "tcp"] per open connection to
+        another task (clients are left out: their names are not task names)."""
+        core = self._core
+        step = _global_step(core.worker)
+        lease = core.chief_lease.status()
+        # no public listing of an actor system's connections yet: the failure
+        # detector reads the same one
+        conns = core.system._connections()
+        return {"task": core.task, "incarnation": core.system.incarnation,
+                "uptime_s": time.monotonic() - core.started_at,
+                "sessions": core.master.stats()["sessions_open"],
+                "rss_bytes": _rss_bytes(),
+                "term": max(core.worker.fencing.term, lease["term"]),
+                "lease": {"term": lease["term"], "holder": lease["holder"]},
+                "global_step": step, "steps_per_s": self._steps.rate(step),
+                "peers": [[c.peer.name, c.kind] for c in conns
+                          if not c.closed and c.peer.name.startswith("/job:")]}
+
+
+class _StepRate:
+    """Steps per second of the global step, from the samples that status
+    calls took: over the last ``window_s`` or less, None before two samples
+    ``min_s`` apart. A step that went back (a ps restore) starts over."""
+
+    def __init__(self, window_s: float = 30.0, min_s: float = 0.5) -> None:
+        self.window_s, self.min_s = window_s, min_s
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def rate(self, step: int | None) -> float | None:
+        if step is None:
+            self._samples.clear()
+            return None
+        now = time.monotonic()
+        if self._samples and step < self._samples[-1][1]:
+            self._samples.clear()
+        self._samples.append((now, step))
+        while now - self._samples[0][0] > self.window_s:
+            self._samples.popleft()
+        t0, s0 = self._samples[0]
+        return (step - s0) / (now - t0) if now - t0 >= self.min_s else None
+
+
+def _global_step(worker: WorkerService) -> int | None:
+    """The value of the variable named "global_step", where this task holds it."""
+    if GLOBAL_STEP not in worker.variables:
+        return None
+    try:
+        return int(worker.variables.get(GLOBAL_STEP))
+    except (TypeError, ValueError):   # not a scalar (a variable that only shares the name)
+        return None
+
+
+def _rss_bytes() -> int | None:
+    """This process's resident memory (Linux), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 async def request_stop(target: str, timeout: float = 10.0) -> None:
