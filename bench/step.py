@@ -14,6 +14,13 @@ Local (one server in this process, reached over loopback like any task):
 Remote (``--remote``, default on): task 1 is a separate server process started
 through the CLI; this process hosts task 0 (the master) and the client:
 - ``remote-trivial-step``: client -> master on task 0 -> op on task 1 -> back;
+- ``coordinator-trivial-step``: the same trivial function through TF2's
+  parameter-server API: this process is the chief of a cluster of 1 ps and 1
+  worker (each a ``python -m distrib.server`` process), a
+  ``ParameterServerStrategy`` (whose server the strategy starts in this
+  process) and a ``ClusterCoordinator``; one ``coordinator.schedule`` of a
+  ``@dt.function`` returning ``dt.constant(1.0)`` (traced under the worker's
+  device, so it runs there) and ``await rv.fetch()`` of its RemoteValue;
 - ``fetch-64MiB-shm`` / ``fetch-64MiB-tcp``: a 64 MiB tensor made on task 1,
   fetched to the client, over shared memory and over forced TCP;
 - ``memcpy`` and ``raw-socket``: the in-process copy and a raw blocking socket
@@ -153,15 +160,27 @@ def numpy_matmul_s(reps: int) -> float:
     return float(out.stdout.strip())
 
 
-def start_task(cfg: str, index: int, env: dict) -> subprocess.Popen:
+def start_task(cfg: str, index: int, env: dict, job: str = "t") -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, "-m", "distrib.server", "--cluster", cfg,
-                          "--job_name", "t", "--task_index", str(index), "--log_level", "WARNING"],
+                          "--job_name", job, "--task_index", str(index), "--log_level", "WARNING"],
                          stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     line = p.stdout.readline()
     if not line.startswith("serving"):
         p.kill()
-        raise SystemExit(f"task {index} did not start")
+        p.wait(10)
+        raise SystemExit(f"task /job:{job}/task:{index} did not start")
     return p
+
+
+def stop_task(p: subprocess.Popen) -> None:
+    """SIGTERM (the server stops cleanly and frees its shared memory), else SIGKILL."""
+    if p.poll() is None:
+        p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(10)
 
 
 @contextlib.asynccontextmanager
@@ -182,8 +201,7 @@ async def two_tasks(transport: str, **child_env: str):
             async with dt.serve(spec, job_name="t", task_index=0) as srv:
                 yield srv
         finally:
-            child.terminate()
-            child.wait(10)
+            stop_task(child)
             os.environ.pop("DISTRIB_TRANSPORT", None)
 
 
@@ -206,6 +224,57 @@ async def remote_rows(reps: int, transport: str, call_us: float) -> list[dict]:
             rows.append({"name": f"fetch-64MiB-{transport}", "us": s * 1e6,
                          "GBps": 64 * MiB / s / 1e9})
     return rows
+
+
+async def coordinator_row(reps: int, transport: str, baseline_us: float) -> dict:
+    """``schedule`` + ``fetch`` of a trivial ``dt.function`` through a
+    ClusterCoordinator: 1 ps and 1 worker in child processes, the chief (the
+    strategy's server and the coordinator) in this process."""
+    from distrib.distribute import def_function
+    from distrib.distribute.local_target import set_default_target
+    env = dict(os.environ, DISTRIB_TRANSPORT=transport,
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    os.environ["DISTRIB_TRANSPORT"] = transport
+    ports = free_ports(3)
+    spec = {"chief": [f"localhost:{ports[0]}"], "ps": [f"localhost:{ports[1]}"],
+            "worker": [f"localhost:{ports[2]}"]}
+    children: list[subprocess.Popen] = []
+    strategy = coordinator = None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            cfg = os.path.join(tmp, "cluster.json")
+            with open(cfg, "w") as f:
+                json.dump(spec, f)
+            for job in ("ps", "worker"):
+                children.append(start_task(cfg, 0, env, job))
+        with dt.Graph().as_default():
+            resolver = dt.distribute.cluster_resolver.SimpleClusterResolver(
+                dt.ClusterSpec(spec), task_type="chief", task_id=0)
+            strategy = dt.distribute.ParameterServerStrategy(resolver)
+            coordinator = dt.distribute.coordinator.ClusterCoordinator(strategy)
+
+            @dt.function
+            def trivial():
+                return dt.constant(1.0)
+
+            async def once() -> None:
+                await coordinator.schedule(trivial).fetch()
+            t = await amedian_time(once, reps * 20, warmup=50) * 1e6
+            assert float(await coordinator.schedule(trivial).fetch()) == 1.0
+    finally:
+        try:
+            if coordinator is not None:
+                await coordinator.shutdown()
+            await def_function.close_sessions()
+        finally:
+            if strategy is not None:
+                strategy._server.stop()
+            set_default_target(None)
+            for p in reversed(children):
+                stop_task(p)
+            os.environ.pop("DISTRIB_TRANSPORT", None)
+    return {"name": "coordinator-trivial-step", "us": t, "baseline": "remote-trivial-step",
+            "ratio": t / baseline_us, "target": "<= 2.0x"}
 
 
 async def variable_rows(reps: int) -> list[dict]:
@@ -282,12 +351,12 @@ def raw_socket_gbps(reps: int) -> float:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'measure':<22} {'time':>12} {'GB/s':>8}   {'vs baseline':<28} target")
+    print(f"{'measure':<24} {'time':>12} {'GB/s':>8}   {'vs baseline':<32} target")
     for r in rows:
         t = f"{r['us']:.1f} us" if "us" in r else ""
         gb = f"{r['GBps']:.2f}" if "GBps" in r else ""
         vs = f"{r['ratio']:.2f}x {r['baseline']}" if "ratio" in r else ""
-        print(f"{r['name']:<22} {t:>12} {gb:>8}   {vs:<28} {r.get('target', '')}")
+        print(f"{r['name']:<24} {t:>12} {gb:>8}   {vs:<32} {r.get('target', '')}")
 
 
 async def amain(args: argparse.Namespace) -> list[dict]:
@@ -296,6 +365,9 @@ async def amain(args: argparse.Namespace) -> list[dict]:
     if args.remote:
         call_us = rows[0]["us"]
         rows += await remote_rows(reps, "shm", call_us)
+        remote_us = rows[-2]["us"]   # remote-trivial-step, measured just before
+        assert rows[-2]["name"] == "remote-trivial-step"
+        rows.append(await coordinator_row(reps, "shm", remote_us))
         rows += await remote_rows(reps, "tcp", call_us)
         rows += await variable_rows(reps)
         mem = memcpy_gbps(reps)

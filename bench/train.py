@@ -32,7 +32,36 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
   a window is a number of steps both run (from the last window's ms per
   step), examples/s summed; each worker checks first that its first step
   equals numpy's one step on the 512 rows. The collective engine counts no
-  messages or bytes, so msgs/step and tensor MB stay blank.
+  messages or bytes, so msgs/step and tensor MB stay blank;
+- ``psstrategy-w2``: TF2's parameter-server training on the ps1 cluster's
+  shape: 1 ps and 2 workers (bare ``python -m distrib.server`` processes) and
+  a chief, the coordinator (this file with ``--pss``): a
+  ``ParameterServerStrategy`` from TF_CONFIG (task chief:0; the strategy
+  starts the chief's server in that process) and a ``ClusterCoordinator``
+  that schedules a ``@dt.function`` step (``strategy.run`` of a replica
+  function doing GradientTape + ``apply_gradients`` with the mean loss) on
+  whichever worker is free: asynchronous, as ps1-w2. Each worker's batch
+  comes from its per-worker dataset (``Dataset.from_tensors(batch).repeat()``,
+  ``next(iterator)`` in the step; the coordinator reads it and feeds it).
+  The coordinator keeps ``PSS_INFLIGHT`` closures per worker scheduled
+  (awaiting the oldest RemoteValue before scheduling the next), so a worker
+  that finishes a step finds the next one queued; a window ends with
+  ``join`` and counts every closure scheduled in it over its whole time.
+  Target: >= 0.9x ps1-w2 of the same round (``vs row``). Its cpu ms adds
+  the coordinator's process; the JSON also gives ``coordinator_cpu_ms_per_step``
+  and ``chief_kernel_ms_per_step`` (kernels that ran in the chief's own
+  server: 0 when the step's ops are on the workers and the ps, as they
+  should be);
+- ``keras-local``: the same model as a ``dt.keras`` Sequential (Dense 512
+  relu, Dense 512 relu, Dense 10; ``SparseCategoricalCrossentropy(from_logits
+  =True)``, ``SGD(0.01)``, the same initial weights via ``set_weights``)
+  trained by ``model.fit(verbose=0)`` with no strategy (the process's local
+  server) on ``Dataset.from_tensors((x, labels)).repeat()`` with
+  ``steps_per_epoch``, in a process of its own (``--keras``); its first step
+  is checked against numpy's. A window is one ``fit`` of about ``seconds`` of
+  steps (from the last window's ms per step) after a few untimed steps (the
+  trace happens before the first window), timed around the ``fit`` call.
+  Target: >= 0.95x local-1proc of the same round (``vs row``).
 
 The configurations take turns in rounds and each row reports the median over
 rounds, so load from other processes on the machine hits all of them alike.
@@ -65,11 +94,13 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import collections  # noqa: E402
 import json  # noqa: E402
 import select  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -80,13 +111,17 @@ sys.path.insert(0, ROOT)
 
 import distrib as dt  # noqa: E402
 from distrib.demo import free_ports  # noqa: E402
+from distrib.distribute import def_function  # noqa: E402
+from distrib.runtime.actors import ActorSystem, client_name  # noqa: E402
 
 BATCH = 256
 SIZES = [784, 512, 512, 10]
 LR = 0.01
 WARMUP_STEPS = 5
 TARGETS = {"local-1proc": ">= 1.0x", "ps1-w1": ">= 0.9x", "ps1-w2": ">= 1.5x",
-           "mwms-w2": ">= 1.5x"}
+           "mwms-w2": ">= 1.5x", "psstrategy-w2": ">= 0.9x", "keras-local": ">= 0.95x"}
+# rows whose target is against another row of the same round, not numpy-plain
+VERSUS = {"psstrategy-w2": "ps1-w2", "keras-local": "local-1proc"}
 
 
 def synthetic_batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -539,6 +574,220 @@ class MwmsCluster:
         return out
 
 
+# -- the ParameterServerStrategy coordinator -----------------------------------------
+
+PSS_INFLIGHT = 3   # closures per worker kept scheduled (one running, the rest queued)
+
+
+async def pss_main(spec: dict[str, list[str]]) -> None:
+    """The coordinator (``--pss``), the chief of a cluster of 1 ps and 2 bare
+    worker servers: a ``ParameterServerStrategy`` from TF_CONFIG (task
+    chief:0, whose server the strategy starts in this process) and a
+    ``ClusterCoordinator`` that schedules a ``@dt.function`` step on whichever
+    worker is free. Each worker's batch comes from its own per-worker dataset
+    (``synthetic_batch(worker)``, as ps1-w2's replica ``worker`` feeds). Says
+    ``ready`` once one step matched numpy's on one worker's batch; ``go
+    SECONDS`` keeps ``PSS_INFLIGHT`` closures per worker scheduled for that
+    long, then joins, and prints one JSON line."""
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": spec, "task": {"type": "chief",
+                                                                     "index": 0}})
+    resolver = dt.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = dt.distribute.ParameterServerStrategy(resolver)
+    coordinator = dt.distribute.coordinator.ClusterCoordinator(strategy)
+    start = initial_params()
+    with strategy.scope():
+        params = [dt.Variable(v, name=f"{'wb'[i % 2]}{i // 2}") for i, v in enumerate(start)]
+        optimizer = dt.train.GradientDescentOptimizer(LR)
+
+    def dataset_fn(context: Any) -> Any:
+        return dt.data.Dataset.from_tensors(synthetic_batch(context.input_pipeline_id)).repeat()
+
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    @dt.function
+    def train_step(iterator: Any) -> Any:
+        def replica_fn(inputs: Any) -> Any:
+            x, y = inputs
+            with dt.GradientTape() as tape:
+                h = x
+                for i in range(0, len(params), 2):
+                    h = dt.matmul(h, params[i]) + params[i + 1]
+                    if i + 2 < len(params):
+                        h = dt.nn.relu(h)
+                loss = dt.reduce_mean(dt.nn.softmax_cross_entropy_with_logits(labels=y,
+                                                                              logits=h))
+            optimizer.apply_gradients(zip(tape.gradient(loss, params), params))
+            return loss
+        return strategy.run(replica_fn, args=(next(iterator),))
+
+    @dt.function
+    def read_params() -> Any:
+        return [p.read_value() for p in params]
+
+    core = strategy._server._core   # the chief's server (TF gives no handle on it)
+    system = await ActorSystem(client_name(), listen=False).start()
+    remote = [system.ref(spec[job][0 if job == "ps" else i], "worker")
+              for job, i in (("ps", 0), ("worker", 0), ("worker", 1))]
+    try:
+        # one step (on whichever worker takes it) must be numpy's one step on that
+        # worker's batch
+        await coordinator.schedule(train_step, args=(iterator,)).fetch()
+        with strategy.scope():
+            got = await read_params()
+        errs = []
+        for task in (0, 1):
+            ref = NumpyPlain(*synthetic_batch(task))
+            ref.step()
+            errs.append(max(float(np.abs((g - s) - (r - s)).max() / np.abs(r - s).max())
+                            for g, r, s in zip(got, ref.p, start)))
+        if not min(errs) < 1e-3:
+            print(f"error: the first step differs from numpy's by {min(errs):.2g} (relative)",
+                  flush=True)
+            return
+        for _ in range(WARMUP_STEPS * 2):   # both workers trace their step
+            coordinator.schedule(train_step, args=(iterator,))
+        await coordinator.join()
+        print("ready", flush=True)
+
+        async def window(seconds: float) -> dict[str, Any]:
+            workers = coordinator.num_workers
+            for _ in range(WARMUP_STEPS * workers):
+                coordinator.schedule(train_step, args=(iterator,))
+            await coordinator.join()
+            core.worker.reset_stats()
+            core.master.reset_stats()
+            for r in remote:
+                await r.call("reset_stats")
+            t0 = time.perf_counter()
+            pending: collections.deque = collections.deque()
+            steps = 0
+            while time.perf_counter() - t0 < seconds:
+                while len(pending) < PSS_INFLIGHT * workers:
+                    pending.append(coordinator.schedule(train_step, args=(iterator,)))
+                    steps += 1
+                await pending.popleft().fetch()
+            await coordinator.join()
+            elapsed = time.perf_counter() - t0
+            return {"steps": steps, "seconds": elapsed, "master": core.master.stats(),
+                    "chief": core.worker.stats(),
+                    "remote": [await r.call("stats") for r in remote]}
+
+        await _serve_commands(window, greet=False)
+    finally:
+        await coordinator.shutdown()
+        await system.shutdown()
+        await def_function.close_sessions()
+        strategy._server.stop()
+
+
+class PssCluster:
+    """``psstrategy-w2``: one ps and two workers (bare ``python -m distrib.server``
+    processes) and the coordinator (this file, ``--pss``), the cluster's chief."""
+
+    def __init__(self) -> None:
+        ports = free_ports(4)
+        self.spec = {"chief": [f"localhost:{ports[0]}"], "ps": [f"localhost:{ports[1]}"],
+                     "worker": [f"localhost:{ports[2]}", f"localhost:{ports[3]}"]}
+        self.children: list[Child] = []
+        self.tmp = tempfile.TemporaryDirectory(prefix="distrib-bench-")
+
+    def __enter__(self) -> PssCluster:
+        try:
+            cfg = os.path.join(self.tmp.name, "cluster.json")
+            with open(cfg, "w") as f:
+                json.dump(self.spec, f)
+            for job, task in (("ps", 0), ("worker", 0), ("worker", 1)):
+                self.children.append(Child(
+                    ["-m", "distrib.server", "--cluster", cfg, "--job_name", job,
+                     "--task_index", str(task), "--log_level", "WARNING"], ready="serving"))
+            self.children.append(Child([os.path.abspath(__file__), "--pss",
+                                        "--spec", json.dumps(self.spec)], ready="ready",
+                                       wait=False))
+            self.children[-1].expect_ready(120)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            for child in reversed(self.children):   # the coordinator first
+                child.stop()
+        finally:
+            self.tmp.cleanup()
+
+    def window(self, seconds: float) -> dict[str, Any]:
+        chief = self.children[-1]
+        chief.command(f"go {seconds}")
+        r = json.loads(chief.readline(seconds + 120))
+        steps, elapsed = r["steps"], r["seconds"]
+        workers = len(self.spec["worker"])
+        ps, *remote_workers = r["remote"]
+        # as ps1-w2: per step of one worker, every process's counters over all steps
+        out = step_costs(steps, elapsed / workers, r["master"],
+                         [r["chief"], *remote_workers, ps])
+        out["examples_per_s"] = steps * BATCH / elapsed
+        out["ms_per_step"] = elapsed / (steps / workers) * 1e3
+        out["outside_ms_per_step"] = out["ms_per_step"] - out["kernel_ms_per_step"]
+        out["ps_cpu_ms_per_step"] = ps["process_cpu_s"] / steps * 1e3
+        out["coordinator_cpu_ms_per_step"] = r["chief"]["process_cpu_s"] / steps * 1e3
+        # kernels that ran in the chief's own server, not on a worker (the step's
+        # ops should all be on its worker and the ps)
+        out["chief_kernel_ms_per_step"] = r["chief"]["kernel_busy_s"] / steps * 1e3
+        return out
+
+
+# -- Keras fit in one process --------------------------------------------------------
+
+async def keras_main() -> None:
+    """``keras-local`` (``--keras``): the bench model as a ``dt.keras`` Sequential
+    trained by ``model.fit`` (no strategy: this process's local server), on
+    ``synthetic_batch(0)`` with integer labels repeated. Starts from the same
+    weights as the other rows (``set_weights``) and checks its first step
+    against numpy's; ``go SECONDS`` runs one ``fit`` of about that many seconds
+    of steps (from the last window's ms per step) after a few untimed steps."""
+    from distrib.distribute.local_target import local_server
+    keras = dt.keras
+    model = keras.Sequential([keras.layers.Dense(SIZES[1], activation="relu",
+                                                 input_shape=(SIZES[0],)),
+                              keras.layers.Dense(SIZES[2], activation="relu"),
+                              keras.layers.Dense(SIZES[3])])
+    model.compile(optimizer=keras.optimizers.SGD(LR),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = synthetic_batch(0)
+    dataset = dt.data.Dataset.from_tensors((x, y.argmax(1).astype(np.int64))).repeat()
+    start = initial_params()
+    await model.set_weights(start)
+    await model.fit(dataset, epochs=1, steps_per_epoch=1, verbose=0)   # traces the step
+    ref = NumpyPlain(x, y)
+    ref.step()
+    got = await model.get_weights()
+    err = max(float(np.abs((g - s) - (r - s)).max() / np.abs(r - s).max())
+              for g, r, s in zip(got, ref.p, start))
+    if not err < 1e-3:
+        print(f"error: the first step differs from numpy's by {err:.2g} (relative)", flush=True)
+        return
+    t0 = time.perf_counter()
+    await model.fit(dataset, epochs=1, steps_per_epoch=10, verbose=0)
+    ms_per_step = (time.perf_counter() - t0) / 10 * 1e3
+    core = local_server()._core
+    print("ready", flush=True)
+
+    async def window(seconds: float) -> dict[str, Any]:
+        nonlocal ms_per_step
+        await model.fit(dataset, epochs=1, steps_per_epoch=WARMUP_STEPS, verbose=0)
+        steps = max(WARMUP_STEPS, round(seconds * 1e3 / ms_per_step))
+        core.worker.reset_stats()
+        core.master.reset_stats()
+        t0 = time.perf_counter()
+        await model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+        elapsed = time.perf_counter() - t0
+        ms_per_step = elapsed / steps * 1e3
+        return step_costs(steps, elapsed, core.master.stats(), [core.worker.stats()])
+
+    await _serve_commands(window, greet=False)
+
+
 # -- the run -------------------------------------------------------------------------
 
 def numpy_main(kind: str, seconds: float) -> None:
@@ -595,9 +844,12 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
     def add(name: str, result: dict[str, Any]) -> None:
         samples.setdefault(name, []).append(result)
 
-    with PsCluster() as cluster, MwmsCluster() as mwms:
+    with PsCluster() as cluster, MwmsCluster() as mwms, PssCluster() as pss:
         local = Child([os.path.abspath(__file__), "--local"], ready="ready")
+        keras = None
         try:
+            keras = Child([os.path.abspath(__file__), "--keras"], ready="ready", wait=False)
+            keras.expect_ready(120)
             for _ in range(rounds):
                 add("numpy-plain", numpy_window("plain", seconds))
                 add("numpy-prealloc", numpy_window("prealloc", seconds))
@@ -607,7 +859,12 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
                 add("ps1-w1", cluster.window(1, seconds))
                 add("ps1-w2", cluster.window(2, seconds))
                 add("mwms-w2", mwms.window(seconds))
+                add("psstrategy-w2", pss.window(seconds))
+                keras.command(f"go {seconds}")
+                add("keras-local", json.loads(keras.readline(3 * seconds + 60)))
         finally:
+            if keras is not None:
+                keras.stop()
             local.stop()
     return samples
 
@@ -625,6 +882,11 @@ def summarize(samples: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
         row["rounds"] = len(runs)
         if name in TARGETS:
             row["target"] = TARGETS[name]
+        if name in VERSUS:   # the target's baseline: another row of the same round
+            other = [s["examples_per_s"] for s in samples[VERSUS[name]]]
+            row["versus"] = VERSUS[name]
+            row["ratio_versus"] = statistics.median(r["examples_per_s"] / o
+                                                    for r, o in zip(runs, other))
         rows.append(row)
     return rows
 
@@ -632,7 +894,7 @@ def summarize(samples: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(f"{'config':<15} {'examples/s':>10} {'vs plain':>9} {'target':>8} {'ms/step':>8} "
           f"{'kernel ms':>9} {'outside':>8} {'cpu ms':>7} {'msgs/step':>9} {'tensor MB':>9} "
-          f"{'feed MB':>8}")
+          f"{'feed MB':>8}  vs row")
     for r in rows:
         def col(key: str, fmt: str, width: int) -> str:
             return format(r[key], fmt).rjust(width) if key in r else "".rjust(width)
@@ -641,7 +903,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{col('kernel_ms_per_step', '.2f', 9)} {col('outside_ms_per_step', '.2f', 8)} "
               f"{col('cpu_ms_per_step', '.2f', 7)} "
               f"{col('messages_per_step', '.1f', 9)} "
-              f"{col('tensor_MB_per_step', '.2f', 9)} {col('feed_MB_per_step', '.2f', 8)}")
+              f"{col('tensor_MB_per_step', '.2f', 9)} {col('feed_MB_per_step', '.2f', 8)}"
+              + (f"  {r['ratio_versus']:.2f}x {r['versus']}" if "versus" in r else ""))
 
 
 def main() -> None:
@@ -655,6 +918,8 @@ def main() -> None:
     ap.add_argument("--numpy", choices=["plain", "prealloc"], help=argparse.SUPPRESS)
     ap.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mwms", type=int, help=argparse.SUPPRESS)     # internal: an MWMS worker
+    ap.add_argument("--pss", action="store_true", help=argparse.SUPPRESS)   # the coordinator
+    ap.add_argument("--keras", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.numpy:
         numpy_main(args.numpy, args.seconds or 3.0)
@@ -668,6 +933,12 @@ def main() -> None:
         return
     if args.mwms is not None:
         uvloop.run(mwms_main(json.loads(args.spec), args.mwms))
+        return
+    if args.pss:
+        uvloop.run(pss_main(json.loads(args.spec)))
+        return
+    if args.keras:
+        uvloop.run(keras_main())
         return
     rounds = args.rounds or (2 if args.quick else 5)
     seconds = args.seconds or (1.0 if args.quick else 2.0)
@@ -685,6 +956,8 @@ def main() -> None:
           "outside: ms/step minus kernel ms (scheduling, messages, waiting for the other task); "
           "cpu ms: CPU time of every process of the configuration per step (a step of "
           "ps1-w2 is one worker's step, so both workers' CPU over both workers' steps); "
+          "vs row: ratio to the row a target names, median over rounds of the same "
+          "round's ratio; "
           "msgs: messages between tasks (tensors for one task travel together when they are "
           "ready together) + 2 per remote partition call; "
           "tensor MB: bytes of those tensors; per step of one worker (ps1-w2, mwms-w2: each "
