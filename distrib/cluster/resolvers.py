@@ -1,64 +1,49 @@
 """Cluster resolvers: where a task learns its cluster and its own place in it.
 
-``ClusterResolver`` is TensorFlow's interface (``cluster_spec()``,
-``task_type``, ``task_id``, ``master()``, ``num_accelerators()``); each
-resolver reads one source: ``TF_CONFIG``, or a spec handed over as it is.
+This module is ``dt.distribute.cluster_resolver``: TensorFlow's interface
+(``ClusterResolver``) and one resolver per source. ``TFConfigClusterResolver``
+reads ``TF_CONFIG`` (here), ``SimpleClusterResolver`` takes a spec as it is,
+``SlurmClusterResolver`` reads what ``srun`` sets (``slurm.py``), and
+``KubernetesClusterResolver`` reads a StatefulSet pod's name
+(``kubernetes.py``).
+
+``resolver_from_environment`` picks the one the environment calls for, so
+that ``python -m distrib.server`` and ``python -m distrib.cluster`` need no
+flags under a scheduler. It reads the sources in a fixed order, the most
+explicit first: ``TF_CONFIG``, then SLURM (``SLURM_PROCID``), then Kubernetes
+(``KUBERNETES_SERVICE_HOST``), and takes what a scheduler cannot say (the jobs,
+the ports) from arguments or ``DISTRIB_SLURM_*`` / ``DISTRIB_K8S_*``
+variables:
+
+    DISTRIB_SLURM_JOBS           ps:1,worker:3 (default: every task a worker)
+    DISTRIB_SLURM_PORT_BASE      the first port on each node (default 8888)
+    DISTRIB_SLURM_GPUS_PER_TASK  GPUs given to each task via CUDA_VISIBLE_DEVICES
+    DISTRIB_K8S_JOBS             ps:1,worker:2 (required: the sets' replicas)
+    DISTRIB_K8S_PORT             every task's port (default 2222)
+    DISTRIB_K8S_SERVICE          one headless Service for all sets (default: one per set)
+    DISTRIB_K8S_STATEFULSETS     ps:NAME,worker:NAME (default: the job names)
+    DISTRIB_K8S_CLUSTER_DOMAIN   e.g. cluster.local, for fully qualified names
 """
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 
-from distrib.cluster.cluster_spec import ClusterLike, ClusterSpec
+from distrib.cluster.cluster_resolver import (ClusterResolver, SchedulerEnvironmentError,
+                                              SimpleClusterResolver)
+from distrib.cluster.cluster_spec import ClusterSpec
+from distrib.cluster.kubernetes import KubernetesClusterResolver
+from distrib.cluster.slurm import SlurmClusterResolver, expand_hostlist, expand_tasks_per_node
 from distrib.cluster.tf_config import TFConfig, load_tf_config, parse_tf_config
 
-__all__ = ["ClusterResolver", "TFConfigClusterResolver", "SimpleClusterResolver"]
+__all__ = ["ClusterResolver", "TFConfigClusterResolver", "SimpleClusterResolver",
+           "SlurmClusterResolver", "KubernetesClusterResolver", "SchedulerEnvironmentError",
+           "expand_hostlist", "expand_tasks_per_node", "resolver_from_environment",
+           "detect_scheduler", "RESOLVER_KINDS"]
 
-
-def _format_master_url(address: str, rpc_layer: str | None) -> str:
-    return f"{rpc_layer}://{address}" if rpc_layer else address
-
-
-class ClusterResolver:
-    """The interface of ``tf.distribute.cluster_resolver.ClusterResolver``.
-
-    Subclasses give ``cluster_spec()``, ``task_type``, ``task_id`` and
-    ``rpc_layer``; ``master()`` and ``num_accelerators()`` follow from them.
-    """
-
-    environment: str = ""
-
-    def cluster_spec(self) -> ClusterSpec:
-        raise NotImplementedError
-
-    @property
-    def task_type(self) -> str | None:
-        raise NotImplementedError
-
-    @property
-    def task_id(self) -> int | None:
-        raise NotImplementedError
-
-    @property
-    def rpc_layer(self) -> str | None:
-        return None
-
-    def master(self, task_type: str | None = None, task_id: int | None = None,
-               rpc_layer: str | None = None) -> str:
-        """The address of a task (default: this one), prefixed ``rpc_layer://`` when set; '' if unknown."""
-        layer = rpc_layer or self.rpc_layer
-        if task_type is not None and task_id is not None:
-            return _format_master_url(self.cluster_spec().task_address(task_type, task_id), layer)
-        task_type, task_id = self.task_type, self.task_id
-        cluster = self.cluster_spec()
-        if task_type is not None and task_id is not None and task_type in cluster.jobs:
-            return _format_master_url(cluster.task_address(task_type, task_id), layer)
-        return ""
-
-    def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
-                         config_proto: object = None) -> dict[str, int]:
-        """Accelerators per type on a task. Resolvers do not probe tasks, so: ``{}``."""
-        return {}
+RESOLVER_KINDS = ("tf_config", "slurm", "kubernetes")
+NO_CLUSTER = ("no cluster in the environment: set TF_CONFIG, or run under SLURM (srun sets "
+              "SLURM_PROCID), or in a Kubernetes pod with DISTRIB_K8S_JOBS set")
 
 
 class TFConfigClusterResolver(ClusterResolver):
@@ -116,61 +101,79 @@ class TFConfigClusterResolver(ClusterResolver):
         return str(load_tf_config(os.environ if self._env is None else self._env).get("environment", ""))
 
 
-class SimpleClusterResolver(ClusterResolver):
-    """A resolver over a given cluster, like TF's ``SimpleClusterResolver``.
+def detect_scheduler(env: Mapping[str, str] | None = None) -> str | None:
+    """Which source the environment gives: ``tf_config``, ``slurm``, ``kubernetes``, or None."""
+    env = os.environ if env is None else env
+    if env.get("TF_CONFIG", "").strip():
+        return "tf_config"
+    if env.get("SLURM_PROCID", "").strip():
+        return "slurm"
+    if env.get("KUBERNETES_SERVICE_HOST", "").strip():
+        return "kubernetes"
+    return None
 
-    The signature is TF's: ``master`` is the second positional argument, so
-    pass ``task_type`` and ``task_id`` by keyword.
+
+def _int_setting(value: int | None, env: Mapping[str, str], name: str, default: int) -> int:
+    if value is not None:
+        return value
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit():
+        raise SchedulerEnvironmentError(f"{name}={text!r} is not a whole number >= 0")
+    return int(text)
+
+
+def _named_sets(env: Mapping[str, str]) -> dict[str, str] | None:
+    text = env.get("DISTRIB_K8S_STATEFULSETS", "").strip()
+    if not text:
+        return None
+    sets: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        job, sep, name = part.partition(":")
+        if not sep or not job.strip() or not name.strip():
+            raise SchedulerEnvironmentError(
+                f"DISTRIB_K8S_STATEFULSETS={text!r}: {part!r} is not job:name "
+                "(e.g. ps:mnist-ps,worker:mnist-worker)")
+        sets[job.strip()] = name.strip()
+    return sets
+
+
+def resolver_from_environment(env: Mapping[str, str] | None = None, *, kind: str | None = None,
+                              jobs: Mapping[str, int] | str | None = None,
+                              port: int | None = None,
+                              gpus_per_task: int | None = None) -> ClusterResolver:
+    """The resolver for the scheduler this process runs under (a distrib extension).
+
+    ``kind`` (``"tf_config"``, ``"slurm"``, ``"kubernetes"``) skips the
+    detection. ``jobs``, ``port`` (SLURM: the port base) and ``gpus_per_task``
+    win over their ``DISTRIB_SLURM_*`` / ``DISTRIB_K8S_*`` twins. Nothing
+    found is a ``SchedulerEnvironmentError`` that lists what would do.
     """
-
-    def __init__(self, cluster_spec: ClusterLike, master: str = "", task_type: str | None = None,
-                 task_id: int | None = None, environment: str = "",
-                 num_accelerators: Mapping[str, int] | None = None,
-                 rpc_layer: str | None = None) -> None:
-        self._cluster_spec = ClusterSpec(cluster_spec)
-        self._master = master
-        self._task_type = task_type
-        self._task_id = task_id
-        self.environment = environment
-        self._num_accelerators = dict(num_accelerators or {})
-        self._rpc_layer = rpc_layer
-
-    def cluster_spec(self) -> ClusterSpec:
-        return self._cluster_spec
-
-    def master(self, task_type: str | None = None, task_id: int | None = None,
-               rpc_layer: str | None = None) -> str:
-        """TF's rule: a given task's address, else the ``master`` passed in, prefixed by ``rpc_layer``."""
-        if task_type is not None and task_id is not None:
-            address = self._cluster_spec.task_address(task_type, task_id)
-        else:
-            address = self._master
-        return _format_master_url(address, rpc_layer or self._rpc_layer) if address else ""
-
-    @property
-    def task_type(self) -> str | None:
-        return self._task_type
-
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value
-
-    @property
-    def task_id(self) -> int | None:
-        return self._task_id
-
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value
-
-    @property
-    def rpc_layer(self) -> str | None:
-        return self._rpc_layer
-
-    @rpc_layer.setter
-    def rpc_layer(self, value: str | None) -> None:
-        self._rpc_layer = value
-
-    def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
-                         config_proto: object = None) -> dict[str, int]:
-        return dict(self._num_accelerators)
+    environ = os.environ if env is None else env
+    kind = kind or detect_scheduler(environ)
+    if kind == "tf_config":
+        if not environ.get("TF_CONFIG", "").strip():
+            raise SchedulerEnvironmentError("TF_CONFIG is not set")
+        return TFConfigClusterResolver(env=env)
+    if kind == "slurm":
+        return SlurmClusterResolver(
+            jobs=jobs or environ.get("DISTRIB_SLURM_JOBS", "").strip() or None,
+            port_base=_int_setting(port, environ, "DISTRIB_SLURM_PORT_BASE", 8888),
+            gpus_per_task=_int_setting(gpus_per_task, environ, "DISTRIB_SLURM_GPUS_PER_TASK", 0),
+            env=env)
+    if kind == "kubernetes":
+        k8s_jobs = jobs or environ.get("DISTRIB_K8S_JOBS", "").strip()
+        if not k8s_jobs:
+            raise SchedulerEnvironmentError(
+                "in Kubernetes, DISTRIB_K8S_JOBS (or --jobs) must give each StatefulSet's job and "
+                "replicas, e.g. ps:1,worker:2")
+        return KubernetesClusterResolver(
+            jobs=k8s_jobs, port=_int_setting(port, environ, "DISTRIB_K8S_PORT", 2222),
+            service=environ.get("DISTRIB_K8S_SERVICE", "").strip() or None,
+            statefulsets=_named_sets(environ),
+            cluster_domain=environ.get("DISTRIB_K8S_CLUSTER_DOMAIN", "").strip() or None,
+            env=env)
+    if kind is None:
+        raise SchedulerEnvironmentError(NO_CLUSTER)
+    raise SchedulerEnvironmentError(f"unknown resolver {kind!r}: choose one of {RESOLVER_KINDS}")

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from distrib.cluster.cluster_spec import ClusterSpec
 
-__all__ = ["TFConfig", "parse_tf_config", "load_tf_config"]
+__all__ = ["TFConfig", "parse_tf_config", "load_tf_config", "format_tf_config"]
 
 
 class TFConfig(NamedTuple):
@@ -100,3 +100,14 @@ def parse_tf_config(env: Mapping[str, str] | None = None) -> TFConfig:
     return TFConfig(cluster, task_type, task_id, rpc_layer or None)
 
 
+
+
+def format_tf_config(cluster: ClusterSpec, task_type: str | None, task_id: int | None,
+                     rpc_layer: str | None = None) -> str:
+    """The ``TF_CONFIG`` value that :func:`parse_tf_config` reads back as these."""
+    data: dict[str, Any] = {"cluster": json.loads(cluster.to_json())}
+    if task_type is not None:
+        data["task"] = {"type": task_type, "index": task_id}
+    if rpc_layer:
+        data["rpc_layer"] = rpc_layer
+    return json.dumps(data, sort_keys=True)

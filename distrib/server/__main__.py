@@ -3,6 +3,18 @@
     python -m distrib.server --cluster cluster.json --job_name worker --task_index 0
     python -m distrib.server --ps_hosts h:2222 --worker_hosts h:2223,h:2224 --job_name ps --task_index 0
     python -m distrib.server            # with TF_CONFIG set
+    srun python -m distrib.server       # under SLURM: one task per process
+    python -m distrib.server            # in a StatefulSet pod, with DISTRIB_K8S_JOBS set
+
+Without ``--cluster`` or ``--ps_hosts/--worker_hosts`` the cluster and the
+task come from the environment, by the first of: ``TF_CONFIG``; SLURM
+(``SLURM_PROCID`` set: ``SlurmClusterResolver``, jobs from ``--jobs`` or
+``DISTRIB_SLURM_JOBS``, default every task a worker; ports from ``--port`` or
+``DISTRIB_SLURM_PORT_BASE``, default 8888, plus the task's local index);
+Kubernetes (``KUBERNETES_SERVICE_HOST`` set: ``KubernetesClusterResolver``,
+jobs from ``--jobs`` or ``DISTRIB_K8S_JOBS``, port from ``--port`` or
+``DISTRIB_K8S_PORT``, default 2222). ``--resolver`` names the source instead.
+``--job_name``/``--task_index`` still override the task.
 
 Prints one line ``serving /job:J/task:T at HOST:PORT`` when ready. Bad
 configuration (malformed cluster file, unknown job, task index outside the
@@ -17,20 +29,40 @@ import os
 import signal
 import sys
 
-from distrib.cluster import ClusterSpec, parse_tf_config
+from distrib.cluster import ClusterSpec
+from distrib.cluster.resolvers import RESOLVER_KINDS, detect_scheduler, resolver_from_environment
 from distrib.server.server_lib import ServerCore, resolve_task
 
 EXIT_USAGE = 2
+ENVIRONMENT_HELP = (
+    "Without --cluster or --ps_hosts/--worker_hosts the cluster and this task come from the "
+    "environment, the first of: TF_CONFIG; SLURM (SLURM_PROCID, as srun sets it; "
+    "DISTRIB_SLURM_JOBS, DISTRIB_SLURM_PORT_BASE, DISTRIB_SLURM_GPUS_PER_TASK); Kubernetes "
+    "(KUBERNETES_SERVICE_HOST; the pod's name <statefulset>-<ordinal>; DISTRIB_K8S_JOBS "
+    "required, DISTRIB_K8S_PORT, DISTRIB_K8S_SERVICE, DISTRIB_K8S_STATEFULSETS, "
+    "DISTRIB_K8S_CLUSTER_DOMAIN, POD_NAMESPACE). Flags win over the variables.")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m distrib.server",
-                                description="Run the server of one distrib task.")
+                                description="Run the server of one distrib task.",
+                                epilog=ENVIRONMENT_HELP)
     p.add_argument("--cluster", help="JSON file {\"job\": [\"host:port\", ...]}")
     p.add_argument("--ps_hosts", help="comma-separated host:port list of the ps job")
     p.add_argument("--worker_hosts", help="comma-separated host:port list of the worker job")
     p.add_argument("--job_name", help="this task's job")
     p.add_argument("--task_index", type=int, help="this task's index in its job")
+    p.add_argument("--resolver", choices=RESOLVER_KINDS,
+                   help="where the cluster comes from without --cluster: default the first "
+                        "of TF_CONFIG, SLURM (SLURM_PROCID), Kubernetes (KUBERNETES_SERVICE_HOST)")
+    p.add_argument("--jobs", help="SLURM/Kubernetes: each job and its tasks in order, e.g. "
+                                  "ps:1,worker:3 (env DISTRIB_SLURM_JOBS / DISTRIB_K8S_JOBS)")
+    p.add_argument("--port", type=int, help="SLURM: the first port on each node, the task "
+                                            "with local index L on PORT+L (default 8888); "
+                                            "Kubernetes: every task's port (default 2222)")
+    p.add_argument("--gpus_per_task", type=int,
+                   help="SLURM: GPUs given to each task in CUDA_VISIBLE_DEVICES "
+                        "(env DISTRIB_SLURM_GPUS_PER_TASK; default: leave GPUs as they are)")
     p.add_argument("--log_level", default="INFO")
     return p
 
@@ -41,12 +73,14 @@ def _config(args: argparse.Namespace) -> tuple[ClusterSpec, str | None, int | No
     if args.ps_hosts or args.worker_hosts:
         return (ClusterSpec.from_flags(ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts),
                 args.job_name, args.task_index)
-    if os.environ.get("TF_CONFIG"):
-        tf = parse_tf_config()
-        return (tf.cluster, args.job_name or tf.task_type,
-                args.task_index if args.task_index is not None else tf.task_id)
-    raise ValueError("no cluster given: pass --cluster FILE, or --ps_hosts/--worker_hosts, "
-                     "or set TF_CONFIG")
+    if args.resolver is None and detect_scheduler(os.environ) is None:
+        raise ValueError("no cluster given: pass --cluster FILE, or --ps_hosts/--worker_hosts, "
+                         "or set TF_CONFIG, or run under SLURM's srun, or in a Kubernetes pod "
+                         "with DISTRIB_K8S_JOBS set")
+    resolver = resolver_from_environment(kind=args.resolver, jobs=args.jobs, port=args.port,
+                                         gpus_per_task=args.gpus_per_task)
+    return (resolver.cluster_spec(), args.job_name or resolver.task_type,
+            args.task_index if args.task_index is not None else resolver.task_id)
 
 
 async def _serve(cluster: ClusterSpec, job: str | None, index: int | None) -> int:
