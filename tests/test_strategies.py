@@ -315,3 +315,58 @@ async def test_mirrored_variable_updates_in_a_replica_context_need_an_aggregatio
         totals, firsts = await copies()
     assert [float(t) for t in totals] == [7.0, 7.0]
     assert [float(f) for f in firsts] == [2.0, 2.0]
+
+
+async def test_function_reads_and_writes_in_program_order() -> None:
+    dt.reset_default_graph()
+    total = dt.Variable(np.zeros(1, np.float32), name="total")
+
+    @dt.function
+    def add(x):
+        total.assign_add(dt.reshape(dt.reduce_sum(x), [1]))
+        return total                          # sees the write above, as in TF2
+
+    @dt.function
+    def swap(x):
+        before = total * 2.0                  # read before the write below
+        total.assign(x)
+        return before, total.read_value(), total
+
+    async with asyncio.timeout(BOUND_S):
+        seen = [float((await add(np.ones(3, np.float32)))[0]) for _ in range(3)]
+        before, after, returned = await swap(np.array([100.0], np.float32))
+    assert seen == [3.0, 6.0, 9.0]
+    assert float(before[0]) == 18.0 and float(after[0]) == 100.0 and float(returned[0]) == 100.0
+
+
+async def test_nested_functions_inline_and_a_restore_is_not_initialized_over(tmp_path) -> None:
+    dt.reset_default_graph()
+    w = dt.Variable(np.zeros(2, np.float32), name="w")
+
+    @dt.function
+    def double(x):
+        return x * 2.0
+
+    @dt.function
+    def outer(x):
+        return double(x) + w            # the inner function's ops join this graph
+
+    # a job resuming: the Saver restores w before any dt.function runs
+    server = dt.Server.create_local_server()
+    try:
+        async with dt.Session(server.target) as sess:
+            await sess.run(w.assign([7.0, 7.0]))
+            saver = dt.train.Saver([w])
+            path = await saver.save(sess, str(tmp_path / "model"))
+            await sess.run(w.assign([0.0, 0.0]))
+            await saver.restore(sess, path)
+    finally:
+        server.stop()
+    async with asyncio.timeout(BOUND_S):
+        # the function runs on the process's local server: restore there too
+        from distrib.distribute.local_target import default_target
+        async with dt.Session(default_target()) as sess:
+            await sess.run(w.initializer)
+            await saver.restore(sess, path)
+        got = await outer(np.ones(2, np.float32))
+    np.testing.assert_allclose(got, [9.0, 9.0])

@@ -31,7 +31,6 @@ from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveK
 from distrib.distribute.local_target import local_server, set_default_target
 from distrib.distribute.mirrored_strategy import _Mirroring, local_devices
 from distrib.distribute.values import MirroredVariable
-from distrib.framework import config
 from distrib.framework.graph import get_default_graph
 from distrib.ops import collective_ops
 from distrib.ops import math_ops as ops
@@ -100,9 +99,9 @@ class MultiWorkerMirroredStrategy(_Mirroring):
                                  "task)")
             self._server = Server(cluster, job_name=task_type, task_index=task_id)
             set_default_target(self._server)
-            n = config.logical_cpu_count()
+            # this worker's GPUs, else its logical CPUs, named on this task
             prefix = f"/job:{task_type}/replica:0/task:{task_id}"
-            devices = [f"{prefix}/device:CPU:{i}" for i in range(n)]
+            devices = [prefix + d for d in local_devices()]
             num_workers, index = len(workers), workers.index((task_type, task_id))
         super().__init__(devices, num_workers, index)
         hint = "ring" if options.implementation == CommunicationImplementation.RING else "auto"

@@ -41,6 +41,7 @@ import collections
 import contextlib
 import inspect
 import logging
+import re
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -113,6 +114,8 @@ class ClusterCoordinator:
     ``checkpoint_dir`` (a distrib extension): where a restarted ps's variables
     are restored from (the newest good checkpoint of the graph's Saver)."""
 
+    ps_wait_s = 600.0   # how long closures wait for a ps to come back before failing
+
     def __init__(self, strategy: Any, checkpoint_dir: str | None = None) -> None:
         if not hasattr(strategy, "worker_devices"):
             raise ValueError("ClusterCoordinator needs a ParameterServerStrategy")
@@ -129,6 +132,8 @@ class ClusterCoordinator:
         # when a worker comes back; a dataset nobody holds any more is let go)
         self._system: ActorSystem | None = None
         self._ps_lock: asyncio.Lock | None = None
+        self._wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._incarnations: dict[str, int] = {}   # a worker's, when it was last taken back
         strategy._coordinator = self
 
     # -- the API ------------------------------------------------------------------------
@@ -137,7 +142,11 @@ class ClusterCoordinator:
         """Queue ``fn(*args, **kwargs)`` for the next free worker; its RemoteValue."""
         self._raise_error()
         self._start()
-        fn = fn if isinstance(fn, Function) else Function(fn)
+        if not isinstance(fn, Function):   # TF wants a tf.function; one wrapper per callable
+            wrapped = self._wrapped.get(fn)
+            if wrapped is None:
+                wrapped = self._wrapped[fn] = Function(fn)
+            fn = wrapped
         result = RemoteValue()
         self._queue.append(_Closure(fn, tuple(args or ()), dict(kwargs or {}), result))
         self._wake()
@@ -147,8 +156,8 @@ class ClusterCoordinator:
         """Wait until every scheduled closure ran; raise the first error of fn, if any."""
         self._start()
         while self._queue or self._inflight:
-            if self._error is not None:
-                break
+            if self._error is not None and not self._inflight:
+                break   # (TF: when join raises, no function is still running)
             await self._wait_change()
         self._raise_error()
 
@@ -213,6 +222,11 @@ class ClusterCoordinator:
         await self._changed.wait()
 
     async def _worker_loop(self, index: int) -> None:
+        device = self._devices[index]
+        if device not in self._incarnations:   # to tell a restart from a passing failure
+            found = await self._ping(device)
+            if found is not None:
+                self._incarnations[device] = found
         while True:
             if not self._up[index]:
                 await self._until_back(index)
@@ -272,11 +286,13 @@ class ClusterCoordinator:
         closure.result._set(value)
 
     def _failed_task(self, exc: OpError) -> str | None:
-        """The task a failure names (a worker or a ps), if any."""
-        text = f"{exc.message} {exc.task or ''}"
-        for device in self._devices + list(getattr(self.strategy, "_ps", [])):
-            if device + "/" in text + "/" or text.endswith(device):
-                return device
+        """The task a failure names (a ps first, then a worker), if any: in its
+        message, else the task the failed op ran on (an uninitialized variable's)."""
+        tasks = list(getattr(self.strategy, "_ps", [])) + self._devices
+        for text in (exc.message, exc.task or ""):
+            for device in tasks:
+                if re.search(re.escape(device) + r"(?![\w:])", text):
+                    return device
         return None
 
     def _set_error(self, exc: BaseException) -> None:
@@ -311,22 +327,37 @@ class ClusterCoordinator:
     async def _until_back(self, index: int) -> None:
         device = self._devices[index]
         waited = 0.0
-        while await self._ping(device) is None:
+        while (incarnation := await self._ping(device)) is None:
             await asyncio.sleep(_PROBE_S)
             waited += _PROBE_S
             if waited % 30 < _PROBE_S:   # never silent: say whom the queue waits for
                 logger.warning("worker %s has not answered for %.0fs; %d closure(s) queued "
                                "for the other workers", device, waited, len(self._queue))
-        logger.info("worker %s answers again: it takes closures again", device)
-        for dataset in list(self._datasets):
-            dataset._rebuild(index)
+        if incarnation != self._incarnations.get(device):
+            # a new process: its datasets start again (TF rebuilds them on the worker)
+            logger.info("worker %s answers again (a new process): its datasets are rebuilt",
+                        device)
+            for dataset in list(self._datasets):
+                dataset._rebuild(index)
+        else:
+            logger.info("worker %s answers again: it takes closures again", device)
+        self._incarnations[device] = incarnation
         self._up[index] = True
 
     async def _recover_ps(self, task: str) -> None:
         assert self._ps_lock is not None
         async with self._ps_lock:
+            waited = 0.0
             while await self._ping(task) is None:
+                if waited >= self.ps_wait_s:
+                    raise UnavailableError(
+                        f"{task} has not answered for {waited:.0f}s: the closures that need "
+                        "it cannot run (restart it; a restarted ps is restored from the "
+                        "checkpoint_dir)")
+                if waited % 30 < _PROBE_S:
+                    logger.warning("waiting for %s to come back (%.0fs)", task, waited)
                 await asyncio.sleep(_PROBE_S)
+                waited += _PROBE_S
             await _restore_ps(self.strategy, task, self.checkpoint_dir)
 
 

@@ -40,7 +40,7 @@ from distrib.client.session import Session
 from distrib.distribute.distribute_lib import get_strategy, strategies_used
 from distrib.distribute.local_target import default_target
 from distrib.distribute.values import DistributedValues, PerReplica
-from distrib.framework import distribution_context
+from distrib.framework import auto_deps, distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
@@ -88,8 +88,12 @@ class Function:
     def get_concrete_function(self, *args: Any, **kwargs: Any) -> _Trace:
         return self._trace_for(args, kwargs)
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._trace_for(args, kwargs).run(args, kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """``await f(...)`` runs the traced graph; called while another function
+        is being traced, ``f`` is inlined into it (its ops join that graph), as TF's are."""
+        if auto_deps.tracing():
+            return self._fn(*args, **kwargs)
+        return self._trace_for(args, kwargs).run(args, kwargs)
 
     async def call_on(self, device: str, strategy: Any, args: tuple, kwargs: dict) -> Any:
         """Run on ``device`` (a coordinator's worker): traced once per device, under
@@ -135,22 +139,24 @@ class _Trace:
                 call_kwargs: dict = {}
             else:
                 call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders)
-            with strategies_used() as used:
+            with strategies_used() as used, auto_deps.trace():
                 if strategy is not None:
                     with distribution_context.enter(strategy,
                                                     distribution_context.replica_context()):
-                        outputs = fn(*call_args, **call_kwargs)
+                        outputs = _as_fetchable(fn(*call_args, **call_kwargs))
                 else:
-                    outputs = fn(*call_args, **call_kwargs)
+                    outputs = _as_fetchable(fn(*call_args, **call_kwargs))
         if self.strategy is None and used:
             self.strategy = used[0]   # called outside its scope: its strategy.run says where
         self._outputs = outputs
+        # (a variable's initializer runs once, on first use: not in the step)
+        inits = {v.initializer for key in (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES)
+                 for v in graph.get_collection(key)}
+        # reads and writes of each variable in the order the Python body made them
+        auto_deps.order(graph.get_operations()[first_new:], inits)
         self._fetches, self._rebuild = _fetch_plan(outputs)
         # TF runs every stateful op a function made (its automatic control
         # dependencies): updates, collectives, queue ops run even when unfetched
-        # (a variable's initializer is not one: it runs once, on first use)
-        inits = {v.initializer for key in (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES)
-                 for v in graph.get_collection(key)}
         self._effects = [op for op in graph.get_operations()[first_new:] if op not in inits
                          and (op.type in _EFFECT_OPS or (op.type == "NoOp" and op.control_inputs
                                                          and not _consumed(graph, op)))]
@@ -266,6 +272,25 @@ def _leaves(value: Any, out: list[Any]) -> None:
             _leaves(value[k], out)
 
 
+def _as_fetchable(value: Any) -> Any:
+    """``value`` with each variable returned as a read made now, in the trace (so
+    it comes after the function's earlier writes, see auto_deps)."""
+    if isinstance(value, (Tensor, Operation)) or value is None:
+        return value
+    if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
+        return type(value)([_as_fetchable(v) for v in value.values])
+    if hasattr(value, "_as_graph_element"):
+        return value._as_graph_element()
+    if isinstance(value, tuple):
+        items = [_as_fetchable(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_as_fetchable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_fetchable(v) for k, v in value.items()}
+    return value
+
+
 def _fetch_plan(outputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
     """The fetches of ``outputs`` and a function from their values to the result."""
     fetches: list[Any] = []
@@ -297,15 +322,18 @@ def _fetch_plan(outputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
 
 
 # -- sessions and first-use initialization -------------------------------------------------
-_sessions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # loop -> {key: Session}
+_sessions: dict[Any, dict] = {}   # loop -> {key: Session}; a closed loop's are dropped
 # graph -> {target: the variables (ops) this process initialized there}; not per loop, so
 # a second event loop (a test's) never initializes a variable again
 _initialized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_init_locks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # loop -> {key: Lock}
+_init_locks: dict[Any, dict] = {}   # loop -> {key: Lock}
 
 
 async def _session(graph: Any, target: str) -> Session:
     loop = asyncio.get_running_loop()
+    for old in [lp for lp in list(_sessions) if lp.is_closed()]:
+        _sessions.pop(old, None)    # a finished asyncio.run: its sessions' sockets go with it
+        _init_locks.pop(old, None)
     per_loop = _sessions.setdefault(loop, {})
     key = (id(graph), target)
     entry = per_loop.get(key)
@@ -328,9 +356,11 @@ async def _initialize_variables(session: Session, graph: Any, strategy: Any) -> 
     async with lock:   # steps started together (a coordinator's) initialize once
         fresh = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
                  if v.op not in done]
-        if fresh:
-            await _initialize(session, fresh, strategy)
-            done.update(v.op for v in fresh)
+        # one restored by a Saver already holds its values (resuming a job)
+        todo = [v for v in fresh if not getattr(v, "_restored_from_checkpoint", False)]
+        if todo:
+            await _initialize(session, todo, strategy)
+        done.update(v.op for v in fresh)
 
 
 async def _initialize(session: Session, fresh: list[Any], strategy: Any) -> None:

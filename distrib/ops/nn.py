@@ -116,7 +116,8 @@ def compute_average_loss(per_example_loss: Any, sample_weight: Any = None,
             replicas = distribution_context.num_replicas_in_sync()
             rows = loss.shape[0] if loss.shape.ndims else None
             if rows is not None and getattr(rows, "value", rows) is not None:
-                global_batch_size = int(getattr(rows, "value", rows)) * replicas
+                # (an empty last batch sums to 0: any positive divisor gives TF's 0)
+                global_batch_size = max(int(getattr(rows, "value", rows)) * replicas, 1)
             else:   # the rows counted at run time (the other dimensions known, or none)
                 rest = [d for d in (loss.shape.dims or [])[1:]]
                 per_row = 1

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from distrib.errors import InvalidArgumentError
-from distrib.framework import distribution_context, dtypes
+from distrib.framework import auto_deps, distribution_context, dtypes
 from distrib.framework.graph import (GraphKeys, Operation, Tensor, get_default_graph,
                                      name_scope)
 from distrib.framework.operation import TensorOperators
@@ -160,7 +160,10 @@ class Variable(TensorOperators):
 
     # -- reading --------------------------------------------------------------------
     def value(self) -> Tensor:
-        """The snapshot ``name/read`` that ops consume."""
+        """The snapshot ``name/read`` that ops consume (in a ``dt.function``'s
+        trace, a fresh read that ``auto_deps`` orders after earlier writes)."""
+        if auto_deps.tracing():
+            return self.read_value()
         return self._snapshot
 
     def read_value(self) -> Tensor:
@@ -188,10 +191,10 @@ class Variable(TensorOperators):
                 if op.type == "VariableV2" and op.attrs.get("var") == shared]
 
     def _as_tensor(self) -> Tensor:
-        return self._snapshot
+        return self.value()
 
     def _as_graph_element(self) -> Tensor:
-        return self._snapshot
+        return self.value()
 
     # -- properties --------------------------------------------------------------------
     name = property(lambda self: self._variable_op.name + ":0")

@@ -293,6 +293,9 @@ class Saver:
         values = await asyncio.to_thread(self._read, os.fspath(save_path))
         await run_fetches(sess, self._restorer.op, feed_dict=self._restorer.feeds(values),
                    options=options)
+        for var in self._named.values():
+            # a dt.function's first-use initialization leaves a restored variable alone
+            var._restored_from_checkpoint = True
         logger.info("restored %d variables from %s", len(values), save_path)
 
     def variables_on(self, task: str) -> dict[str, Variable]:
