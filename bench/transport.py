@@ -13,7 +13,16 @@ a minimal uvloop + msgpack length-prefixed echo (``raw-echo``). Medians of
 repeated runs after a warm-up. Prints a table; ``--json PATH`` writes
 ``{"rows": [{"transport", "size", "GBps", "us"}, ...]}``. Never asserts.
 
+``--netns`` (root): the same between two hosts made of network namespaces on
+a bridge (``bench/netns.py``): this bench runs in host 0, every peer in host
+1, and the rows are ``tcp`` (our Connection; across namespaces ``auto`` picks
+tcp, as it does between hosts), ``raw-socket``, ``transport-rtt``,
+``actor-call`` and ``raw-echo``. Target: ``tcp >= 0.9x raw-socket``.
+TODO(tls): the same rows with mutual TLS on (``tls`` beside ``raw-tls``, an
+``ssl``-wrapped raw socket) once DISTRIB_TLS_* is built.
+
     python bench/transport.py [--quick] [--json PATH]
+    python bench/transport.py --netns [--quick] [--json PATH]
 
 ``raw_echo_rtt_us`` and ``print_table`` are importable for other benches.
 """
@@ -44,6 +53,9 @@ from transports import PeerInfo, TransportConfig, connect, listen, local_host_id
 
 SIZES = [1 << 10, 1 << 20, 64 << 20, 256 << 20]
 _LEN = struct.Struct("<I")
+# where peers run: a command prefix (``ip netns exec HOST``) and the address
+# they listen on; --netns sets both to the second namespace
+_PEER_AT: dict[str, Any] = {"prefix": [], "host": "127.0.0.1"}
 
 
 def _count(size: int) -> int:
@@ -57,7 +69,7 @@ def _identity(name: str) -> PeerInfo:
 
 # ---- peer process ---------------------------------------------------------------
 
-async def _peer_transport(mode: str) -> None:
+async def _peer_transport(mode: str, host: str) -> None:
     """Echo every message that is not an array; drop arrays (a sink for them)."""
     def on_connection(conn):
         def on_message(msg: Any) -> None:
@@ -65,7 +77,7 @@ async def _peer_transport(mode: str) -> None:
                 conn.send_nowait(msg)
         conn.start(on_message, lambda exc: None)
 
-    listener = await listen("127.0.0.1", 0, on_connection, identity=_identity("bench-peer"),
+    listener = await listen(host, 0, on_connection, identity=_identity("bench-peer"),
                             config=TransportConfig(mode=mode))
     print("ADDRESS", listener.address, flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -91,17 +103,17 @@ class _EchoProtocol(asyncio.Protocol):
         self.buf = buf
 
 
-async def _peer_raw_echo() -> None:
-    server = await asyncio.get_running_loop().create_server(_EchoProtocol, "127.0.0.1", 0)
-    print("ADDRESS", "127.0.0.1:%d" % server.sockets[0].getsockname()[1], flush=True)
+async def _peer_raw_echo(host: str) -> None:
+    server = await asyncio.get_running_loop().create_server(_EchoProtocol, host, 0)
+    print("ADDRESS", "%s:%d" % (host, server.sockets[0].getsockname()[1]), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     server.close()
 
 
-def _peer_raw_socket() -> None:
+def _peer_raw_socket(host: str) -> None:
     """Per round: read (size, count), receive count*size bytes into one buffer, ack."""
-    lsock = socket.create_server(("127.0.0.1", 0))
-    print("ADDRESS", "127.0.0.1:%d" % lsock.getsockname()[1], flush=True)
+    lsock = socket.create_server((host, 0))
+    print("ADDRESS", "%s:%d" % (host, lsock.getsockname()[1]), flush=True)
     conn, _ = lsock.accept()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     buf = bytearray(max(SIZES))
@@ -123,7 +135,8 @@ def _peer_raw_socket() -> None:
 
 @contextlib.contextmanager
 def _peer(*args: str) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--peer", *args],
+    proc = subprocess.Popen([*_PEER_AT["prefix"], sys.executable, os.path.abspath(__file__),
+                             "--bind", _PEER_AT["host"], "--peer", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -218,6 +231,7 @@ async def bench_transport(mode: str, sizes: list[int], reps: int) -> list[dict]:
 
 
 _PING = {"op": "ping", "i": 1}
+_KINDS: dict[str, str] = {}   # the kind of connection ``auto`` chose for the rtt rows
 
 
 def _transport_rtt_run(conn, n: int):
@@ -267,9 +281,9 @@ class _Pong:
         return x
 
 
-async def _peer_actor() -> None:
+async def _peer_actor(host: str) -> None:
     from distrib.runtime.actors import ActorSystem
-    system = await ActorSystem("/job:pong/task:0").start()
+    system = await ActorSystem("/job:pong/task:0", host=host).start()
     system.spawn("pong", _Pong())
     print(f"ADDRESS {system.address}", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
@@ -291,6 +305,7 @@ async def bench_rtt(n: int, reps: int) -> list[dict]:
     with _peer("transport", "auto") as address, _peer("raw-echo") as echo_address, \
             _peer("actor") as actor_address:
         conn = await connect(address, identity=_identity("bench"))
+        _KINDS["transport-rtt"] = conn.kind
         echo_transport, echo_run = await _raw_echo_client(echo_address, n)
         system = await ActorSystem("/job:bench/task:0", listen=False).start()
         ours_run = _transport_rtt_run(conn, n)
@@ -344,6 +359,57 @@ def _summary(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _summary_netns(rows: list[dict]) -> list[str]:
+    get = {(r["transport"], r["size"]): r for r in rows}
+    lines = [f"tcp / raw-socket at {label}: {get['tcp', size]['GBps'] / get['raw-socket', size]['GBps']:.2f}x"
+             + (" (target >= 0.9x)" if size == 64 << 20 else "")
+             for size, label in ((1 << 20, "1 MiB"), (64 << 20, "64 MiB"), (256 << 20, "256 MiB"))
+             if ("tcp", size) in get and ("raw-socket", size) in get]
+    lines += [line for line in _summary(rows) if not line.startswith(("tcp /", "shm /"))]
+    lines.append(f"connection chosen by mode auto between the namespaces: {_KINDS.get('transport-rtt')}")
+    # TODO(tls): once DISTRIB_TLS_CERT/KEY/CA are built, add the rows "tls" (our
+    # Connection over mutual TLS) and "raw-tls" (an ssl-wrapped blocking socket)
+    # here and in _netns_client, and the ratio tls / raw-tls.
+    lines.append("tls: not built yet (TODO: tls beside raw-tls between the same namespaces)")
+    return lines
+
+
+def _netns_client(peer_ns: str, peer_host: str, reps: int, json_path: str | None) -> None:
+    """Runs inside the first namespace; every peer runs in ``peer_ns``."""
+    _PEER_AT.update(prefix=["ip", "netns", "exec", peer_ns], host=peer_host)
+    rows = bench_raw_socket(SIZES, reps)
+
+    async def ours() -> list[dict]:
+        return await bench_transport("tcp", SIZES, reps) + await bench_rtt(2000, reps)
+    rows += uvloop.run(ours())
+    order = ["tcp", "raw-socket", "transport-rtt", "actor-call", "raw-echo"]
+    rows.sort(key=lambda r: (order.index(r["transport"]), r["size"]))
+    print("between two network namespaces (veth pairs on a bridge):")
+    print_table(rows)
+    for line in _summary_netns(rows):
+        print(line)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"rows": rows, "netns": True}, f, indent=1)
+
+
+def _run_netns(args: argparse.Namespace) -> int:
+    from bench.netns import Network, NetnsUnavailable
+    try:
+        net = Network(2)
+    except NetnsUnavailable as e:
+        print(f"--netns needs network namespaces (root): {e}", file=sys.stderr)
+        return 2
+    with net:
+        argv = [sys.executable, os.path.abspath(__file__), "--netns-client", net.name(1),
+                net.address(1)]
+        if args.quick:
+            argv.append("--quick")
+        if args.json:
+            argv += ["--json", os.path.abspath(args.json)]
+        return net.run(0, argv, cwd=ROOT).returncode
+
+
 async def _main_async(reps: int) -> list[dict]:
     rows = []
     for mode in ("tcp", "shm"):
@@ -355,20 +421,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    parser.add_argument("--netns", action="store_true",
+                        help="between two network namespaces (needs root): tcp vs a raw socket")
     parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--bind", default="127.0.0.1", help=argparse.SUPPRESS)
+    parser.add_argument("--netns-client", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
         role = args.peer[0]
         if role == "transport":
-            uvloop.run(_peer_transport(args.peer[1]))
+            uvloop.run(_peer_transport(args.peer[1], args.bind))
         elif role == "raw-echo":
-            uvloop.run(_peer_raw_echo())
+            uvloop.run(_peer_raw_echo(args.bind))
         elif role == "actor":
-            uvloop.run(_peer_actor())
+            uvloop.run(_peer_actor(args.bind))
         else:
-            _peer_raw_socket()
+            _peer_raw_socket(args.bind)
         return
     reps = 3 if args.quick else 7
+    if args.netns:
+        sys.exit(_run_netns(args))
+    if args.netns_client:
+        _netns_client(*args.netns_client, reps, args.json)
+        return
     rows = [bench_memcpy(size, reps) for size in SIZES]
     rows += bench_raw_socket(SIZES, reps)
     rows += uvloop.run(_main_async(reps))

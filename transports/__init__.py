@@ -13,10 +13,11 @@ from .config import PeerInfo, TransportConfig, local_host_id, new_incarnation
 from .connection import Connection
 from .endpoint import Listener, connect, listen, parse_address
 from .errors import (AuthError, ConnectionClosed, ConnectTimeout, FrameError, HandshakeError,
-                     TransportError)
+                     MessageTooLarge, TransportError)
 
 __all__ = [
     "TransportConfig", "PeerInfo", "local_host_id", "new_incarnation",
     "listen", "connect", "Listener", "Connection", "parse_address",
     "TransportError", "ConnectionClosed", "ConnectTimeout", "HandshakeError", "AuthError", "FrameError",
+    "MessageTooLarge",
 ]

@@ -68,21 +68,31 @@ class Encoder:
 
     After :meth:`encode`, :attr:`buffers` lists the out-of-band buffers (byte
     memoryviews) in order; they must be written before the next ``encode``.
+
+    The packer's ``default`` is a closure over the buffer list, not a bound
+    method: ``self -> packer -> self._default -> self`` was a reference cycle
+    that kept every encoder (and, before the handshake, nothing else needs
+    the cycle collector) alive until a collection ran (issue 21).
     """
 
     def __init__(self, shm_sink: ShmSink | None = None, shm_threshold: int = 0) -> None:
-        self._packer = msgpack.Packer(default=self._default, use_bin_type=True, autoreset=True)
-        self._meta = msgpack.Packer(use_bin_type=True, autoreset=True)
-        self._shm_sink = shm_sink
-        self._shm_threshold = max(shm_threshold, 1)
         self.buffers: list[memoryview] = []
+        self._packer = msgpack.Packer(default=_array_packer(self.buffers, shm_sink, shm_threshold),
+                                      use_bin_type=True, autoreset=True)
 
     def encode(self, obj: Any) -> bytes:
         if self.buffers:
-            self.buffers = []
+            self.buffers.clear()
         return self._packer.pack(obj)
 
-    def _default(self, obj: Any) -> msgpack.ExtType:
+
+def _array_packer(buffers: list, shm_sink: ShmSink | None, shm_threshold: int) -> Callable[[Any], Any]:
+    """The packer's ``default``: an array becomes an ext record, its memory an
+    entry of ``buffers`` (or a segment of ``shm_sink``)."""
+    meta = msgpack.Packer(use_bin_type=True, autoreset=True)
+    threshold = max(shm_threshold, 1)
+
+    def default(obj: Any) -> msgpack.ExtType:
         arr = _sendable(obj)
         if arr.flags.c_contiguous:
             fortran = False
@@ -92,18 +102,19 @@ class Encoder:
             arr = np.ascontiguousarray(arr)  # the one copy a strided array costs
             fortran = False
         nbytes = arr.nbytes
-        if self._shm_sink is not None and nbytes >= self._shm_threshold:
-            seg = self._shm_sink(arr, fortran)
+        if shm_sink is not None and nbytes >= threshold:
+            seg = shm_sink(arr, fortran)
             if seg is not None:
-                return msgpack.ExtType(EXT_SHM, self._meta.pack(
-                    (arr.dtype.str, arr.shape, seg, nbytes, fortran)))
-        index = len(self.buffers)
+                return msgpack.ExtType(EXT_SHM, meta.pack((arr.dtype.str, arr.shape, seg, nbytes, fortran)))
+        index = len(buffers)
         if nbytes:
             flat = arr.T if fortran else arr
-            self.buffers.append(memoryview(flat.reshape(-1).view(np.uint8)))
+            buffers.append(memoryview(flat.reshape(-1).view(np.uint8)))
         else:
-            self.buffers.append(memoryview(b""))
-        return msgpack.ExtType(EXT_INLINE, self._meta.pack((arr.dtype.str, arr.shape, index, fortran)))
+            buffers.append(memoryview(b""))
+        return msgpack.ExtType(EXT_INLINE, meta.pack((arr.dtype.str, arr.shape, index, fortran)))
+
+    return default
 
 
 def _dtype(name: Any) -> np.dtype:

@@ -4,6 +4,12 @@ A :class:`PeerInfo` is what each side tells the other in the handshake: the
 task name, an *incarnation* that changes every time a process starts (so a
 restarted peer is never mistaken for its previous life) and a *host id* that
 tells whether both ends share a host, and therefore shared memory.
+
+Two limits bound what a peer can make a receiver hold (issue 21):
+``max_frame_bytes`` (``DISTRIB_MAX_FRAME_BYTES``, default 2 GiB: gRPC's and
+protobuf's own ceiling, so one step of a TF1 program fits in one message) and
+``frame_timeout_s`` (``DISTRIB_FRAME_TIMEOUT_S``, default three heartbeats,
+at least 10 s): how long a frame in progress may go without a byte.
 """
 from __future__ import annotations
 
@@ -12,10 +18,21 @@ import secrets
 import socket
 from dataclasses import dataclass
 
-__all__ = ["TransportConfig", "PeerInfo", "local_host_id", "new_incarnation", "resolve_token"]
+__all__ = ["TransportConfig", "PeerInfo", "local_host_id", "new_incarnation", "resolve_token",
+           "DEFAULT_MAX_FRAME_BYTES", "MIN_FRAME_BYTES"]
 
 TOKEN_ENV = "DISTRIB_CLUSTER_TOKEN"
 TOKEN_FILE_ENV = "DISTRIB_CLUSTER_TOKEN_FILE"
+MAX_FRAME_ENV = "DISTRIB_MAX_FRAME_BYTES"
+FRAME_TIMEOUT_ENV = "DISTRIB_FRAME_TIMEOUT_S"
+# One message (a step's request, its fetches, a tensor sent between tasks)
+# may be this big. It was 4 GiB: a 16-byte prefix could make a server accept
+# bytes until the sender stopped. 2 GiB is the int32 limit of TF's gRPC
+# channels and of protobuf, so nothing TF could send in one RPC is refused.
+DEFAULT_MAX_FRAME_BYTES = 2**31
+MIN_FRAME_BYTES = 64 * 1024   # the handshake's own frames must fit
+_MIN_FRAME_TIMEOUT_S = 10.0
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -28,19 +45,80 @@ class TransportConfig:
     ``DISTRIB_CLUSTER_TOKEN_FILE``); empty means no authentication.
     ``shm_pool_bytes`` bounds the shared memory one connection's sender keeps
     pooled (a single array bigger than that still goes through, alone).
+    ``max_frame_bytes``: the biggest message this side accepts; ``None``
+    reads ``DISTRIB_MAX_FRAME_BYTES`` (bytes, or with a K/M/G suffix; default
+    2 GiB). Both sides announce theirs in the handshake and a sender refuses
+    a message over the peer's with :class:`~transports.errors.MessageTooLarge`
+    (the connection stays up). ``frame_timeout_s``: a frame in progress that
+    gets no byte for this long closes the connection; ``None`` reads
+    ``DISTRIB_FRAME_TIMEOUT_S`` (default 3 x ``DISTRIB_HEARTBEAT_S``, at least
+    10 s; 0 turns it off). ``handshake_timeout_s`` bounds a connection that
+    has not proven itself.
     """
 
     mode: str = "auto"
-    max_frame_bytes: int = 2**32
+    max_frame_bytes: int | None = None
     shm_threshold: int = 64 * 1024
     token: bytes | None = None
     connect_timeout_s: float = 10.0
     handshake_timeout_s: float = 5.0
     shm_pool_bytes: int = 2**31
+    frame_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("auto", "tcp", "shm"):
             raise ValueError(f"TransportConfig.mode must be 'auto', 'tcp' or 'shm', not {self.mode!r}")
+        if self.max_frame_bytes is None:
+            object.__setattr__(self, "max_frame_bytes", _env_bytes(MAX_FRAME_ENV, DEFAULT_MAX_FRAME_BYTES))
+        if not MIN_FRAME_BYTES <= self.max_frame_bytes < 2**63:  # type: ignore[operator]
+            raise ValueError(f"max_frame_bytes must be at least {MIN_FRAME_BYTES}, "
+                             f"not {self.max_frame_bytes!r}")
+        if self.frame_timeout_s is None:
+            object.__setattr__(self, "frame_timeout_s", _default_frame_timeout())
+        if not 0 <= self.frame_timeout_s < float("inf"):  # type: ignore[operator]
+            raise ValueError(f"frame_timeout_s must be a number of seconds >= 0, not {self.frame_timeout_s!r}")
+
+
+def _env_bytes(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    scale = _UNITS.get(raw[-1].lower(), 1)
+    digits = raw[:-1] if scale > 1 else raw
+    if not digits.isdigit():
+        raise ValueError(f"{name} must be a number of bytes (a K, M or G suffix allowed), not {raw!r}")
+    return int(digits) * scale
+
+
+def _env_seconds(name: str) -> float | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{name} must be a number of seconds >= 0, not {raw!r}")
+    return value
+
+
+def _default_frame_timeout() -> float:
+    """``DISTRIB_FRAME_TIMEOUT_S``, else three heartbeats and at least 10 s.
+
+    The runtime's failure detector already drops a connection silent for
+    three heartbeats (a byte of a frame in flight counts as life); this is
+    the transport's own bound, for connections with heartbeats off and for
+    users of the transport alone. A peer that trickles bytes stays within
+    ``max_frame_bytes``."""
+    value = _env_seconds(FRAME_TIMEOUT_ENV)
+    if value is not None:
+        return value
+    try:
+        beat = _env_seconds("DISTRIB_HEARTBEAT_S") or 0.0
+    except ValueError:
+        beat = 0.0   # the runtime reports a bad heartbeat itself
+    return max(_MIN_FRAME_TIMEOUT_S, 3 * beat)
 
 
 @dataclass(frozen=True)
@@ -63,13 +141,24 @@ class PeerInfo:
 
 
 def local_host_id() -> str:
-    """An id shared by every process of this host (boot id + hostname)."""
+    """An id shared by every process of this host (boot id + hostname +
+    network namespace).
+
+    The network namespace is part of it because shared memory needs the
+    peer's abstract Unix socket (its fd side channel), and those exist per
+    network namespace: processes in two namespaces of one kernel (containers,
+    ``ip netns``) are two hosts to us, and talk TCP.
+    """
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
     except OSError:
         boot = "noboot"
-    return f"{boot}/{socket.gethostname()}"
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return f"{boot}/{socket.gethostname()}/{netns}"
 
 
 def new_incarnation() -> int:

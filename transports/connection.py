@@ -64,7 +64,8 @@ class Connection:
         self._releases: collections.deque[int] = collections.deque()
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        wire.max_frame = config.max_frame_bytes
+        assert config.max_frame_bytes is not None and config.frame_timeout_s is not None
+        wire.open_up(config.max_frame_bytes, config.frame_timeout_s)
         wire.label = f"{peer.name} ({wire.label})"
         if fd_sock is not None:
             self._attach_shm(fd_sock, config)

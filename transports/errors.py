@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "TransportError", "ConnectionClosed", "ConnectTimeout",
-    "HandshakeError", "AuthError", "FrameError",
+    "HandshakeError", "AuthError", "FrameError", "MessageTooLarge",
 ]
 
 
@@ -35,3 +35,14 @@ class AuthError(HandshakeError):
 
 class FrameError(TransportError):
     """A frame broke the protocol (too big, undecodable, dangling buffer)."""
+
+
+class MessageTooLarge(FrameError):
+    """A message over the frame limit of the receiving side (``size`` and
+    ``limit`` in bytes). Raised by the sender before a byte is written: the
+    connection stays up. The limit is ``TransportConfig.max_frame_bytes``,
+    by default ``DISTRIB_MAX_FRAME_BYTES`` (see :mod:`transports.config`)."""
+
+    def __init__(self, message: str, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size, self.limit = size, limit
