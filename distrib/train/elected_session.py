@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 from distrib.client.session import ConfigProto, Session
-from distrib.errors import AbortedError, DeadlineExceededError, OpError, UnavailableError
+from distrib.errors import AbortedError, OpError
 from distrib.runtime.failure_detector import heartbeat_s
 from distrib.runtime.fencing import FENCED
 from distrib.train.checkpoint_fence import fence_directory
@@ -59,8 +58,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ElectedSessionCreator", "ChiefOnlyHook"]
 
-_FIRST_POLL_S = 0.05   # a waiting non-chief polls readiness (and its role) from this
-_MAX_POLL_S = 1.0      # up to this; one lease is three heartbeats, so a role is seen soon
 
 
 class ElectedSessionCreator(ChiefSessionCreator):
@@ -97,37 +94,9 @@ class ElectedSessionCreator(ChiefSessionCreator):
         return sess
 
     async def _ready_session(self, sess: Session) -> None:
-        deadline = time.monotonic() + self._max_wait_secs
-        delay, logged = _FIRST_POLL_S, time.monotonic()
-        while True:
-            if self.role.is_chief:
-                await self._prepare_as_chief(sess)
-                return
-            missing = await self._poll(sess)
-            if not missing:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceededError(
-                    f"Session was not ready after waiting {self._max_wait_secs} secs: "
-                    f"{missing[:5]} not ready; is a chief running (is_chief=True on one task)?")
-            if time.monotonic() - logged >= 10.0:
-                logger.info("waiting for the chief to make the model ready; not ready: %s",
-                            missing[:5])
-                logged = time.monotonic()
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, _MAX_POLL_S)
-
-    async def _poll(self, sess: Session) -> list[str]:
-        try:
-            missing = await self._try_run_local_init(sess)
-            if missing:
-                return missing
-            return await not_ready(sess, self._scaffold.ready_op)
-        except OpError as exc:
-            if not _transient(exc):
-                raise
-            return [f"({type(exc).__name__}: {exc})"]
+        """Wait for the chief's model, or prepare it if the role reaches this task."""
+        if await self._wait_for_ready(sess, self._max_wait_secs, lambda: self.role.is_chief):
+            await self._prepare_as_chief(sess)
 
     async def _prepare_as_chief(self, sess: Session) -> None:
         recovery = self._recovery
@@ -154,11 +123,6 @@ class ElectedSessionCreator(ChiefSessionCreator):
             await self.role.stop()
         finally:
             await super().close()
-
-
-def _transient(exc: OpError) -> bool:
-    """An error of a task still (re)starting: a waiting worker keeps waiting."""
-    return isinstance(exc, (AbortedError, DeadlineExceededError, UnavailableError))
 
 
 class ChiefOnlyHook(SessionRunHook):

@@ -30,7 +30,7 @@ import inspect
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 
 from distrib.client.session import ConfigProto, Session
@@ -221,6 +221,42 @@ class SessionCreator:
         return []
 
 
+    async def _wait_for_ready(self, sess: Session, max_wait_secs: float,
+                              take_over: Callable[[], bool] | None = None) -> bool:
+        """Poll (backing off) until the chief made the model ready: False; or until
+        ``take_over()`` says this task must prepare it itself (it became chief): True.
+        ``DeadlineExceededError`` after ``max_wait_secs``."""
+        deadline = time.monotonic() + max_wait_secs
+        delay, logged = _FIRST_POLL_S, time.monotonic()
+        while True:
+            if take_over is not None and take_over():
+                return True
+            missing = await self._poll(sess)
+            if not missing:
+                return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceededError(
+                    f"Session was not ready after waiting {max_wait_secs} secs: "
+                    f"{missing[:5]} not ready; is a chief running (is_chief=True on one task)?")
+            if time.monotonic() - logged >= 10.0:
+                logger.info("waiting for the chief to make the model ready; not ready: %s",
+                            missing[:5])
+                logged = time.monotonic()
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, _MAX_POLL_S)
+
+    async def _poll(self, sess: Session) -> list[str]:
+        """What is not ready yet (a task still starting counts as not ready)."""
+        try:
+            missing = await self._try_run_local_init(sess)
+            if missing:
+                return missing
+            return await not_ready(sess, self._scaffold.ready_op)
+        except _TRANSIENT as exc:
+            return [f"({type(exc).__name__}: {exc})"]
+
+
 class ChiefSessionCreator(SessionCreator):
     """The chief's session: restored from ``checkpoint_dir`` (or a given file), else initialized."""
 
@@ -316,29 +352,4 @@ class WorkerSessionCreator(SessionCreator):
         return sess
 
     async def _wait_until_ready(self, sess: Session) -> None:
-        deadline = time.monotonic() + self._max_wait_secs
-        delay, logged = _FIRST_POLL_S, 0.0
-        while True:
-            missing = await self._poll(sess)
-            if not missing:
-                return
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DeadlineExceededError(
-                    f"Session was not ready after waiting {self._max_wait_secs} secs: "
-                    f"{missing[:5]} not ready; is the chief running (is_chief=True on one task)?")
-            if time.monotonic() - logged >= 10.0:
-                logger.info("waiting for the chief to make the model ready; not ready: %s",
-                            missing[:5])
-                logged = time.monotonic()
-            await asyncio.sleep(min(delay, left))
-            delay = min(delay * 2, _MAX_POLL_S)
-
-    async def _poll(self, sess: Session) -> list[str]:
-        try:
-            missing = await self._try_run_local_init(sess)
-            if missing:
-                return missing
-            return await not_ready(sess, self._scaffold.ready_op)
-        except _TRANSIENT as exc:
-            return [f"({type(exc).__name__}: {exc})"]
+        await self._wait_for_ready(sess, self._max_wait_secs)
