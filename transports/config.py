@@ -25,6 +25,7 @@ TOKEN_ENV = "DISTRIB_CLUSTER_TOKEN"
 TOKEN_FILE_ENV = "DISTRIB_CLUSTER_TOKEN_FILE"
 MAX_FRAME_ENV = "DISTRIB_MAX_FRAME_BYTES"
 FRAME_TIMEOUT_ENV = "DISTRIB_FRAME_TIMEOUT_S"
+TLS_ENVS = ("DISTRIB_TLS_CERT", "DISTRIB_TLS_KEY", "DISTRIB_TLS_CA")
 # One message (a step's request, its fetches, a tensor sent between tasks)
 # may be this big. It was 4 GiB: a 16-byte prefix could make a server accept
 # bytes until the sender stopped. 2 GiB is the int32 limit of TF's gRPC
@@ -53,7 +54,10 @@ class TransportConfig:
     gets no byte for this long closes the connection; ``None`` reads
     ``DISTRIB_FRAME_TIMEOUT_S`` (default 3 x ``DISTRIB_HEARTBEAT_S``, at least
     10 s; 0 turns it off). ``handshake_timeout_s`` bounds a connection that
-    has not proven itself.
+    has not proven itself. ``tls_cert``, ``tls_key``, ``tls_ca``: paths
+    that turn on mutual TLS for TCP (:mod:`transports.tls`); ``None`` reads
+    ``DISTRIB_TLS_CERT``, ``DISTRIB_TLS_KEY``, ``DISTRIB_TLS_CA``; all three
+    or none (a partial set is a ValueError naming what is missing); "" = off.
     """
 
     mode: str = "auto"
@@ -64,8 +68,12 @@ class TransportConfig:
     handshake_timeout_s: float = 5.0
     shm_pool_bytes: int = 2**31
     frame_timeout_s: float | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
 
     def __post_init__(self) -> None:
+        self._resolve_tls()
         if self.mode not in ("auto", "tcp", "shm"):
             raise ValueError(f"TransportConfig.mode must be 'auto', 'tcp' or 'shm', not {self.mode!r}")
         if self.max_frame_bytes is None:
@@ -77,6 +85,22 @@ class TransportConfig:
             object.__setattr__(self, "frame_timeout_s", _default_frame_timeout())
         if not 0 <= self.frame_timeout_s < float("inf"):  # type: ignore[operator]
             raise ValueError(f"frame_timeout_s must be a number of seconds >= 0, not {self.frame_timeout_s!r}")
+
+    def _resolve_tls(self) -> None:
+        fields = ("tls_cert", "tls_key", "tls_ca")
+        for field, env in zip(fields, TLS_ENVS):
+            if getattr(self, field) is None:
+                object.__setattr__(self, field, os.environ.get(env, "").strip())
+        missing = [env for field, env in zip(fields, TLS_ENVS) if not getattr(self, field)]
+        if missing and len(missing) < 3:
+            have = [env for env in TLS_ENVS if env not in missing]
+            raise ValueError(f"mutual TLS needs DISTRIB_TLS_CERT, DISTRIB_TLS_KEY and DISTRIB_TLS_CA "
+                             f"together: {', '.join(have)} set but {', '.join(missing)} missing")
+
+    @property
+    def tls(self) -> bool:
+        """Whether TCP connections use mutual TLS."""
+        return bool(self.tls_cert)
 
 
 def _env_bytes(name: str, default: int) -> int:

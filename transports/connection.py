@@ -2,7 +2,7 @@
 
 A :class:`Connection` is what ``listen``'s callback and ``connect`` hand out
 after a successful handshake. Its kind is "tcp" (everything through the
-socket) or "shm" (arrays of at least ``shm_threshold`` bytes through shared
+socket), "tls" (the same, over mutual TLS: :mod:`transports.tls`) or "shm" (arrays of at least ``shm_threshold`` bytes through shared
 memory segments, see :mod:`transports.shm`; the socket carries headers,
 small messages, and release notices that return segments to their sender).
 """
@@ -57,7 +57,8 @@ class Connection:
         self._wire = wire
         self.local = local
         self.peer = peer
-        self.kind = "shm" if fd_sock is not None else "tcp"
+        tls = wire.transport is not None and wire.transport.get_extra_info("ssl_object") is not None
+        self.kind = "shm" if fd_sock is not None else "tls" if tls else "tcp"
         self._fd_sock = fd_sock
         self._pool: SegmentPool | None = None
         self._maps: SegmentMaps | None = None

@@ -22,12 +22,15 @@ import asyncio
 import inspect
 import logging
 import random
+import ssl
 from typing import Any, Callable
 
 from .config import PeerInfo, TransportConfig, resolve_token
 from .connection import Connection
-from .errors import ConnectionClosed, ConnectTimeout, HandshakeError
+from .errors import AuthError, ConnectionClosed, ConnectTimeout, HandshakeError
 from .handshake import FdChannels, client_handshake, server_handshake
+from .tls import (TLS_ADVICE, client_context, describe, is_tls_failure, server_context,
+                  watch_tls_handshake)
 from .wire import Wire
 
 __all__ = ["listen", "connect", "Listener", "parse_address"]
@@ -66,12 +69,20 @@ class Listener:
 
     async def _start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._new_wire, host, port, reuse_address=True)
+        config = self._config
+        tls: dict[str, Any] = {}
+        if config.tls:
+            tls = {"ssl": server_context(config.tls_cert, config.tls_key, config.tls_ca),  # type: ignore[arg-type]
+                   "ssl_handshake_timeout": config.handshake_timeout_s}
+        self._server = await loop.create_server(self._new_wire, host, port, reuse_address=True, **tls)
         sockname = self._server.sockets[0].getsockname()
         self.host, self.port = sockname[0], sockname[1]
 
     def _new_wire(self) -> Wire:
-        return Wire("?", on_made=self._accepted)
+        wire = Wire("?", on_made=self._accepted)
+        if self._config.tls:
+            watch_tls_handshake(wire)
+        return wire
 
     def _accepted(self, wire: Wire) -> None:
         peer = wire.transport.get_extra_info("peername") if wire.transport else None
@@ -160,6 +171,10 @@ async def connect(address: str, *, identity: PeerInfo, config: TransportConfig |
     host, port = parse_address(address)
     who = f"{expected_name} at {host}:{port}" if expected_name else f"{host}:{port}"
     loop = asyncio.get_running_loop()
+    tls: dict[str, Any] = {}
+    if config.tls:
+        tls = {"ssl": client_context(config.tls_cert, config.tls_key, config.tls_ca),  # type: ignore[arg-type]
+               "server_hostname": host, "ssl_handshake_timeout": config.handshake_timeout_s}
     deadline = loop.time() + config.connect_timeout_s
     delay, last = _BACKOFF_FIRST_S, "no attempt made"
     while True:
@@ -169,7 +184,11 @@ async def connect(address: str, *, identity: PeerInfo, config: TransportConfig |
                                  f"{config.connect_timeout_s:g}s: {last}")
         try:
             _, wire = await asyncio.wait_for(
-                loop.create_connection(lambda: Wire(f"{host}:{port}"), host, port), remaining)
+                loop.create_connection(lambda: Wire(f"{host}:{port}"), host, port, **tls), remaining)
+        except ssl.SSLError as exc:  # retrying cannot fix a certificate
+            raise AuthError(f"TLS handshake with {who} failed ({describe(exc)}): it has no certificate "
+                            f"signed by our DISTRIB_TLS_CA, or does not speak TLS; {TLS_ADVICE} "
+                            f"on every task") from None
         except (OSError, asyncio.TimeoutError) as exc:
             last = str(exc) or type(exc).__name__
         else:
@@ -191,6 +210,12 @@ async def _handshake(wire: Wire, identity: PeerInfo, config: TransportConfig, to
         async with asyncio.timeout(config.handshake_timeout_s):
             return await client_handshake(wire, identity, config, token, who)
     except ConnectionClosed:
+        # TLS 1.3: the server checks our certificate after our side finished
+        # its handshake; a refusal then closes the socket before its preamble
+        if is_tls_failure(wire.close_exc) or (config.tls and wire.bytes_in == 0):
+            why = describe(wire.close_exc) if wire.close_exc else "closed before a byte"
+            raise AuthError(f"{who} refused our TLS certificate ({why}): {TLS_ADVICE} "
+                            f"on every task") from None
         return None
     except TimeoutError:
         if wire.transport is not None:

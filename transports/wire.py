@@ -46,7 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .codec import ALIGN, Decoder, Encoder
-from .errors import ConnectionClosed, FrameError, HandshakeError, MessageTooLarge, TransportError
+from .errors import AuthError, ConnectionClosed, FrameError, HandshakeError, MessageTooLarge, TransportError
 
 __all__ = ["Wire", "PREAMBLE", "VERSION", "FRAME_MSG", "FRAME_RELEASE", "FRAME_FORGET"]
 
@@ -166,8 +166,11 @@ class Wire(asyncio.BufferedProtocol):
         if self.closed:
             return
         self.closed = True
-        exc = self._error or (ConnectionClosed(f"connection {self.label} lost: {exc}") if exc else None)
-        self.close_exc = exc
+        if self._error is None and exc is not None:
+            lost = ConnectionClosed(f"connection {self.label} lost: {exc}")
+            lost.__cause__ = exc   # a TLS failure shows through (transports.tls)
+            exc = lost
+        self.close_exc = self._error or exc
         self._release()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
@@ -246,6 +249,10 @@ class Wire(asyncio.BufferedProtocol):
         self._start, self._end = 0, n
 
     def _check_preamble(self) -> bool:
+        head = bytes(self._mv[self._start:min(self._end, self._start + 2)])
+        if len(head) == 2 and head[0] in (0x15, 0x16) and head[1] == 3:   # a TLS record
+            raise AuthError("the peer speaks TLS and this side does not: set DISTRIB_TLS_CERT, "
+                            "DISTRIB_TLS_KEY and DISTRIB_TLS_CA as on the other tasks")
         if self._end - self._start < len(PREAMBLE):
             got = bytes(self._mv[self._start:self._end])
             if not PREAMBLE.startswith(got[: len(MAGIC)]):
