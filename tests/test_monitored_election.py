@@ -16,27 +16,14 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.launch.tasks import free_ports
+from tests.peers.election import GUARD_S, ps_and_two_workers, until
 from distrib.train.checkpoint_fence import directory_term
 
-GUARD_S = 30
 
 
 @pytest.fixture
 def cluster(monkeypatch):
-    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")   # read when each server starts
-    p, w0, w1 = free_ports(3)
-    spec = dt.ClusterSpec({"ps": [f"localhost:{p}"],
-                           "worker": [f"localhost:{w0}", f"localhost:{w1}"]})
-    servers = {}
-    try:
-        for job, n in (("ps", 1), ("worker", 2)):
-            for i in range(n):
-                servers[(job, i)] = dt.Server(spec, job_name=job, task_index=i)
-        yield spec, servers
-    finally:
-        for s in servers.values():
-            s.stop()
+    yield from ps_and_two_workers(monkeypatch)
 
 
 class Replica:
@@ -60,14 +47,6 @@ class Replica:
             return dt.train.MonitoredTrainingSession(
                 master=target, is_chief=preferred, checkpoint_dir=logdir,
                 save_checkpoint_steps=5, hooks=list(hooks), log_step_count_steps=None)
-
-
-async def until(cond, what: str) -> None:
-    for _ in range(int(GUARD_S / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 def ckpt_steps(logdir: str) -> list[int]:

@@ -15,29 +15,17 @@ import numpy as np
 import pytest
 
 import distrib as dt
+from tests.peers.election import GUARD_S, ps_and_two_workers, until
 from distrib.demo import free_ports
 from distrib.errors import AbortedError
 from distrib.runtime.fencing import FENCED
 from distrib.train.checkpoint_fence import directory_term
 
-GUARD_S = 30
 
 
 @pytest.fixture
 def cluster(monkeypatch):
-    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")   # read when each server starts
-    p, w0, w1 = free_ports(3)
-    spec = dt.ClusterSpec({"ps": [f"localhost:{p}"],
-                           "worker": [f"localhost:{w0}", f"localhost:{w1}"]})
-    servers = {}
-    try:
-        for job, n in (("ps", 1), ("worker", 2)):
-            for i in range(n):
-                servers[(job, i)] = dt.Server(spec, job_name=job, task_index=i)
-        yield spec, servers
-    finally:
-        for s in servers.values():
-            s.stop()
+    yield from ps_and_two_workers(monkeypatch)
 
 
 def model(cluster: dt.ClusterSpec, index: int):
@@ -57,14 +45,6 @@ def supervisor(cluster, index: int, logdir: str, preferred: bool) -> tuple:
     sv = dt.train.Supervisor(graph=g, is_chief=preferred, logdir=logdir, saver=saver,
                              global_step=gs, save_model_secs=0.3, recovery_wait_secs=0.1)
     return sv, gs, train
-
-
-async def until(cond, what: str) -> None:
-    for _ in range(int(GUARD_S / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def test_the_chief_role_moves_when_the_chief_dies_and_the_old_chief_is_fenced(

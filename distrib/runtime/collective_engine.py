@@ -51,6 +51,7 @@ from distrib.runtime.collective_instance import (FINAL_OPS, MERGE, Exchange, Ins
 from distrib.runtime.collective_ring import ring_all_gather, ring_all_reduce
 from distrib.runtime.collective_small import (DIRECT_MAX_BYTES, exchange_headers,
                                               gather_direct, reduce_direct)
+from distrib.runtime.step_waits import abort_signal, retrieve
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ class CollectiveEngine:
         watch = _Watch(f"the other members of group {spec.group_key} to join it at the group "
                        f"leader {self.leader_task}", spec.group_key)
         work = asyncio.ensure_future(self._collective(spec, value, watch))
-        abort = _abort_signal(channel, f"collective/{spec.name}/{id(work)}")
+        abort = abort_signal(channel, f"collective/{spec.name}/{id(work)}")
         waits = {work} if abort is None else {work, abort}
         started = loop.time()
         op_timeout = getattr(channel, "timeout", None)
@@ -271,7 +272,7 @@ class CollectiveEngine:
                 abort.cancel()
             if not work.done():
                 work.cancel()
-                work.add_done_callback(_retrieve)
+                work.add_done_callback(retrieve)
 
     def _late(self, watch: _Watch) -> str:
         inst, group = watch.instance, watch.group
@@ -385,7 +386,7 @@ class CollectiveEngine:
                 await self._ref(m).tell(method, *args)
             except OpError as e:   # that member is gone: nothing to tell
                 logger.debug("%s to %s not sent: %s", method, m.device, e)
-        asyncio.ensure_future(tell()).add_done_callback(_retrieve)
+        asyncio.ensure_future(tell()).add_done_callback(retrieve)
 
     async def _algorithm(self, spec: CollectiveSpec, value: np.ndarray | None, ex: Exchange,
                          group: Group) -> np.ndarray:
@@ -434,18 +435,6 @@ def _broadcast_result(got: list[list], devices: list[str], dtype: np.dtype, shap
     return np.array(got[senders[0]][1], dtype=dtype, copy=True).reshape(shape)
 
 
-def _abort_signal(channel: Any, tag: str) -> asyncio.Future | None:
-    aborted = getattr(channel, "aborted", None)
-    if aborted is None:
-        return None
-    fut = aborted(tag)
-    fut.add_done_callback(_retrieve)
-    return fut
-
-
-def _retrieve(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 def run_collective(node: dict[str, Any], args: list[Any], channel: Any,

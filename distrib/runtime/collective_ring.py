@@ -61,6 +61,7 @@ from typing import Callable
 import numpy as np
 
 from distrib.runtime.collective_instance import MERGE, Exchange, finalize
+from distrib.runtime.step_waits import retrieve
 from transports.shm import ARENA, shared_empty
 
 __all__ = ["ring_all_reduce", "ring_all_gather", "segments", "DONE_TAG"]
@@ -146,12 +147,8 @@ async def _ring(ex: Exchange, src: np.ndarray, flat: np.ndarray, bounds: list[in
     finally:
         for fut in sends:
             fut.cancel()
-            fut.add_done_callback(_retrieve)
+            fut.add_done_callback(retrieve)
 
-
-def _retrieve(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 # gloo's ring_chunked segments are 1 MiB. Here each message also costs tens of

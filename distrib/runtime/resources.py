@@ -44,6 +44,7 @@ import numpy as np
 
 from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
                             OutOfRangeError, UnavailableError)
+from distrib.runtime.step_waits import abort_signal
 
 logger = logging.getLogger(__name__)
 
@@ -336,7 +337,7 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str,
     a deadline it waits as long as TF would. Either way it logs ``describe()``
     (what it waits for, and from which replicas) every ``every`` seconds."""
     timeout = getattr(channel, "timeout", None)
-    abort = _abort_signal(channel, f"{node['name']}/{id(fut)}")
+    abort = abort_signal(channel, f"{node['name']}/{id(fut)}")
     waits = {fut} if abort is None else {fut, abort}
     # give up a little before the step's receives do: the error then names the op
     # that waited, not a receive downstream of it on another task
@@ -379,17 +380,3 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str,
             abort.cancel()
 
 
-def _abort_signal(channel: Any, tag: str) -> asyncio.Future | None:
-    """A future that fails when the step is aborted (a peer failed), or None
-    when the step has no channel (in-process evaluation)."""
-    aborted = getattr(channel, "aborted", None)
-    if aborted is None:
-        return None
-    fut = aborted(tag)
-    fut.add_done_callback(_retrieve)
-    return fut
-
-
-def _retrieve(fut: asyncio.Future) -> None:
-    if not fut.cancelled():
-        fut.exception()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Awaitable, Protocol
 
-__all__ = ["StepChannel", "Pending", "flush_channel"]
+__all__ = ["StepChannel", "Pending", "flush_channel", "abort_signal", "retrieve"]
 
 
 class StepChannel(Protocol):
@@ -101,3 +101,22 @@ async def flush_channel(channel: StepChannel | None, early: bool = False) -> Non
         res = channel.flush(early)
         if res is not None:
             await res
+
+
+def abort_signal(channel: Any, tag: str) -> asyncio.Future | None:
+    """A future that fails when the step is aborted (a peer failed), or None
+    when the step has no channel (in-process evaluation). A resource op or a
+    collective waits on it beside its own future."""
+    aborted = getattr(channel, "aborted", None)
+    if aborted is None:
+        return None
+    fut = aborted(tag)
+    fut.add_done_callback(retrieve)
+    return fut
+
+
+def retrieve(fut: asyncio.Future) -> None:
+    """Done callback: mark a background future's exception as seen (no
+    "exception was never retrieved" when nobody awaits it)."""
+    if not fut.cancelled():
+        fut.exception()
