@@ -157,9 +157,10 @@ class _Trace:
         self._fetches, self._rebuild = _fetch_plan(outputs)
         # TF runs every stateful op a function made (its automatic control
         # dependencies): updates, collectives, queue ops run even when unfetched
+        waited_on = {c for other in graph.get_operations() for c in other.control_inputs}
         self._effects = [op for op in graph.get_operations()[first_new:] if op not in inits
                          and (op.type in _EFFECT_OPS or (op.type == "NoOp" and op.control_inputs
-                                                         and not _consumed(graph, op)))]
+                                                         and op not in waited_on))]
 
     @property
     def structured_outputs(self) -> Any:
@@ -185,10 +186,6 @@ class _Trace:
 _EFFECT_OPS = (STATEFUL_OPS | COLLECTIVE_OPS) - {"VariableV2", "IsVariableInitialized",
                                                  "QueueSize", "AccumulatorNumAccumulated"}
 
-
-def _consumed(graph: Any, op: Operation) -> bool:
-    """Whether another op waits on ``op`` (so running that one runs ``op``)."""
-    return any(op in other.control_inputs for other in graph.get_operations())
 
 
 # -- signatures and placeholders -----------------------------------------------------------
@@ -323,7 +320,8 @@ def _fetch_plan(outputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
 
 # -- sessions and first-use initialization -------------------------------------------------
 _sessions: dict[Any, dict] = {}   # loop -> {key: Session}; a closed loop's are dropped
-# graph -> {target: the variables (ops) this process initialized there}; not per loop, so
+# graph -> {target: how many of its global variables this process initialized there};
+# not per loop, so
 # a second event loop (a test's) never initializes a variable again
 _initialized: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _init_locks: dict[Any, dict] = {}   # loop -> {key: Lock}
@@ -348,19 +346,22 @@ async def _initialize_variables(session: Session, graph: Any, strategy: Any) -> 
     """Initialize the graph's variables that this process has not initialized on
     this target yet: a variable made for TF2-style code starts from its initial
     value, as an eager one does, even where a server holds one of that name."""
-    done = _initialized.setdefault(graph, {}).setdefault(session.target, set())
-    if all(v.op in done for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)):
+    # the collection only grows: what this target has seen is a prefix of it, so a
+    # call checks one length instead of every variable
+    variables = graph.get_collection_ref(GraphKeys.GLOBAL_VARIABLES)
+    seen = _initialized.setdefault(graph, {})
+    if seen.get(session.target, 0) == len(variables):
         return
     lock = _init_locks.setdefault(asyncio.get_running_loop(), {}).setdefault(
         (id(graph), session.target), asyncio.Lock())
     async with lock:   # steps started together (a coordinator's) initialize once
-        fresh = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
-                 if v.op not in done]
+        start, end = seen.get(session.target, 0), len(variables)
         # one restored by a Saver already holds its values (resuming a job)
-        todo = [v for v in fresh if not getattr(v, "_restored_from_checkpoint", False)]
+        todo = [v for v in variables[start:end]
+                if not getattr(v, "_restored_from_checkpoint", False)]
         if todo:
             await _initialize(session, todo, strategy)
-        done.update(v.op for v in fresh)
+        seen[session.target] = end
 
 
 async def _initialize(session: Session, fresh: list[Any], strategy: Any) -> None:
