@@ -164,16 +164,21 @@ async def test_each_worker_reads_its_own_dataset_and_values(in_process_cluster) 
             return dt.data.Dataset.from_tensors(
                 np.array([ctx.input_pipeline_id], np.int32)).repeat()
         it = iter(coord.create_per_worker_dataset(dataset_fn))
+        ids = iter(range(2))
+        # a second, independent view of which worker runs a closure: per-worker values
+        me = coord.create_per_worker_values(lambda: np.array([next(ids)], np.int32))
 
         @dt.function
-        def which(iterator):
-            return next(iterator)
+        def which(iterator, worker):
+            return next(iterator), worker + 0
 
         async with asyncio.timeout(BOUND_S):
-            results = [coord.schedule(which, args=(it,)) for _ in range(40)]
+            results = [coord.schedule(which, args=(it, me)) for _ in range(40)]
             await coord.join()
-            seen = {int((await r.fetch())[0]) for r in results}
-        assert seen <= {0, 1} and seen   # each closure read the dataset of its own worker
+            pairs = [tuple(int(v[0]) for v in await r.fetch()) for r in results]
+        # each closure read the dataset of the worker that ran it
+        assert pairs and all(data == worker for data, worker in pairs), pairs
+        assert {w for _, w in pairs} <= {0, 1}
         await coord.shutdown()
     finally:
         await stop_chief(strategy)
