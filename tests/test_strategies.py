@@ -370,3 +370,29 @@ async def test_nested_functions_inline_and_a_restore_is_not_initialized_over(tmp
             await saver.restore(sess, path)
         got = await outer(np.ones(2, np.float32))
     np.testing.assert_allclose(got, [9.0, 9.0])
+
+
+async def test_communication_options_reach_the_collectives() -> None:
+    dt.reset_default_graph()
+    from distrib.launch.tasks import free_ports
+    ports = free_ports(2)
+    resolver = dt.distribute.cluster_resolver.SimpleClusterResolver(
+        dt.ClusterSpec({"worker": [f"localhost:{p}" for p in ports]}),
+        task_type="worker", task_id=0)
+    options = dt.distribute.experimental.CommunicationOptions(
+        timeout_seconds=7.5, implementation=dt.distribute.experimental.CommunicationImplementation.RING)
+    strategy = dt.distribute.MultiWorkerMirroredStrategy(resolver, communication_options=options)
+    try:
+        assert strategy.num_replicas_in_sync == 2
+        per = strategy.run(lambda: dt.constant([1.0, 2.0]))
+        strategy.reduce("SUM", per, axis=None)        # built only: worker 1 never starts
+        reduces = [op for op in dt.get_default_graph().get_operations()
+                   if op.type == "CollectiveReduce"]
+        assert len(reduces) == 1
+        attrs = reduces[0].attrs
+        assert attrs["timeout_seconds"] == 7.5 and attrs["communication_hint"] == "ring"
+        assert attrs["group_size"] == 2
+    finally:
+        strategy._server.stop()
+        from distrib.distribute.local_target import set_default_target
+        set_default_target(None)
