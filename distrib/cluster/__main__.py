@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from distrib.cluster.resolvers import RESOLVER_KINDS, resolver_from_environment
-from distrib.cluster.tf_config import format_tf_config
+from distrib.cluster.tf_config import format_tf_config, split_command
 
 EXIT_USAGE = 2
 PROG = "python -m distrib.cluster"
@@ -51,15 +51,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus_per_task", type=int,
                    help="SLURM: GPUs per task, set in CUDA_VISIBLE_DEVICES")
     return p
-
-
-def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(this command's own arguments, COMMAND [ARGS...] after the first ``--``)."""
-    argv = list(argv)
-    if "--" in argv:
-        cut = argv.index("--")
-        return argv[:cut], argv[cut + 1:]
-    return argv, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from distrib.cluster.cluster_spec import ClusterSpec
 
-__all__ = ["TFConfig", "parse_tf_config", "load_tf_config", "format_tf_config"]
+__all__ = ["TFConfig", "parse_tf_config", "load_tf_config", "format_tf_config", "split_command"]
 
 
 class TFConfig(NamedTuple):
@@ -111,3 +111,14 @@ def format_tf_config(cluster: ClusterSpec, task_type: str | None, task_id: int |
     if rpc_layer:
         data["rpc_layer"] = rpc_layer
     return json.dumps(data, sort_keys=True)
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A command line as (its own arguments, the COMMAND [ARGS...] after the first
+    ``--``): how the launcher and ``python -m distrib.cluster`` take the program
+    they run with TF_CONFIG set."""
+    argv = list(argv)
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1:]
+    return argv, []

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from distrib.cluster import ClusterSpec
+from distrib.cluster.tf_config import split_command
 from distrib.launch.launcher import LaunchConfig, Launcher
 from distrib.launch.tasks import loopback_cluster, select_tasks
 
@@ -115,15 +116,6 @@ def _cluster(args: argparse.Namespace) -> ClusterSpec:
     if counted:
         return loopback_cluster(args.ps or 0, args.workers or 0, 1 if args.chief else 0)
     raise ValueError("no cluster: pass --cluster FILE, or --ps N --workers M")
-
-
-def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(the launcher's own arguments, COMMAND [ARGS...] after the first ``--``)."""
-    argv = list(argv)
-    if "--" in argv:
-        cut = argv.index("--")
-        return argv[:cut], argv[cut + 1:]
-    return argv, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
