@@ -18,10 +18,16 @@ a bridge (``bench/netns.py``): this bench runs in host 0, every peer in host
 1, and the rows are ``tcp`` (our Connection; across namespaces ``auto`` picks
 tcp, as it does between hosts), ``raw-socket``, ``transport-rtt``,
 ``actor-call`` and ``raw-echo``. Target: ``tcp >= 0.9x raw-socket``.
-TODO(tls): the same rows with mutual TLS on (``tls`` beside ``raw-tls``, an
-``ssl``-wrapped raw socket) once DISTRIB_TLS_* is built.
 
-    python bench/transport.py [--quick] [--json PATH]
+With mutual TLS on (``--netns`` always, ``--tls`` on loopback; a throwaway CA
+made by ``bench/pki.py`` with the openssl command): ``tls`` (our Connection,
+``DISTRIB_TLS_*`` set on both sides) beside ``raw-tls`` (the blocking raw
+socket wrapped in ``ssl`` with the same certificates), and ``tls-rtt`` beside
+``raw-tls-echo`` (the uvloop echo over TLS). Target: ``tls >= 0.5x`` of
+``raw-tls``; the ratio to the plain ``raw-socket`` is printed too (the cipher
+costs both TLS rows alike).
+
+    python bench/transport.py [--quick] [--tls] [--json PATH]
     python bench/transport.py --netns [--quick] [--json PATH]
 
 ``raw_echo_rtt_us`` and ``print_table`` are importable for other benches.
@@ -103,25 +109,38 @@ class _EchoProtocol(asyncio.Protocol):
         self.buf = buf
 
 
-async def _peer_raw_echo(host: str) -> None:
-    server = await asyncio.get_running_loop().create_server(_EchoProtocol, host, 0)
+def _tls_context(server: bool):
+    """The ssl context of a raw TLS row, from the DISTRIB_TLS_* environment."""
+    from transports.tls import client_context, server_context
+    files = (os.environ["DISTRIB_TLS_CERT"], os.environ["DISTRIB_TLS_KEY"], os.environ["DISTRIB_TLS_CA"])
+    return server_context(*files) if server else client_context(*files)
+
+
+async def _peer_raw_echo(host: str, tls: bool = False) -> None:
+    server = await asyncio.get_running_loop().create_server(
+        _EchoProtocol, host, 0, ssl=_tls_context(True) if tls else None)
     print("ADDRESS", "%s:%d" % (host, server.sockets[0].getsockname()[1]), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     server.close()
 
 
-def _peer_raw_socket(host: str) -> None:
+def _peer_raw_socket(host: str, tls: bool = False) -> None:
     """Per round: read (size, count), receive count*size bytes into one buffer, ack."""
     lsock = socket.create_server((host, 0))
     print("ADDRESS", "%s:%d" % (host, lsock.getsockname()[1]), flush=True)
     conn, _ = lsock.accept()
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if tls:
+        conn = _tls_context(True).wrap_socket(conn, server_side=True)
     buf = bytearray(max(SIZES))
     view = memoryview(buf)
     while True:
-        head = conn.recv(16, socket.MSG_WAITALL)
-        if len(head) < 16:
-            return
+        head = b""
+        while len(head) < 16:    # (an ssl socket takes no MSG_WAITALL)
+            more = conn.recv(16 - len(head))
+            if not more:
+                return
+            head += more
         size, count = struct.unpack("<QQ", head)
         for _ in range(count):
             got = 0
@@ -181,12 +200,15 @@ def bench_memcpy(size: int, reps: int) -> dict:
     return _row("memcpy", size, _median_time(run, reps), count)
 
 
-def bench_raw_socket(sizes: list[int], reps: int) -> list[dict]:
+def bench_raw_socket(sizes: list[int], reps: int, tls: bool = False) -> list[dict]:
     rows = []
-    with _peer("raw-socket") as address:
+    name = "raw-tls" if tls else "raw-socket"
+    with _peer(name) as address:
         host, port = address.rsplit(":", 1)
         sock = socket.create_connection((host, int(port)))
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls:
+            sock = _tls_context(False).wrap_socket(sock, server_hostname=host)
         for size in sizes:
             data = memoryview(np.ones(size, np.uint8))
             count = _count(size)
@@ -196,7 +218,7 @@ def bench_raw_socket(sizes: list[int], reps: int) -> list[dict]:
                 for _ in range(count):
                     sock.sendall(data)
                 assert sock.recv(1) == b"k"
-            rows.append(_row("raw-socket", size, _median_time(run, reps), count))
+            rows.append(_row(name, size, _median_time(run, reps), count))
         sock.close()
     return rows
 
@@ -215,7 +237,8 @@ async def bench_transport(mode: str, sizes: list[int], reps: int) -> list[dict]:
     rows = []
     with _peer("transport", mode) as address:
         conn = await connect(address, identity=_identity("bench"), config=TransportConfig(mode=mode))
-        assert conn.kind == mode
+        name = "tls" if mode == "tcp" and TransportConfig().tls else mode   # DISTRIB_TLS_* set
+        assert conn.kind == name, conn.kind
         for size in sizes:
             arr = np.ones(size, np.uint8)
             count = _count(size)
@@ -225,7 +248,7 @@ async def bench_transport(mode: str, sizes: list[int], reps: int) -> list[dict]:
                     await conn.send(arr)
                 await conn.send("sync")
                 assert await conn.recv() == "sync"
-            rows.append(_row(mode, size, await _amedian_time(run, reps), count))
+            rows.append(_row(name, size, await _amedian_time(run, reps), count))
         await conn.close()
     return rows
 
@@ -255,10 +278,11 @@ class _EchoClient(asyncio.Protocol):
             self.waiter.set_result(msg)
 
 
-async def _raw_echo_client(address: str, n: int):
+async def _raw_echo_client(address: str, n: int, tls: bool = False):
     loop = asyncio.get_running_loop()
     host, port = address.rsplit(":", 1)
-    transport, proto = await loop.create_connection(_EchoClient, host, int(port))
+    transport, proto = await loop.create_connection(
+        _EchoClient, host, int(port), **({"ssl": _tls_context(False), "server_hostname": host} if tls else {}))
 
     async def run():
         for _ in range(n):
@@ -327,6 +351,59 @@ async def bench_rtt(n: int, reps: int) -> list[dict]:
             for name, (_, times) in zip(("transport-rtt", "actor-call", "raw-echo"), runs)]
 
 
+async def _interleaved(runs: list, reps: int) -> list[list[float]]:
+    for run in runs:
+        await run()
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(reps):
+        for run, ts in zip(runs, times):
+            t0 = time.perf_counter()
+            await run()
+            ts.append(time.perf_counter() - t0)
+    return times
+
+
+async def bench_rtt_tls(n: int, reps: int) -> list[dict]:
+    """tls-rtt (our Connection over mutual TLS) beside raw-tls-echo (the uvloop
+    msgpack echo over TLS), interleaved. Needs DISTRIB_TLS_* in the environment."""
+    with _peer("transport", "tcp") as address, _peer("raw-echo-tls") as echo_address:
+        conn = await connect(address, identity=_identity("bench"), config=TransportConfig(mode="tcp"))
+        assert conn.kind == "tls", conn.kind
+        echo_transport, echo_run = await _raw_echo_client(echo_address, n, tls=True)
+        times = await _interleaved([_transport_rtt_run(conn, n), echo_run], reps)
+        echo_transport.close()
+        await conn.close()
+    size = len(msgpack.packb(_PING))
+    return [{"transport": name, "size": size, "GBps": 0.0, "us": statistics.median(ts) / n * 1e6}
+            for name, ts in zip(("tls-rtt", "raw-tls-echo"), times)]
+
+
+def bench_tls(sizes: list[int], reps: int, rtt_n: int = 2000) -> list[dict]:
+    """The TLS rows (tls, raw-tls, tls-rtt, raw-tls-echo) with a throwaway CA
+    in a temporary folder; [] with a note on stderr where openssl is missing."""
+    import tempfile
+    from bench.pki import have_openssl, make_pki
+    if not have_openssl():
+        print("tls rows skipped: the openssl command is not installed", file=sys.stderr)
+        return []
+    keys = ("DISTRIB_TLS_CERT", "DISTRIB_TLS_KEY", "DISTRIB_TLS_CA")
+    saved = {k: os.environ.get(k) for k in keys}
+    with tempfile.TemporaryDirectory(prefix="distrib-bench-pki-") as tmp:
+        os.environ.update(make_pki(os.path.join(tmp, "cluster")))
+        try:
+            rows = bench_raw_socket(sizes, reps, tls=True)
+
+            async def ours() -> list[dict]:
+                return await bench_transport("tcp", sizes, reps) + await bench_rtt_tls(rtt_n, reps)
+            return rows + uvloop.run(ours())
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 def raw_echo_rtt_us(n: int = 2000, reps: int = 5) -> float:
     """Round trip (us) of a minimal uvloop + msgpack echo to a peer process."""
     with _peer("raw-echo") as address:
@@ -349,6 +426,19 @@ def _summary(rows: list[dict]) -> list[str]:
         lines.append(f"shm / memcpy at 64 MiB: {get['shm', big]['GBps'] / get['memcpy', big]['GBps']:.2f}x")
     if ("tcp", big) in get and ("raw-socket", big) in get:
         lines.append(f"tcp / raw-socket at 64 MiB: {get['tcp', big]['GBps'] / get['raw-socket', big]['GBps']:.2f}x")
+    for size, label in ((1 << 20, "1 MiB"), (64 << 20, "64 MiB")):
+        if ("tls", size) in get and ("raw-tls", size) in get:
+            line = f"tls / raw-tls at {label}: {get['tls', size]['GBps'] / get['raw-tls', size]['GBps']:.2f}x"
+            if size == big:
+                line += " (target >= 0.5x)"
+                if ("raw-socket", size) in get:
+                    line += (f"; tls / raw-socket {get['tls', size]['GBps'] / get['raw-socket', size]['GBps']:.2f}x,"
+                             f" raw-tls / raw-socket {get['raw-tls', size]['GBps'] / get['raw-socket', size]['GBps']:.2f}x")
+            lines.append(line)
+    tls_rtt = [r for r in rows if r["transport"] == "tls-rtt"]
+    tls_echo = [r for r in rows if r["transport"] == "raw-tls-echo"]
+    if tls_rtt and tls_echo:
+        lines.append(f"tls-rtt / raw-tls-echo: {tls_rtt[0]['us'] / tls_echo[0]['us']:.2f}x")
     rtt = [r for r in rows if r["transport"] == "transport-rtt"]
     echo = [r for r in rows if r["transport"] == "raw-echo"]
     actor = [r for r in rows if r["transport"] == "actor-call"]
@@ -367,10 +457,6 @@ def _summary_netns(rows: list[dict]) -> list[str]:
              if ("tcp", size) in get and ("raw-socket", size) in get]
     lines += [line for line in _summary(rows) if not line.startswith(("tcp /", "shm /"))]
     lines.append(f"connection chosen by mode auto between the namespaces: {_KINDS.get('transport-rtt')}")
-    # TODO(tls): once DISTRIB_TLS_CERT/KEY/CA are built, add the rows "tls" (our
-    # Connection over mutual TLS) and "raw-tls" (an ssl-wrapped blocking socket)
-    # here and in _netns_client, and the ratio tls / raw-tls.
-    lines.append("tls: not built yet (TODO: tls beside raw-tls between the same namespaces)")
     return lines
 
 
@@ -382,7 +468,9 @@ def _netns_client(peer_ns: str, peer_host: str, reps: int, json_path: str | None
     async def ours() -> list[dict]:
         return await bench_transport("tcp", SIZES, reps) + await bench_rtt(2000, reps)
     rows += uvloop.run(ours())
-    order = ["tcp", "raw-socket", "transport-rtt", "actor-call", "raw-echo"]
+    rows += bench_tls(SIZES, reps)
+    order = ["tcp", "raw-socket", "tls", "raw-tls", "transport-rtt", "actor-call", "raw-echo",
+             "tls-rtt", "raw-tls-echo"]
     rows.sort(key=lambda r: (order.index(r["transport"]), r["size"]))
     print("between two network namespaces (veth pairs on a bridge):")
     print_table(rows)
@@ -423,6 +511,8 @@ def main() -> None:
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     parser.add_argument("--netns", action="store_true",
                         help="between two network namespaces (needs root): tcp vs a raw socket")
+    parser.add_argument("--tls", action="store_true",
+                        help="also the TLS rows on loopback (tls, raw-tls, tls-rtt, raw-tls-echo)")
     parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--bind", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--netns-client", nargs=2, help=argparse.SUPPRESS)
@@ -431,12 +521,12 @@ def main() -> None:
         role = args.peer[0]
         if role == "transport":
             uvloop.run(_peer_transport(args.peer[1], args.bind))
-        elif role == "raw-echo":
-            uvloop.run(_peer_raw_echo(args.bind))
+        elif role in ("raw-echo", "raw-echo-tls"):
+            uvloop.run(_peer_raw_echo(args.bind, tls=role == "raw-echo-tls"))
         elif role == "actor":
             uvloop.run(_peer_actor(args.bind))
         else:
-            _peer_raw_socket(args.bind)
+            _peer_raw_socket(args.bind, tls=role == "raw-tls")
         return
     reps = 3 if args.quick else 7
     if args.netns:
@@ -447,7 +537,10 @@ def main() -> None:
     rows = [bench_memcpy(size, reps) for size in SIZES]
     rows += bench_raw_socket(SIZES, reps)
     rows += uvloop.run(_main_async(reps))
-    order = ["shm", "tcp", "raw-socket", "memcpy", "transport-rtt", "actor-call", "raw-echo"]
+    if args.tls:
+        rows += bench_tls(SIZES, reps)
+    order = ["shm", "tcp", "raw-socket", "tls", "raw-tls", "memcpy", "transport-rtt", "actor-call",
+             "raw-echo", "tls-rtt", "raw-tls-echo"]
     rows.sort(key=lambda r: (order.index(r["transport"]), r["size"]))
     print_table(rows)
     for line in _summary(rows):

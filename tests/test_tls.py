@@ -1,42 +1,25 @@
-"""Mutual TLS (DISTRIB_TLS_CERT/KEY/CA): a CA and certificates are made here
-with the openssl command. A peer with a certificate of the cluster's CA
-works and its connection's kind is "tls"; one with a certificate of another
-CA is refused with UnauthenticatedError (AuthError in transports) and the
-server keeps serving; co-located tasks still use shared memory; a partial
-set of the three variables is a clear error."""
+"""Mutual TLS (DISTRIB_TLS_CERT/KEY/CA): a CA and certificates are made by
+bench/pki.py with the openssl command. A peer with a certificate of the
+cluster's CA works and its connection's kind is "tls"; one with a
+certificate of another CA, or with no TLS settings at all, is refused at once
+with UnauthenticatedError (AuthError in transports) and the server keeps
+serving; big messages (sent in pieces over TLS) arrive whole and in order;
+co-located tasks still use shared memory; a partial set of the three
+variables is a clear error."""
 from __future__ import annotations
 
-import shutil
-import subprocess
+import asyncio
 
 import numpy as np
 import pytest
 
 import distrib as dt
 import transports
+from bench.pki import have_openssl, make_pki
 from distrib.errors import UnauthenticatedError
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-
-
-def _run(*args: str, cwd) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=30)
-
-
-def make_pki(directory) -> dict[str, str]:
-    """A CA and one certificate signed by it: the three DISTRIB_TLS_* values."""
-    directory.mkdir()
-    _run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key", cwd=directory)
-    _run("req", "-x509", "-new", "-key", "ca.key", "-subj", f"/CN=ca-{directory.name}", "-days", "2",
-         "-out", "ca.pem", cwd=directory)
-    _run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "node.key", cwd=directory)
-    _run("req", "-new", "-key", "node.key", "-subj", "/CN=node", "-out", "node.csr", cwd=directory)
-    (directory / "ext.cnf").write_text("basicConstraints=CA:FALSE\n")
-    _run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-         "-days", "2", "-extfile", "ext.cnf", "-out", "node.pem", cwd=directory)
-    return {"DISTRIB_TLS_CERT": str(directory / "node.pem"), "DISTRIB_TLS_KEY": str(directory / "node.key"),
-            "DISTRIB_TLS_CA": str(directory / "ca.pem")}
+pytestmark = pytest.mark.skipif(not have_openssl(), reason="needs the openssl command")
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +73,58 @@ async def test_plain_side_against_tls_side_is_refused(pki):
             await transports.connect(lst.address, identity=_identity("c"), config=_config(good, mode="tcp"))
 
 
+async def test_client_without_tls_settings_is_told_the_server_needs_tls(pki):
+    """A plain client gets UnauthenticatedError at once, not UnavailableError
+    at its connect deadline (the TLS listener closes on it without a byte)."""
+    import time
+    good, _ = pki
+    async with await transports.listen("127.0.0.1", 0, _echo, identity=_identity("server"),
+                                       config=_config(good, mode="tcp")) as lst:
+        plain = transports.TransportConfig(mode="tcp", tls_cert="", tls_key="", tls_ca="",
+                                           connect_timeout_s=20)
+        t0 = time.monotonic()
+        with pytest.raises(transports.AuthError, match="requires TLS.*DISTRIB_TLS_CA"):
+            await transports.connect(lst.address, identity=_identity("plain"), config=plain)
+        assert time.monotonic() - t0 < 5
+        conn = await transports.connect(lst.address, identity=_identity("good"), config=_config(good, mode="tcp"))
+        await conn.send("still serving")
+        assert await conn.recv() == "still serving"
+        await conn.close()
+
+
+async def test_big_messages_over_tls_arrive_whole_and_in_order(pki):
+    """TLS hands payloads over in pieces as the socket drains (wire._TLS_CHUNK):
+    big and small messages sent back to back keep their order, and what is
+    queued when the connection closes still goes out."""
+    good, _ = pki
+    got: list = []
+    done = asyncio.Event()
+
+    async def sink(conn):
+        def on_message(msg):
+            got.append(msg)
+            if msg == "end":
+                done.set()
+        conn.start(on_message, lambda exc: done.set())
+
+    async with await transports.listen("127.0.0.1", 0, sink, identity=_identity("server"),
+                                       config=_config(good, mode="tcp")) as lst:
+        conn = await transports.connect(lst.address, identity=_identity("c"), config=_config(good, mode="tcp"))
+        arrays = [np.full(3 << 18, i, dtype=np.float32) + np.arange(3 << 18, dtype=np.float32)
+                  for i in range(4)]                            # 3 MiB each
+        for i, arr in enumerate(arrays):
+            conn.send_nowait({"i": i, "a": arr, "b": np.arange(100.0) * i})
+            conn.send_nowait(i)
+        conn.send_nowait("end")
+        await conn.close()                                      # before the backlog drained
+        await asyncio.wait_for(done.wait(), 30)
+    assert got[-1] == "end" and len(got) == 9
+    for i, arr in enumerate(arrays):
+        assert got[2 * i]["i"] == i and got[2 * i + 1] == i
+        assert np.array_equal(got[2 * i]["a"], arr)
+        assert np.array_equal(got[2 * i]["b"], np.arange(100.0) * i)
+
+
 async def test_colocated_peers_still_use_shared_memory(pki):
     good, _ = pki
     async with await transports.listen("127.0.0.1", 0, _echo, identity=_identity("server"),
@@ -132,6 +167,11 @@ async def test_tls_cluster_of_processes(pki, tmp_path, monkeypatch):
         async with dt.Session("distrib://" + spec["worker"][0], graph=g) as sess:
             with pytest.raises(UnauthenticatedError, match="TLS"):
                 await sess.run(b)
+        for key in good:                   # no TLS settings at all
+            monkeypatch.delenv(key)
+        async with dt.Session("distrib://" + spec["worker"][0], graph=g) as sess:
+            with pytest.raises(UnauthenticatedError, match="requires TLS"):
+                await asyncio.wait_for(sess.run(b), 15)
         for key, value in good.items():
             monkeypatch.setenv(key, value)
         async with dt.Session("distrib://" + spec["worker"][0], graph=g) as sess:

@@ -10,8 +10,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from transports import (AuthError, ConnectionClosed, ConnectTimeout, FrameError, HandshakeError, PeerInfo,
-                        TransportConfig, connect, listen, local_host_id, new_incarnation)
+from transports import (AuthError, ConnectionClosed, ConnectTimeout, FrameError, HandshakeError, MessageTooLarge,
+                        PeerInfo, TransportConfig, connect, listen, local_host_id, new_incarnation)
 from transports.wire import MAGIC, PREAMBLE
 
 FAST = dict(connect_timeout_s=3.0, handshake_timeout_s=1.0)
@@ -214,10 +214,18 @@ async def test_bad_input_closes_only_that_connection(server, caplog, case):
 
 
 async def test_frame_over_configured_max_closes_connection(caplog):
+    """Each side announces its max_frame_bytes in the handshake: a sender
+    fails a message over the receiver's limit itself (MessageTooLarge, the
+    connection stays up); a peer that sends one anyway is cut off."""
     small = TransportConfig(max_frame_bytes=1 << 20, token=b"", **FAST)
     listener = await listen("127.0.0.1", 0, echo, identity=identity("/job:small/task:0"), config=small)
     try:
         conn = await connect(listener.address, identity=identity("c"), config=TransportConfig(mode="tcp", **FAST))
+        with pytest.raises(MessageTooLarge, match=r"max_frame_bytes=1048576 of the receiver /job:small"):
+            await conn.send(np.zeros(2 << 20, np.uint8))
+        await conn.send("still up")
+        assert await asyncio.wait_for(conn.recv(), 3.0) == "still up"
+        conn._wire.send_limit = 4 << 20            # a peer that ignores the announced limit
         with caplog.at_level(logging.WARNING, logger="transports"):
             await conn.send(np.zeros(2 << 20, np.uint8))
             with pytest.raises(ConnectionClosed):

@@ -53,7 +53,7 @@ class Connection:
     """
 
     def __init__(self, wire: Wire, local: PeerInfo, peer: PeerInfo, config: TransportConfig,
-                 fd_sock: socket.socket | None = None) -> None:
+                 fd_sock: socket.socket | None = None, peer_max_frame: int | None = None) -> None:
         self._wire = wire
         self.local = local
         self.peer = peer
@@ -66,7 +66,7 @@ class Connection:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         assert config.max_frame_bytes is not None and config.frame_timeout_s is not None
-        wire.open_up(config.max_frame_bytes, config.frame_timeout_s)
+        wire.open_up(config.max_frame_bytes, config.frame_timeout_s, peer_max_frame)
         wire.label = f"{peer.name} ({wire.label})"
         if fd_sock is not None:
             self._attach_shm(fd_sock, config)
@@ -137,6 +137,7 @@ class Connection:
         """Flush what is queued, close, and release shared memory."""
         wire = self._wire
         if not wire.closed and wire.transport is not None:
+            wire.flush()
             wire.transport.close()
             try:
                 await asyncio.wait_for(asyncio.shield(wire.lost), 2.0)

@@ -29,7 +29,7 @@ from .config import PeerInfo, TransportConfig, resolve_token
 from .connection import Connection
 from .errors import AuthError, ConnectionClosed, ConnectTimeout, HandshakeError
 from .handshake import FdChannels, client_handshake, server_handshake
-from .tls import (TLS_ADVICE, client_context, describe, is_tls_failure, server_context,
+from .tls import (TLS_ADVICE, client_context, describe, is_tls_failure, server_context, speaks_tls,
                   watch_tls_handshake)
 from .wire import Wire
 
@@ -177,6 +177,7 @@ async def connect(address: str, *, identity: PeerInfo, config: TransportConfig |
                "server_hostname": host, "ssl_handshake_timeout": config.handshake_timeout_s}
     deadline = loop.time() + config.connect_timeout_s
     delay, last = _BACKOFF_FIRST_S, "no attempt made"
+    probed = False
     while True:
         remaining = deadline - loop.time()
         if remaining <= 0:
@@ -199,6 +200,14 @@ async def connect(address: str, *, identity: PeerInfo, config: TransportConfig |
                                    conn.peer.name)
                 return conn
             last = str(wire.close_exc or "connection closed during the handshake")
+            if not config.tls and wire.bytes_in == 0 and not probed:
+                # a plain server sends its preamble at once; silence then a
+                # close is what a TLS listener does with a plain client
+                probed = True
+                if await speaks_tls(host, port, min(max(deadline - loop.time(), 0.1), 2.0)):
+                    raise AuthError(f"{who} requires TLS (it answered a TLS handshake and asks for a "
+                                    f"client certificate) but this process has no TLS settings: "
+                                    f"{TLS_ADVICE} on every task")
         await asyncio.sleep(min(delay * random.uniform(0.5, 1.5), max(deadline - loop.time(), 0)))
         delay = min(delay * 2, _BACKOFF_MAX_S)
 

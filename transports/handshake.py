@@ -167,7 +167,8 @@ async def client_handshake(wire: Wire, identity: PeerInfo, config: TransportConf
                            token: bytes, who: str) -> Connection:
     """Run the client's side on a fresh wire; the Connection, or an error."""
     client_nonce = os.urandom(16)
-    wire.write_message({"peer": identity.to_wire(), "nonce": client_nonce})
+    wire.write_message({"peer": identity.to_wire(), "nonce": client_nonce,
+                        "max_frame": config.max_frame_bytes})
     hello = await _recv(wire, who)
     peer, server_nonce = _peer(hello, who), _nonce(hello, who)
     fd_sock = await _choose_shm(config, identity, peer, hello, who)
@@ -189,7 +190,13 @@ async def client_handshake(wire: Wire, identity: PeerInfo, config: TransportConf
         raise
     if fd_sock is not None:
         fd_sock.settimeout(_FD_TIMEOUT_S)
-    return Connection(wire, identity, peer, config, fd_sock)
+    return Connection(wire, identity, peer, config, fd_sock, _max_frame(hello))
+
+
+def _max_frame(hello: dict) -> int | None:
+    """The biggest frame the peer said it accepts (an older peer says nothing)."""
+    value = hello.get("max_frame")
+    return value if type(value) is int and value > 0 else None
 
 
 async def _choose_shm(config: TransportConfig, identity: PeerInfo, peer: PeerInfo,
@@ -220,7 +227,8 @@ async def server_handshake(wire: Wire, identity: PeerInfo, config: TransportConf
     ticket, paired = fd_channels.ticket() if fd_channels is not None else (None, None)
     try:
         wire.write_message({"peer": identity.to_wire(), "nonce": server_nonce, "auth": bool(token),
-                            "shm": fd_channels.name if fd_channels else None, "ticket": ticket})
+                            "shm": fd_channels.name if fd_channels else None, "ticket": ticket,
+                            "max_frame": config.max_frame_bytes})
         reply = await _recv(wire, f"{peer.name} ({who})")
         mac = reply.get("mac")
         if token and not _verify(token, mac, b"client", client_nonce, server_nonce):
@@ -237,7 +245,7 @@ async def server_handshake(wire: Wire, identity: PeerInfo, config: TransportConf
             fd_sock.settimeout(_FD_TIMEOUT_S)
         wire.write_message({"ok": True, "mac": _mac(token, b"server", client_nonce, server_nonce)
                             if token else None})
-        return Connection(wire, identity, peer, config, fd_sock)
+        return Connection(wire, identity, peer, config, fd_sock, _max_frame(hello))
     finally:
         if ticket is not None:
             fd_channels.drop(ticket)

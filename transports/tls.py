@@ -17,18 +17,25 @@ handshake itself (:func:`watch_tls_handshake`). The protocol above
 (:class:`~transports.wire.Wire`, a BufferedProtocol) is unchanged: uvloop's
 SSL layer decrypts straight into its ``get_buffer`` blocks.
 
+A client with no TLS settings that reaches a TLS listener sees the socket
+close without a byte (a plain listener sends its preamble at once); it then
+asks :func:`speaks_tls` once and fails with ``AuthError`` (distrib's
+``UnauthenticatedError``) naming the variables to set, instead of retrying
+until its connect deadline.
+
 Shared memory between co-located tasks needs no TLS: its side channel is an
 abstract Unix socket of this host's network namespace, and the segments
 never leave the host. The socket beside it (headers, small messages) is TLS.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 import weakref
 from typing import Any
 
-__all__ = ["server_context", "client_context", "is_tls_failure", "watch_tls_handshake"]
+__all__ = ["server_context", "client_context", "is_tls_failure", "speaks_tls", "watch_tls_handshake"]
 
 logger = logging.getLogger("transports")
 
@@ -102,3 +109,25 @@ def watch_tls_handshake(wire: Any) -> None:
 
     wire._on_made = mark
     weakref.finalize(wire, gone)
+
+
+async def speaks_tls(host: str, port: int, timeout: float) -> bool:
+    """Whether the listener at ``host:port`` speaks TLS: a client without TLS
+    settings asks this when a listener closed on it without a byte (a plain
+    listener sends its preamble at once), to say why instead of retrying
+    until its deadline. A TLS 1.3 handshake completes on our side before the
+    server checks the (absent) client certificate; a TLS 1.2 server answers
+    with an alert. Either way the server logs one refused connection."""
+    probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    probe.check_hostname = False
+    probe.verify_mode = ssl.CERT_NONE
+    loop = asyncio.get_running_loop()
+    try:
+        transport, _ = await asyncio.wait_for(loop.create_connection(
+            asyncio.Protocol, host, port, ssl=probe, server_hostname=host), timeout)
+    except ssl.SSLError as exc:
+        return "ALERT" in str(getattr(exc, "reason", "") or "").upper()
+    except (OSError, asyncio.TimeoutError):
+        return False
+    transport.abort()
+    return True
