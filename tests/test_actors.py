@@ -126,6 +126,31 @@ async def test_peer_calls_back_into_a_listening_client(peer, mode):
         await sys_.shutdown()
 
 
+class Echo:
+    def echo(self, x):
+        return x
+
+
+async def test_connections_lists_the_open_ones_each_way(peer, mode):
+    sys_ = await client(mode, listen=True)
+    try:
+        sys_.spawn("echo", Echo())
+        assert sys_.connections() == []
+        ref = sys_.ref(peer.line, "echo")
+        assert await ref.call("echo", 1) == 1
+        (out,) = sys_.connections()
+        assert (out.peer.name, out.kind) == ("/job:peer/task:0", mode)
+        # the peer calls back over a connection it opens: accepted here, listed too
+        assert await ref.call("call_back", sys_.address, 2) == 2
+        conns = sys_.connections()
+        assert len(conns) == 2 and {c.peer.name for c in conns} == {"/job:peer/task:0"}
+        await out.close()
+        assert sys_.connections() == [c for c in conns if c is not out]   # closed: left out
+    finally:
+        await sys_.shutdown()
+    assert sys_.connections() == []
+
+
 async def _told_back(peer, mode: str):
     """A listening client with a Counter actor, and a handle on the peer's echo."""
     sys_ = await client(mode, listen=True)

@@ -9,6 +9,7 @@ are checked in-process through ``main()`` (nothing starts before them).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -24,7 +25,9 @@ import pytest
 from distrib.cluster import ClusterSpec
 from distrib.launch import free_ports, loopback_cluster, select_tasks, tf_config
 from distrib.launch.__main__ import main
+from distrib.server import request_stop
 from tests.helpers import ROOT, child_env
+from tests.peers.scheduler_env import SCHEDULER_PREFIXES, free_port_base, no_scheduler_env, slurm_env
 
 TRAINER = os.path.join(ROOT, "examples", "trainer.py")
 STARTED = re.compile(r"^\[launch\] (\w+:\d+) started \(pid (\d+)\)$")
@@ -328,6 +331,61 @@ def test_trainer_end_to_end(launches, tmp_path, shm_snapshot):
     assert set(os.listdir("/dev/shm")) <= shm_snapshot
 
 
+# -- under a scheduler: this process's task, from the environment ----------------
+
+def slurm_launch_env(rank: int, base: int, **extra: str) -> dict[str, str]:
+    """What srun gives task ``rank`` of a ps:1,worker:1 step on one node."""
+    return no_scheduler_env(**slurm_env("localhost", "2", rank), DISTRIB_SLURM_JOBS="ps:1,worker:1",
+                            DISTRIB_SLURM_PORT_BASE=str(base), OPENBLAS_NUM_THREADS="1", **extra)
+
+
+def test_under_slurm_the_launcher_runs_just_this_task(launches, tmp_path):
+    base = free_port_base(2)
+    task = script(tmp_path, "show", 'print("TF_CONFIG=" + os.environ["TF_CONFIG"])\n')
+    launch = launches("--", sys.executable, task, env=slurm_launch_env(1, base))
+    assert launch.finish() == 0, launch.output
+    assert "[launch] the cluster from the slurm environment; this launcher runs worker:0" \
+        in launch.lines
+    assert list(launch.pids()) == ["worker:0"]
+    (line,) = launch.task_lines("worker:0")
+    assert json.loads(line[len("TF_CONFIG="):]) == {
+        "cluster": {"ps": [f"localhost:{base}"], "worker": [f"localhost:{base + 1}"]},
+        "task": {"type": "worker", "index": 0}}
+    assert_all_gone(launch)
+
+
+def test_under_slurm_a_failed_task_is_restarted(launches, tmp_path):
+    task = script(tmp_path, "flaky", f"""
+        marker = os.path.join({str(tmp_path)!r}, NAME + ".crashed")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            print("crashing", flush=True)
+            sys.exit(1)
+        print("ok")
+        """)
+    env = slurm_launch_env(1, free_port_base(2), DISTRIB_LAUNCH_RESTART_BACKOFF="0.05")
+    launch = launches("--", sys.executable, task, env=env)
+    assert launch.finish() == 0, launch.output
+    assert launch.task_lines("worker:0") == ["crashing", "ok"]
+    assert "[launch] worker:0 exit code 1; restart 1 of 3 in 0.05 s" in launch.lines
+    assert len(launch.pids()["worker:0"]) == 2
+    assert_all_gone(launch)
+
+
+def test_a_lone_ps_under_slurm_serves_until_its_chief_stops_it(launches):
+    base = free_port_base(2)
+    launch = launches(env=slurm_launch_env(0, base))      # no COMMAND: a bare server
+    launch.wait_for(rf"^\[ps:0\] serving /job:ps/task:0 at 127\.0\.0\.1:{base}$")
+    # no chief/worker task here: that is not "training is over"
+    time.sleep(1.0)
+    assert launch.p.poll() is None, launch.output
+    asyncio.run(request_stop(f"localhost:{base}"))       # what the chief does at the end
+    assert launch.finish() == 0, launch.output
+    assert "[launch] ps:0 finished (exit code 0)" in launch.lines
+    assert not any(x.startswith("[launch] stopping") for x in launch.lines), launch.output
+    assert_all_gone(launch)
+
+
 # -- errors: one line, exit 2 --------------------------------------------------
 
 def run_main(argv: list[str], capsys) -> tuple[int, str]:
@@ -352,11 +410,41 @@ def run_main(argv: list[str], capsys) -> tuple[int, str]:
     (["--ps", "1", "--bogus"], "unrecognized"),
     (["--ps", "1", "--", "no-such-command-xyz"], "command not found"),
 ])
-def test_bad_arguments_are_one_line_and_exit_2(argv, says, tmp_path, capsys):
+def test_bad_arguments_are_one_line_and_exit_2(argv, says, tmp_path, capsys, monkeypatch):
+    for name in [k for k in os.environ if k.startswith(SCHEDULER_PREFIXES) or k == "TF_CONFIG"]:
+        monkeypatch.delenv(name)
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "noport.json").write_text('{"worker": ["localhost"]}')
     (tmp_path / "empty.json").write_text("{}")
     code, err = run_main([a.replace("{tmp}", str(tmp_path)) for a in argv], capsys)
+    assert code == 2
+    assert err.startswith("error: ") and err.count("\n") == 1 and says in err, err
+
+
+def test_no_cluster_and_no_scheduler_names_every_way_to_give_one():
+    r = subprocess.run([sys.executable, "-m", "distrib.launch", "--", "true"], capture_output=True,
+                       text=True, cwd=ROOT, env=no_scheduler_env(), timeout=30)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+    for word in ("error: no cluster", "--cluster", "--ps", "--workers", "TF_CONFIG", "SLURM",
+                 "DISTRIB_K8S_JOBS"):
+        assert word in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("env,says", [
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NODELIST": "node[1-", "SLURM_STEP_TASKS_PER_NODE": "1"},
+     "SLURM_STEP_NODELIST"),
+    ({**slurm_env("localhost", "2", 0), "DISTRIB_SLURM_JOBS": "ps:1,worker:3"}, "ask for 4 tasks"),
+    ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "worker-0"}, "DISTRIB_K8S_JOBS"),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1"]}})}, "--only"),
+    ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1"]},
+                               "task": {"type": "worker", "index": 3}})}, "task index 3"),
+])
+def test_a_bad_scheduler_environment_is_one_line_and_exit_2(env, says, monkeypatch, capsys):
+    for name in [k for k in os.environ if k.startswith(SCHEDULER_PREFIXES) or k == "TF_CONFIG"]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    code, err = run_main(["--", "true"], capsys)
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1 and says in err, err
 

@@ -16,7 +16,6 @@ import copy
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -28,28 +27,11 @@ import distrib as dt
 from distrib.cluster import (ClusterSpec, KubernetesClusterResolver, SchedulerEnvironmentError,
                              SlurmClusterResolver, expand_hostlist, expand_tasks_per_node,
                              parse_tf_config, resolver_from_environment)
-from tests.helpers import ROOT, Proc, child_env
+from tests.helpers import ROOT, Proc
+from tests.peers.scheduler_env import free_port_base, no_scheduler_env, slurm_env
 
 MANIFEST = os.path.join(ROOT, "examples", "deploy", "kubernetes", "trainer.yaml")
 BATCH_SCRIPT = os.path.join(ROOT, "examples", "deploy", "slurm", "trainer.sbatch")
-
-
-def slurm_env(nodelist: str, tasks_per_node: str, rank: int, **extra: str) -> dict[str, str]:
-    """What srun sets for task ``rank`` of a step laid out in blocks (its default)."""
-    nodes, counts = expand_hostlist(nodelist), expand_tasks_per_node(tasks_per_node)
-    places = [(n, node, local) for n, (node, count) in enumerate(zip(nodes, counts))
-              for local in range(count)]
-    node_id, node, local = places[rank]
-    env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "trainer", "SLURM_JOB_NODELIST": nodelist,
-           "SLURM_NODELIST": nodelist, "SLURM_JOB_NUM_NODES": str(len(nodes)),
-           "SLURM_TASKS_PER_NODE": tasks_per_node, "SLURM_NTASKS": str(sum(counts)),
-           "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NODELIST": nodelist,
-           "SLURM_STEP_NUM_NODES": str(len(nodes)), "SLURM_STEP_NUM_TASKS": str(sum(counts)),
-           "SLURM_STEP_TASKS_PER_NODE": tasks_per_node, "SLURM_PROCID": str(rank),
-           "SLURM_LOCALID": str(local), "SLURM_NODEID": str(node_id), "SLURMD_NODENAME": node,
-           "SLURM_SUBMIT_DIR": "/home/u", "SLURM_CPUS_ON_NODE": "8"}
-    env.update(extra)
-    return env
 
 
 # -- hostlists and tasks per node --------------------------------------------------------
@@ -333,38 +315,6 @@ def test_reachable_as_dt_distribute_cluster_resolver() -> None:
 
 
 # -- the CLIs under a scheduler's environment -------------------------------------------
-
-def free_port_base(n: int) -> int:
-    """A port p with p .. p+n-1 free on loopback a moment ago."""
-    for _ in range(200):
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        base = probe.getsockname()[1]
-        probe.close()
-        if base + n > 65535:
-            continue
-        socks = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
-
-
-def no_scheduler_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in child_env().items()
-           if not k.startswith(("SLURM", "KUBERNETES_", "DISTRIB_K8S", "DISTRIB_SLURM"))
-           and k != "TF_CONFIG"}
-    env.update(extra)
-    return env
-
 
 def test_server_serves_under_a_slurm_step_without_flags() -> None:
     base = free_port_base(2)

@@ -24,8 +24,9 @@ from distrib.demo import free_ports
 from distrib.status import StatusClient, human_bytes, human_seconds, query_cluster, render_table
 from distrib.train.checkpoint import update_checkpoint_state, write_checkpoint
 from distrib.train.global_step import get_or_create_global_step
-from tests.helpers import ROOT, child_env
+from tests.helpers import ROOT, Proc, child_env
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
+from tests.peers.scheduler_env import free_port_base, no_scheduler_env, slurm_env
 
 GUARD = 60.0
 SECRET = "status-secret"
@@ -256,11 +257,35 @@ def test_cluster_from_tf_config_else_usage_error(ps_worker):
     tf_config = json.dumps({"cluster": {"ps": spec["ps"]}, "task": {"type": "ps", "index": 0}})
     res = status_cli("--json", TF_CONFIG=tf_config)
     assert res.returncode == 0 and by_task(res.stdout)["/job:ps/task:0"]["state"] == "up"
-    res = status_cli(TF_CONFIG=None)
-    assert res.returncode == 2 and res.stdout == ""
-    assert res.stderr.strip() == "error: no cluster given: pass --cluster FILE or set TF_CONFIG"
+    res = subprocess.run([sys.executable, "-m", "distrib.status"], capture_output=True, text=True,
+                         env=no_scheduler_env(), cwd=ROOT, timeout=GUARD)
+    assert res.returncode == 2 and res.stdout == "" and res.stderr.count("\n") == 1, res.stderr
+    for word in ("error: no cluster given", "--cluster", "TF_CONFIG", "SLURM", "DISTRIB_K8S_JOBS"):
+        assert word in res.stderr, res.stderr
     res = status_cli("--cluster", "/nonexistent/cluster.json")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_cluster_from_a_slurm_environment(tmp_path):
+    """srun's variables give the cluster, as they give the tasks theirs: the
+    ps that runs is up, the worker that does not is down (exit 1)."""
+    base = free_port_base(2)
+
+    def env(rank: int) -> dict[str, str]:
+        return no_scheduler_env(**slurm_env("localhost", "2", rank),
+                                DISTRIB_SLURM_JOBS="ps:1,worker:1",
+                                DISTRIB_SLURM_PORT_BASE=str(base))
+    with Proc(["-m", "distrib.server", "--log_level", "WARNING"], env=env(0),
+              ready_prefix="serving"):
+        res = subprocess.run([sys.executable, "-m", "distrib.status", "--json"],
+                             capture_output=True, text=True, env=env(1), cwd=ROOT, timeout=GUARD)
+    assert res.returncode == 1, res.stderr
+    tasks = by_task(res.stdout)
+    assert list(tasks) == ["/job:ps/task:0", "/job:worker/task:0"]
+    ps, worker = tasks.values()
+    assert (ps["address"], ps["state"]) == (f"localhost:{base}", "up")
+    assert (worker["address"], worker["state"], worker["reason"]) == \
+        (f"localhost:{base + 1}", "down", "refused")
 
 
 def test_human_units():

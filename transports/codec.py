@@ -18,6 +18,8 @@ its dtype. Object arrays of str arrive as ``<U`` arrays.
 from __future__ import annotations
 
 import math
+import mmap
+import struct
 from typing import Any, Callable, Sequence
 
 import msgpack
@@ -25,7 +27,7 @@ import numpy as np
 
 from .errors import FrameError
 
-__all__ = ["Encoder", "Decoder", "EXT_INLINE", "EXT_SHM", "ALIGN"]
+__all__ = ["Encoder", "Decoder", "EXT_INLINE", "EXT_SHM", "ALIGN", "buffer_spans", "huge_pages"]
 
 EXT_INLINE = 1  # [dtype, shape, buffer index, fortran]
 EXT_SHM = 2     # [dtype, shape, segment id, nbytes, fortran]
@@ -196,3 +198,29 @@ class Decoder:
                 raise FrameError(f"bad shared-memory record {seg!r:.20} {nbytes!r:.20}")
             return self._shm_source(dt, shape, seg, nbytes, bool(fortran))
         raise FrameError(f"unknown msgpack ext type {code}")
+
+
+def buffer_spans(buf: bytearray, at: int, nbufs: int, plen: int) -> list[tuple[int, int]]:
+    """(offset, length) of each buffer in a frame's payload of ``plen`` bytes,
+    the ``nbufs`` u64 lengths read at ``at`` of ``buf`` (each buffer starts at
+    a multiple of ALIGN; see :mod:`transports.wire`)."""
+    spans = []
+    off = 0
+    for (length,) in struct.iter_unpack("<Q", memoryview(buf)[at:at + 8 * nbufs]):
+        off += -off % ALIGN
+        spans.append((off, length))
+        off += length
+    if off != plen:
+        raise FrameError(f"buffer lengths add up to {off} bytes, the frame says {plen}")
+    return spans
+
+
+def huge_pages(block: mmap.mmap) -> None:
+    """Ask for transparent huge pages on a big receive block: as numpy does
+    for big arrays, a 2 MiB page faults in once, not 512 times."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is not None:
+        try:
+            block.madvise(advice)
+        except OSError:
+            pass

@@ -46,3 +46,17 @@ class MessageTooLarge(FrameError):
     def __init__(self, message: str, size: int = 0, limit: int = 0) -> None:
         super().__init__(message)
         self.size, self.limit = size, limit
+
+
+def without_traceback(exc: BaseException) -> BaseException:
+    """``exc`` with the tracebacks of it and its causes dropped: an error kept
+    on a connection must not hold the frames (and so the connection) in a
+    reference cycle."""
+    seen = exc
+    for _ in range(8):   # the exception and what it was raised from
+        seen.__traceback__ = None
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None:
+            break
+        seen = nxt
+    return exc

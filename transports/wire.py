@@ -51,8 +51,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .codec import ALIGN, Decoder, Encoder
-from .errors import AuthError, ConnectionClosed, FrameError, HandshakeError, MessageTooLarge, TransportError
+from .codec import ALIGN, Decoder, Encoder, buffer_spans, huge_pages
+from .errors import (AuthError, ConnectionClosed, FrameError, HandshakeError, MessageTooLarge, TransportError,
+                     without_traceback)
 
 __all__ = ["Wire", "PREAMBLE", "VERSION", "FRAME_MSG", "FRAME_RELEASE", "FRAME_FORGET"]
 
@@ -323,7 +324,7 @@ class Wire(asyncio.BufferedProtocol):
                 self._wait_for(total, meta, avail, nbufs, hlen, plen, tn >> 24)
                 return
             if nbufs:
-                spans = _spans(buf, start + _P, nbufs, plen)
+                spans = buffer_spans(buf, start + _P, nbufs, plen)
                 block = bytearray(mv[start + meta:start + total])  # writable arrays for the user
                 obj = self.decoder.decode(mv[start + _P + 8 * nbufs:start + meta], block, spans)
             else:
@@ -350,13 +351,13 @@ class Wire(asyncio.BufferedProtocol):
                 self._compact()
             return
         start = self._start
-        spans = _spans(self._buf, start + _P, nbufs, plen)
+        spans = buffer_spans(self._buf, start + _P, nbufs, plen)
         header = bytes(self._mv[start + _P + 8 * nbufs:start + meta])
         got = avail - meta
         block = self._take_block(plen)
         if block is None:   # not one we have: a mapping that grows with what comes
             block = mmap.mmap(-1, min(plen, max(_GROW_FROM, got)), mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            _huge_pages(block)
+            huge_pages(block)
         dmv = memoryview(block)
         dmv[:got] = self._mv[start + meta:start + avail]
         self._start = self._end = 0
@@ -379,7 +380,7 @@ class Wire(asyncio.BufferedProtocol):
             block.resize(size)
         except BufferError:
             old, block = block, mmap.mmap(-1, size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            _huge_pages(block)
+            huge_pages(block)
             with memoryview(block) as new, memoryview(old) as was:
                 new[:self._doff] = was[:self._doff]
         self._direct, self._dmv = block, memoryview(block)
@@ -582,41 +583,8 @@ class Wire(asyncio.BufferedProtocol):
         if self._error is None:
             # kept without its traceback: frames of ours would hold this wire
             # in a cycle (wire -> error -> traceback -> frame -> wire)
-            self._error = _without_traceback(exc)
+            self._error = without_traceback(exc)
             logger.warning("closing connection %s: %s", self.label, exc)
         if self.transport is not None:
             self.transport.abort()
 
-
-def _without_traceback(exc: BaseException) -> BaseException:
-    seen = exc
-    for _ in range(8):   # the exception and what it was raised from
-        seen.__traceback__ = None
-        nxt = seen.__cause__ or seen.__context__
-        if nxt is None:
-            break
-        seen = nxt
-    return exc
-
-
-def _huge_pages(block: mmap.mmap) -> None:
-    # as numpy does for big arrays: a 2 MiB page faults in once, not 512 times
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None:
-        try:
-            block.madvise(advice)
-        except OSError:
-            pass
-
-
-def _spans(buf: bytearray, at: int, nbufs: int, plen: int) -> list[tuple[int, int]]:
-    """(offset, length) of each buffer in the payload; lengths read at ``at``."""
-    spans = []
-    off = 0
-    for (length,) in struct.iter_unpack("<Q", memoryview(buf)[at:at + 8 * nbufs]):
-        off += -off % ALIGN
-        spans.append((off, length))
-        off += length
-    if off != plen:
-        raise FrameError(f"buffer lengths add up to {off} bytes, the frame says {plen}")
-    return spans

@@ -4,6 +4,18 @@
                              [--logdir DIR] -- COMMAND [ARGS...]
     python -m distrib.launch --ps 1 --workers 2 [...] -- COMMAND [ARGS...]  # free loopback ports
     python -m distrib.launch --ps 1 --workers 2                             # bare servers only
+    srun python -m distrib.launch [...] -- COMMAND [ARGS...]   # under a scheduler: this task
+
+Under a scheduler, with neither ``--cluster`` nor ``--ps/--workers``, the
+cluster and this process's task come from the environment, as
+``python -m distrib.server`` reads it (``resolvers.resolver_from_environment``:
+``TF_CONFIG``, else SLURM's ``SLURM_PROCID``, else a Kubernetes pod's
+``KUBERNETES_SERVICE_HOST``, with ``DISTRIB_SLURM_*`` / ``DISTRIB_K8S_*``
+settings), and the launcher runs that one task (``--only`` names others): the
+scheduler starts one launcher per task, and each launcher gives its task
+restarts with backoff. A lone ps task is kept running until it exits by itself
+(told to stop by its chief) or a signal comes. Neither flags nor a scheduler
+is the usage error below.
 
 A thin CLI over :class:`distrib.launch.Launcher`: it reads the flags (each
 with a ``DISTRIB_LAUNCH_<FLAG>`` environment twin; the flag wins), builds the
@@ -24,15 +36,29 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from distrib.cluster import ClusterSpec
+from distrib.cluster.resolvers import detect_scheduler, resolver_from_environment
 from distrib.cluster.tf_config import split_command
 from distrib.launch.launcher import LaunchConfig, Launcher
 from distrib.launch.tasks import loopback_cluster, select_tasks
 
 EXIT_USAGE = 2
 PROG = "python -m distrib.launch"
-USAGE = (f"{PROG} (--cluster FILE | --ps N --workers M [--chief]) [--only NAMES] [--max_restarts N]\n"
+USAGE = (f"{PROG} [--cluster FILE | --ps N --workers M [--chief]] [--only NAMES] [--max_restarts N]\n"
          f"       {' ' * len(PROG)} [--logdir DIR] [options] [-- COMMAND [ARGS...]]")
 EPILOG = """\
+Without --cluster or --ps/--workers the cluster and this process's task come
+from a scheduler's environment, and only that task runs here (--only names
+others), restarted as below:
+
+    srun python -m distrib.launch -- python trainer.py   # one launcher per task
+
+The first of: TF_CONFIG; SLURM (SLURM_PROCID, as srun sets it;
+DISTRIB_SLURM_JOBS e.g. ps:1,worker:3, default every task a worker;
+DISTRIB_SLURM_PORT_BASE, default 8888; DISTRIB_SLURM_GPUS_PER_TASK);
+Kubernetes (KUBERNETES_SERVICE_HOST; DISTRIB_K8S_JOBS required,
+DISTRIB_K8S_PORT, DISTRIB_K8S_SERVICE, DISTRIB_K8S_STATEFULSETS). A launcher
+whose tasks are all ps keeps them until they exit (told to stop by the chief).
+
 Each task runs COMMAND (without one: python -m distrib.server) with TF_CONFIG
 set to the cluster and its task, in a process group of its own; its output
 lines are printed prefixed [job:index]. A task that dies is restarted after
@@ -107,23 +133,54 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _cluster(args: argparse.Namespace) -> ClusterSpec:
+NO_CLUSTER = ("no cluster: pass --cluster FILE, or --ps N --workers M, or run under a "
+              "scheduler (TF_CONFIG set, SLURM's srun, or a Kubernetes pod with "
+              "DISTRIB_K8S_JOBS set)")
+
+
+def _plan(args: argparse.Namespace) -> tuple[ClusterSpec, list[tuple[str, int]], str | None]:
+    """The cluster, the tasks of it to start here, and the scheduler it came
+    from (None: the flags)."""
     counted = args.ps is not None or args.workers is not None
     if args.cluster and counted:
         raise ValueError("give either --cluster FILE or --ps N --workers M, not both")
     if args.cluster:
-        return ClusterSpec.from_json(args.cluster)
-    if counted:
-        return loopback_cluster(args.ps or 0, args.workers or 0, 1 if args.chief else 0)
-    raise ValueError("no cluster: pass --cluster FILE, or --ps N --workers M")
+        cluster = ClusterSpec.from_json(args.cluster)
+    elif counted:
+        cluster = loopback_cluster(args.ps or 0, args.workers or 0, 1 if args.chief else 0)
+    else:
+        return _scheduler_plan(args.only)
+    return cluster, select_tasks(cluster, args.only), None
+
+
+def _scheduler_plan(only: str | None) -> tuple[ClusterSpec, list[tuple[str, int]], str]:
+    """The scheduler's cluster, and this process's task of it (or ``only``'s)."""
+    kind = detect_scheduler(os.environ)
+    if kind is None:
+        raise ValueError(NO_CLUSTER)
+    # os.environ itself: with DISTRIB_SLURM_GPUS_PER_TASK the resolver sets this
+    # task's CUDA_VISIBLE_DEVICES there, and the task inherits it
+    resolver = resolver_from_environment(kind=kind)
+    cluster = resolver.cluster_spec()
+    job, index = resolver.task_type, resolver.task_id
+    if only:
+        tasks = select_tasks(cluster, only)
+    elif job is None or index is None:
+        raise ValueError(f"the {kind} environment gives the cluster but not this process's "
+                         "task: name the tasks to start with --only")
+    elif index not in (cluster.task_indices(job) if job in cluster.jobs else []):
+        raise ValueError(f"the {kind} environment names task {job}:{index}, which its "
+                         f"cluster does not have ({cluster.to_json()})")
+    else:
+        tasks = [(job, index)]
+    return cluster, tasks, kind
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     own, command = split_command(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(own)
     try:
-        cluster = _cluster(args)
-        tasks = select_tasks(cluster, args.only)
+        cluster, tasks, scheduler = _plan(args)
         if not tasks:
             raise ValueError("no tasks to launch: the cluster has none"
                              + (f" that --only {args.only!r} names" if args.only else ""))
@@ -134,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    if scheduler is not None:
+        print(f"[launch] the cluster from the {scheduler} environment; this launcher runs "
+              + ", ".join(f"{job}:{index}" for job, index in tasks), file=sys.stderr, flush=True)
     config = LaunchConfig(max_restarts=args.max_restarts, restart_backoff_s=args.restart_backoff,
                           max_backoff_s=args.max_backoff,
                           ps_grace_s=args.ps_grace, stop_timeout_s=args.stop_timeout,

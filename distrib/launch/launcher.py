@@ -22,7 +22,9 @@ The rules it keeps, and why:
 - **Training over means the ps are told, not killed.** When every launched
   ``chief``/``worker`` task exited 0, each ps still running gets
   ``request_stop`` (its server's ``join()`` returns and it exits 0); what is
-  left after ``ps_grace_s`` is terminated.
+  left after ``ps_grace_s`` is terminated. A launch with no ``chief``/
+  ``worker`` task (one ps per launcher under a scheduler) runs until its
+  tasks exit 0 by themselves: its chief, elsewhere, tells them.
 - **Output as it comes.** Every line a task writes (stdout to stdout, stderr
   to stderr) is printed at once, prefixed ``[job:index] ``; children get
   ``PYTHONUNBUFFERED=1`` so a Python task's lines are not held in its buffer.
@@ -237,6 +239,9 @@ class Launcher:
                 loop.remove_signal_handler(sig)
 
     async def _until_outcome(self) -> TaskProcess | str:
+        # No chief/worker task here (a launcher of one ps task, under srun):
+        # not "training is over" at once, but over when these tasks end by
+        # themselves (a ps when its chief tells it to stop), or at a signal.
         training = [t for t in self.tasks if t.job in TRAINING_JOBS] or self.tasks
         while True:
             if self._signal is not None:

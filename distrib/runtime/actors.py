@@ -146,14 +146,21 @@ class _Peer:
 
 class ActorSystem:
     """One per process (or per task in tests): a listening endpoint, the local
-    actors, and a pool of outgoing connections."""
+    actors, and a pool of outgoing connections.
+
+    ``host:port`` is the system's ``address``, the one its peers dial;
+    ``bind_host`` (default: ``host``) is where it listens, when that differs
+    (a server on ``0.0.0.0`` known to its cluster by its host name: see
+    :mod:`distrib.server.bind_address`)."""
 
     def __init__(self, name: str, *, host: str = "127.0.0.1", port: int = 0,
                  config: transports.TransportConfig | None = None,
-                 listen: bool = True, incarnation: int | None = None) -> None:
+                 listen: bool = True, incarnation: int | None = None,
+                 bind_host: str | None = None) -> None:
         self.name = name
         self.host = host
         self.port = port
+        self.bind_host = bind_host
         self.config = config or default_transport_config()
         self.incarnation = incarnation if incarnation is not None else transports.new_incarnation()
         self.identity = transports.PeerInfo(name, self.incarnation, transports.local_host_id())
@@ -175,19 +182,33 @@ class ActorSystem:
     async def start(self) -> ActorSystem:
         if self._listen:
             self._listener = await transports.listen(
-                self.host, self.port, self._accept, identity=self.identity, config=self.config)
+                self.bind_host or self.host, self.port, self._accept, identity=self.identity,
+                config=self.config)
             self.port = self._listener.port
             self.address = f"{self.host}:{self.port}"
             self._loop = asyncio.get_running_loop()
             _IN_PROCESS[_norm(self.address)] = self
         every = heartbeat_s()
         if every > 0:
-            detector = FailureDetector(self.name, self._connections, [HEARTBEAT], every)
+            detector = FailureDetector(self.name, self.connections, [HEARTBEAT], every)
             self._spawn_task(detector.run(), "heartbeats")
         return self
 
-    def _connections(self) -> list[transports.Connection]:
-        return [peer.conn for peer in (*self._out.values(), *self._inbound)]
+    def connections(self) -> list[transports.Connection]:
+        """The open connections of this system, the ones it opened and the ones
+        it accepted, as a new list (each names its peer, ``conn.peer.name``,
+        and its transport, ``conn.kind``). Clients are among them."""
+        return [peer.conn for peer in (*self._out.values(), *self._inbound)
+                if not peer.conn.closed]
+
+    @property
+    def listening_on(self) -> str | None:
+        """``host:port`` of the socket this system listens on (None before
+        ``start`` or without ``listen``); ``address`` is the one peers dial."""
+        if self._listener is None:
+            return None
+        host = self._listener.host
+        return f"[{host}]:{self._listener.port}" if ":" in host else f"{host}:{self._listener.port}"
 
     async def shutdown(self) -> None:
         """Stop listening, close every connection, fail every pending call."""

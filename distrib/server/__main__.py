@@ -16,9 +16,19 @@ jobs from ``--jobs`` or ``DISTRIB_K8S_JOBS``, port from ``--port`` or
 ``DISTRIB_K8S_PORT``, default 2222). ``--resolver`` names the source instead.
 ``--job_name``/``--task_index`` still override the task.
 
+The server listens on its cluster address's host, except where that cannot
+reach peers: a name that resolves only to loopback here (Debian's /etc/hosts
+maps a host's own name to 127.0.1.1), or that does not resolve or is not an
+address of this host (a Kubernetes pod before its Service publishes it), is
+replaced by ``0.0.0.0`` on the same port, with one log line saying why.
+``--bind HOST`` (or ``DISTRIB_BIND_ADDRESS``) says where to listen instead.
+The address printed, and the one the cluster knows, stays the cluster's
+(``distrib/server/bind_address.py``).
+
 Prints one line ``serving /job:J/task:T at HOST:PORT`` when ready. Bad
 configuration (malformed cluster file, unknown job, task index outside the
-job, port in use) is one line on stderr and exit code 2.
+job, port in use, a ``--bind`` host that cannot be bound) is one line on
+stderr and exit code 2.
 """
 from __future__ import annotations
 
@@ -31,6 +41,7 @@ import sys
 
 from distrib.cluster import ClusterSpec
 from distrib.cluster.resolvers import RESOLVER_KINDS, detect_scheduler, resolver_from_environment
+from distrib.server.bind_address import bind_override
 from distrib.server.server_lib import ServerCore, resolve_task
 
 EXIT_USAGE = 2
@@ -63,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus_per_task", type=int,
                    help="SLURM: GPUs given to each task in CUDA_VISIBLE_DEVICES "
                         "(env DISTRIB_SLURM_GPUS_PER_TASK; default: leave GPUs as they are)")
+    p.add_argument("--bind", metavar="HOST",
+                   help="listen on HOST (e.g. 0.0.0.0) instead of this task's host in the "
+                        "cluster, which peers still dial; the port stays the cluster's "
+                        "(env DISTRIB_BIND_ADDRESS)")
     p.add_argument("--log_level", default="INFO")
     return p
 
@@ -83,13 +98,15 @@ def _config(args: argparse.Namespace) -> tuple[ClusterSpec, str | None, int | No
             args.task_index if args.task_index is not None else resolver.task_id)
 
 
-async def _serve(cluster: ClusterSpec, job: str | None, index: int | None) -> int:
-    core = ServerCore(cluster, job, index)
+async def _serve(cluster: ClusterSpec, job: str | None, index: int | None,
+                 bind: str | None) -> int:
+    core = ServerCore(cluster, job, index, bind_address=bind)
     try:
         await core.start()
     except OSError as e:
         addr = cluster.task_address(core.job_name, core.task_index)
-        print(f"error: cannot listen on {addr} for {core.task}: {e.strerror or e}",
+        where = f"{bind}:{addr.rpartition(':')[2]} (cluster address {addr})" if bind else addr
+        print(f"error: cannot listen on {where} for {core.task}: {e.strerror or e}",
               file=sys.stderr)
         return EXIT_USAGE
     stop = asyncio.Event()
@@ -115,12 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster, job, index = _config(args)
         resolve_task(cluster, job, index)
+        bind = bind_override(args.bind)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     import uvloop
     try:
-        return uvloop.run(_serve(cluster, job, index))
+        return uvloop.run(_serve(cluster, job, index, bind))
     except KeyboardInterrupt:
         return 0
 

@@ -28,6 +28,8 @@ from distrib.runtime.chief_lease import ChiefLease
 from distrib.runtime.collective_engine import CollectiveEngine
 from distrib.runtime.master import MasterService
 from distrib.runtime.worker import WorkerService
+from distrib.server.bind_address import (bind_error_reason, bind_override, choose_bind_host,
+                                         fallback_host)
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
@@ -55,7 +57,8 @@ def resolve_task(cluster: ClusterSpec, job_name: str | None,
     return job_name, int(task_index)
 
 
-def _bind_host(host: str) -> str:
+def _dialed_host(host: str) -> str:
+    """The host of this task's own address, as its actor system names itself."""
     return "127.0.0.1" if host in ("localhost", "") else host
 
 
@@ -80,10 +83,15 @@ def task_devices() -> list[dict[str, Any]]:
 
 
 class ServerCore:
-    """A task's server on the current event loop."""
+    """A task's server on the current event loop.
+
+    It listens where :mod:`distrib.server.bind_address` decides for its
+    cluster address (``bind_address``, else ``DISTRIB_BIND_ADDRESS``, forces
+    a host); the address it is known by stays the cluster's."""
 
     def __init__(self, server_or_cluster_def: Any, job_name: str | None = None,
-                 task_index: int | None = None, config: ConfigProto | None = None) -> None:
+                 task_index: int | None = None, config: ConfigProto | None = None, *,
+                 bind_address: str | None = None) -> None:
         cluster = server_or_cluster_def
         if not isinstance(cluster, ClusterSpec):
             cluster = ClusterSpec(cluster)
@@ -97,7 +105,8 @@ class ServerCore:
         addr = cluster.task_address(self.job_name, self.task_index)
         host, _, port = addr.rpartition(":")
         self.host = host
-        self.system = ActorSystem(self.task, host=_bind_host(host), port=int(port))
+        self._bind_override = bind_override(bind_address)
+        self.system = ActorSystem(self.task, host=_dialed_host(host), port=int(port))
         self.started = False
         self.stopped = asyncio.Event()
         self._stop_requested: asyncio.Event | None = None
@@ -110,7 +119,7 @@ class ServerCore:
     async def start(self) -> ServerCore:
         if self.started:
             return self
-        await self.system.start()
+        await self._listen()
         if self.system.port != int(self.cluster.task_address(self.job_name, self.task_index)
                                    .rpartition(":")[2]):
             # port 0 was asked for: the cluster now names the port actually taken
@@ -140,6 +149,30 @@ class ServerCore:
         # its one ready line itself, which this would have doubled
         logger.debug("started %s at %s", self.task, self.system.address)
         return self
+
+    async def _listen(self) -> None:
+        """Start the actor system where the bind plan says; on "no such address
+        here" retry on the wildcard address (bind_address.py says why)."""
+        plan = await choose_bind_host(self.host, self._bind_override)
+        self.system.bind_host = plan.host
+        reason = plan.reason
+        try:
+            await self.system.start()
+        except OSError as e:
+            wildcard = fallback_host(plan, e)
+            if wildcard is None:
+                raise
+            reason = f"cannot listen on {plan.host} ({bind_error_reason(e)})"
+            self.system.bind_host = wildcard
+            await self.system.start()
+        if reason is None:
+            return
+        # asked for: information; chosen here because the cluster's host cannot be bound
+        # or would not reach peers: a warning, as the cluster's DNS or hosts file may be off
+        level = logging.INFO if not plan.fallback else logging.WARNING
+        logger.log(level, "%s listens on %s, not on %s: %s; the cluster still knows it as %s:%d",
+                   self.task, self.system.listening_on, self.host, reason, self.host,
+                   self.system.port)
 
     async def stop(self) -> None:
         if self.stopped.is_set():
@@ -183,9 +216,7 @@ class _ServerControl:
         core = self._core
         step = _global_step(core.worker)
         lease = core.chief_lease.status()
-        # no public listing of an actor system's connections yet: the failure
-        # detector reads the same one
-        conns = core.system._connections()
+        conns = core.system.connections()
         return {"task": core.task, "incarnation": core.system.incarnation,
                 "uptime_s": time.monotonic() - core.started_at,
                 "sessions": core.master.stats()["sessions_open"],
@@ -194,7 +225,7 @@ class _ServerControl:
                 "lease": {"term": lease["term"], "holder": lease["holder"]},
                 "global_step": step, "steps_per_s": self._steps.rate(step),
                 "peers": [[c.peer.name, c.kind] for c in conns
-                          if not c.closed and c.peer.name.startswith("/job:")]}
+                          if c.peer.name.startswith("/job:")]}
 
 
 class _StepRate:

@@ -1,8 +1,16 @@
 """``python -m distrib.status``: how every task of a cluster is, at a glance.
 
-    python -m distrib.status --cluster cluster.json    # or TF_CONFIG
+    python -m distrib.status --cluster cluster.json    # or TF_CONFIG, or a scheduler's env
     python -m distrib.status --cluster cluster.json --watch 1
     python -m distrib.status --cluster cluster.json --json
+
+Without ``--cluster`` the cluster is the one the tasks themselves resolve
+(``resolvers.resolver_from_environment``): ``TF_CONFIG``, else SLURM
+(``SLURM_PROCID`` and the step's node list, with ``DISTRIB_SLURM_JOBS`` and
+``DISTRIB_SLURM_PORT_BASE``), else a Kubernetes pod of the cluster
+(``KUBERNETES_SERVICE_HOST``, ``DISTRIB_K8S_*``). Under SLURM, run it where
+it sees the training step's layout: in the batch script of a step that uses
+the whole allocation, or as that step's own task.
 
 One row per task (DESIGN.md, "Status"): up or down and why, incarnation,
 uptime, chief role and term, global step and steps/s, last checkpoint
@@ -22,9 +30,11 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Mapping
 from typing import NoReturn
 
-from distrib.cluster import ClusterSpec, parse_tf_config
+from distrib.cluster import ClusterSpec
+from distrib.cluster.resolvers import detect_scheduler, resolver_from_environment
 from distrib.status.query import DEFAULT_TIMEOUT_S, StatusClient, TaskStatus
 from distrib.status.table import render_table
 
@@ -47,7 +57,8 @@ def _seconds(text: str) -> float:
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Show the status of every task of a distrib cluster.")
-    p.add_argument("--cluster", help='JSON file {"job": ["host:port", ...]} (default: TF_CONFIG)')
+    p.add_argument("--cluster", help='JSON file {"job": ["host:port", ...]} (default: TF_CONFIG, '
+                                     "else a SLURM or Kubernetes environment's cluster)")
     p.add_argument("--json", action="store_true", help='print {"tasks": [...]} instead of a table')
     p.add_argument("--watch", type=_seconds, metavar="S",
                    help="refresh every S seconds until Ctrl-C")
@@ -60,13 +71,17 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_cluster(path: str | None) -> ClusterSpec:
-    """The cluster from ``path``, else from TF_CONFIG; ValueError says what is missing."""
+def load_cluster(path: str | None, env: Mapping[str, str] | None = None) -> ClusterSpec:
+    """The cluster from ``path``, else from TF_CONFIG, else from a SLURM or
+    Kubernetes environment (``env``, default ``os.environ``); a ValueError
+    says what is missing or malformed."""
     if path:
         return ClusterSpec.from_json(path)
-    if os.environ.get("TF_CONFIG"):
-        return parse_tf_config().cluster
-    raise ValueError("no cluster given: pass --cluster FILE or set TF_CONFIG")
+    environ = dict(os.environ if env is None else env)   # a copy: nothing is set in it
+    if detect_scheduler(environ) is None:
+        raise ValueError("no cluster given: pass --cluster FILE, or set TF_CONFIG, or run under "
+                         "SLURM (SLURM_PROCID set) or in a Kubernetes pod with DISTRIB_K8S_JOBS")
+    return resolver_from_environment(environ).cluster_spec()
 
 
 def render(rows: list[TaskStatus], as_json: bool) -> str:
