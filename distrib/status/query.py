@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrib.cluster import ClusterSpec
-from distrib.errors import (DeadlineExceededError, NotFoundError, OpError, UnauthenticatedError,
+from distrib.errors import (DeadlineExceededError, NotFoundError, UnauthenticatedError,
                             UnavailableError)
 from distrib.runtime.actors import ActorSystem, client_name, default_transport_config
 
