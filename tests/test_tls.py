@@ -9,6 +9,10 @@ variables is a clear error."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +21,7 @@ import distrib as dt
 import transports
 from bench.pki import have_openssl, make_pki
 from distrib.errors import UnauthenticatedError
+from tests.helpers import ROOT, child_env
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 
 pytestmark = pytest.mark.skipif(not have_openssl(), reason="needs the openssl command")
@@ -76,7 +81,6 @@ async def test_plain_side_against_tls_side_is_refused(pki):
 async def test_client_without_tls_settings_is_told_the_server_needs_tls(pki):
     """A plain client gets UnauthenticatedError at once, not UnavailableError
     at its connect deadline (the TLS listener closes on it without a byte)."""
-    import time
     good, _ = pki
     async with await transports.listen("127.0.0.1", 0, _echo, identity=_identity("server"),
                                        config=_config(good, mode="tcp")) as lst:
@@ -177,3 +181,43 @@ async def test_tls_cluster_of_processes(pki, tmp_path, monkeypatch):
         async with dt.Session("distrib://" + spec["worker"][0], graph=g) as sess:
             assert await sess.run(b) == 30.0
         assert w0.p.poll() is None and w1.p.poll() is None
+
+
+def test_status_of_a_tls_cluster(pki, tmp_path):
+    """python -m distrib.status with the cluster's TLS settings sees every
+    task up and their connection as "tls"; without them each task is down,
+    "unauthenticated" (at once, not at the deadline), and the exit code 1."""
+    good, _ = pki
+    spec = cluster_spec(worker=2)
+    cfg = write_cluster(tmp_path, spec)
+
+    def status(**env) -> subprocess.CompletedProcess:
+        environ = child_env(DISTRIB_TRANSPORT="tcp", **{k: v for k, v in env.items() if v is not None})
+        for key in [k for k, v in env.items() if v is None]:
+            environ.pop(key, None)
+        return subprocess.run([sys.executable, "-m", "distrib.status", "--cluster", cfg, "--json"],
+                              capture_output=True, text=True, env=environ, cwd=ROOT, timeout=60)
+
+    with cli_task(cfg, "worker", 0, DISTRIB_TRANSPORT="tcp", **good), \
+            cli_task(cfg, "worker", 1, DISTRIB_TRANSPORT="tcp", **good):
+        g, b = graph_across_tasks()
+
+        async def step():
+            async with dt.Session("distrib://" + spec["worker"][0], graph=g) as sess:
+                return await sess.run(b)
+        env = {**good, "DISTRIB_TRANSPORT": "tcp"}
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            assert asyncio.run(step()) == 30.0
+        ok = status(**good)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        tasks = json.loads(ok.stdout)["tasks"]
+        assert [t["state"] for t in tasks] == ["up", "up"]
+        assert all(t["peers"] and {p["transport"] for p in t["peers"]} == {"tls"} for t in tasks), tasks
+        t0 = time.monotonic()
+        bad = status(**{key: None for key in good})
+        assert time.monotonic() - t0 < 20
+        assert bad.returncode == 1, bad.stdout + bad.stderr
+        assert [(t["state"], t["reason"]) for t in json.loads(bad.stdout)["tasks"]] == \
+            [("down", "unauthenticated")] * 2
