@@ -28,7 +28,7 @@ socket wrapped in ``ssl`` with the same certificates), and ``tls-rtt`` beside
 costs both TLS rows alike).
 
     python bench/transport.py [--quick] [--tls] [--json PATH]
-    python bench/transport.py --netns [--quick] [--json PATH]
+    python bench/transport.py --netns [--quick] [--rounds N] [--json PATH]
 
 ``raw_echo_rtt_us`` and ``print_table`` are importable for other benches.
 """
@@ -460,19 +460,34 @@ def _summary_netns(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _netns_client(peer_ns: str, peer_host: str, reps: int, json_path: str | None) -> None:
-    """Runs inside the first namespace; every peer runs in ``peer_ns``."""
+def _median_rows(rounds: list[list[dict]]) -> list[dict]:
+    """One row per (transport, size): the median figures over the rounds."""
+    by: dict[tuple, list[dict]] = {}
+    for rows in rounds:
+        for r in rows:
+            by.setdefault((r["transport"], r["size"]), []).append(r)
+    return [{"transport": t, "size": size, "GBps": statistics.median(r["GBps"] for r in rs),
+             "us": statistics.median(r["us"] for r in rs), "rounds": len(rs)}
+            for (t, size), rs in by.items()]
+
+
+def _netns_client(peer_ns: str, peer_host: str, reps: int, json_path: str | None,
+                  rounds: int = 3) -> None:
+    """Runs inside the first namespace; every peer runs in ``peer_ns``. Each
+    round measures every row (a baseline next to what it is compared with);
+    the table has the median of each row over the rounds."""
     _PEER_AT.update(prefix=["ip", "netns", "exec", peer_ns], host=peer_host)
-    rows = bench_raw_socket(SIZES, reps)
 
     async def ours() -> list[dict]:
         return await bench_transport("tcp", SIZES, reps) + await bench_rtt(2000, reps)
-    rows += uvloop.run(ours())
-    rows += bench_tls(SIZES, reps)
+    measured = []
+    for _ in range(rounds):
+        measured.append(bench_raw_socket(SIZES, reps) + uvloop.run(ours()) + bench_tls(SIZES, reps))
+    rows = _median_rows(measured)
     order = ["tcp", "raw-socket", "tls", "raw-tls", "transport-rtt", "actor-call", "raw-echo",
              "tls-rtt", "raw-tls-echo"]
     rows.sort(key=lambda r: (order.index(r["transport"]), r["size"]))
-    print("between two network namespaces (veth pairs on a bridge):")
+    print(f"between two network namespaces (veth pairs on a bridge), median of {rounds} rounds:")
     print_table(rows)
     for line in _summary_netns(rows):
         print(line)
@@ -493,6 +508,7 @@ def _run_netns(args: argparse.Namespace) -> int:
                 net.address(1)]
         if args.quick:
             argv.append("--quick")
+        argv += ["--rounds", str(args.rounds)]
         if args.json:
             argv += ["--json", os.path.abspath(args.json)]
         return net.run(0, argv, cwd=ROOT).returncode
@@ -516,6 +532,8 @@ def main() -> None:
     parser.add_argument("--peer", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--bind", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--netns-client", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="--netns: rounds of every row, the median shown (default 3)")
     args = parser.parse_args()
     if args.peer:
         role = args.peer[0]
@@ -532,7 +550,7 @@ def main() -> None:
     if args.netns:
         sys.exit(_run_netns(args))
     if args.netns_client:
-        _netns_client(*args.netns_client, reps, args.json)
+        _netns_client(*args.netns_client, reps, args.json, max(1, args.rounds))
         return
     rows = [bench_memcpy(size, reps) for size in SIZES]
     rows += bench_raw_socket(SIZES, reps)
