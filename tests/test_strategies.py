@@ -396,3 +396,65 @@ async def test_communication_options_reach_the_collectives() -> None:
         strategy._server.stop()
         from distrib.distribute.local_target import set_default_target
         set_default_target(None)
+
+
+async def test_a_mirrored_checkpoint_is_one_replicas_checkpoint(two_cpus, tmp_path) -> None:
+    """The Saver saves a mirrored variable, its optimizer slots and the
+    optimizer's scalars once, under the single-replica names, and restores
+    them into every copy: a checkpoint moves between one replica and two."""
+    from distrib.distribute.local_target import default_target
+    from distrib.train import checkpoint
+    strategy = dt.distribute.MirroredStrategy()
+    with strategy.scope():
+        w = dt.Variable(np.zeros(3, np.float32), name="w")
+        opt = dt.train.AdamOptimizer(0.1)
+
+    @dt.function
+    def step(x):
+        def fn(x):
+            with dt.GradientTape() as tape:
+                loss = dt.reduce_sum(w * x)
+            grads = tape.gradient(loss, [w])
+            opt.apply_gradients(zip(grads, [w]))
+            return loss
+        return strategy.run(fn, args=(x,))
+
+    async with asyncio.timeout(BOUND_S):
+        await step(np.ones(3, np.float32))
+        saver = dt.train.Saver()
+        names = {"w", "w/Adam", "w/Adam_1", "beta1_power", "beta2_power"}
+        assert set(saver.var_list) == names
+        copies = [v for v in dt.global_variables() if v.op.name not in names]
+        assert {v.op.name for v in copies} == {"w/replica_1", "w/replica_1/Adam", "w/replica_1/Adam_1",
+                                                "beta1_power_1", "beta2_power_1"}
+        async with dt.Session(default_target()) as sess:
+            path = await saver.save(sess, str(tmp_path / "mirrored"))
+            saved = {v.op.name: await sess.run(v) for v in dt.global_variables()}
+            assert set(checkpoint.list_checkpoint_tensors(path)) == names
+            for v in dt.global_variables():                 # every copy, every slot
+                await sess.run(v.assign(np.full(v.shape.as_list(), 9.0, np.float32)))
+            await saver.restore(sess, path)
+            for v in copies:                                # each copy equals its first copy
+                first = v._mirror_primary.op.name
+                np.testing.assert_array_equal(await sess.run(v), saved[first])
+                np.testing.assert_array_equal(saved[v.op.name], saved[first])
+
+    # the same checkpoint into one replica, and one replica's back into two
+    g = dt.Graph()
+    with g.as_default():
+        w1 = dt.Variable(np.zeros(3, np.float32), name="w")
+        loss = dt.reduce_sum(w1 * np.ones(3, np.float32))
+        train = dt.train.AdamOptimizer(0.1).minimize(loss)
+        single = dt.train.Saver()
+        assert set(single.var_list) == names
+    async with asyncio.timeout(BOUND_S):
+        async with dt.Session(default_target(), graph=g) as sess:
+            await single.restore(sess, path)
+            np.testing.assert_allclose(await sess.run(w1), saved["w"])
+            await sess.run(train)
+            back = await single.save(sess, str(tmp_path / "single"))
+            trained = await sess.run(w1)
+        async with dt.Session(default_target()) as sess:
+            await saver.restore(sess, back)
+            for v in (w.values[0], w.values[1]):
+                np.testing.assert_allclose(await sess.run(v), trained)

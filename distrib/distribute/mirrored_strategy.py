@@ -83,6 +83,8 @@ def make_variable(devices: Sequence[str], args: tuple, kwargs: dict) -> Mirrored
     mirrored = MirroredVariable(components, aggregation=kwargs.get("aggregation"))
     for c in components:
         c._distributed_container = mirrored
+    for c in components[1:]:
+        c._mirror_primary = components[0]   # a Saver saves the first copy, restores every one
     graph.add_to_collection("mirrored_variables", mirrored)
     return mirrored
 

@@ -248,7 +248,12 @@ class Optimizer:
         """The slot ``slot_name`` of ``var``, created as ``<var>/<op_name>`` beside ``var``."""
         named = self._slots.setdefault(slot_name, {})
         if var.op not in named:
-            named[var.op] = _create_slot(var, op_name, initial_value)
+            slot = named[var.op] = _create_slot(var, op_name, initial_value)
+            primary = getattr(var, "_mirror_primary", None)
+            if primary is not None and primary.op in named:
+                # the slot of a mirrored copy mirrors the first copy's slot (one
+                # checkpoint entry, as TF's mirrored slots)
+                slot._mirror_primary = named[primary.op]
         return named[var.op]
 
     def _get_non_slot_variable(self, name: str, graph: Any) -> Variable | None:
@@ -262,9 +267,12 @@ class Optimizer:
         key = (name, graph, _replica_index())   # under a mirrored strategy: one per replica
         if key not in self._non_slot_dict:
             with graph.as_default(), graph.colocate_with(colocate_with.op):
-                self._non_slot_dict[key] = Variable(
+                var = self._non_slot_dict[key] = Variable(
                     lambda: self._hyper(initial_value, colocate_with, name + "_initial"),
                     trainable=False, name=name)
+            first = self._non_slot_dict.get((name, graph, 0))
+            if key[2] and first is not None:
+                var._mirror_primary = first      # saved once, as the first replica's
         return self._non_slot_dict[key]
 
 

@@ -61,7 +61,12 @@ def _var_name(var: Any) -> str:
 
 
 def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | None,
-                     allow_empty: bool) -> dict[str, Variable]:
+                     allow_empty: bool) -> tuple[dict[str, Variable], dict[int, list[Variable]]]:
+    """The checkpoint name of each variable to save, and the mirrored copies of
+    each (by ``id`` of the first copy): a MirroredStrategy variable, its slots
+    and its optimizer's scalars are saved once, under the first copy's name,
+    and restored into every copy (TF's mirrored saveables), so a checkpoint
+    moves between one replica and many."""
     if var_list is None:
         var_list = get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES)
     if isinstance(var_list, Mapping):
@@ -73,6 +78,13 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
             if name in named:
                 raise SaverArgumentError(f"Saver: at least two variables have the same name: {name}")
             named[name] = var
+    kept = {id(v) for v in named.values()}
+    mirrors: dict[int, list[Variable]] = {}
+    for name, var in list(named.items()):
+        primary = getattr(var, "_mirror_primary", None)
+        if primary is not None and id(primary) in kept:
+            del named[name]
+            mirrors.setdefault(id(primary), []).append(var)
     first_name: dict[str, str] = {}   # shared name -> the first checkpoint name it was given
     for name, var in sorted(named.items(), key=lambda item: str(item[0])):
         if not isinstance(var, Variable):
@@ -89,7 +101,7 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
         raise SaverArgumentError("Saver: no variables to save; create variables before the "
                                  "Saver, pass var_list, or pass allow_empty=True for a Saver "
                                  "that saves nothing")
-    return named
+    return named, mirrors
 
 
 def _run_blocking(coro: Any) -> Any:
@@ -105,14 +117,20 @@ def _run_blocking(coro: Any) -> Any:
 class _Restorer:
     """The graph ops that assign a checkpoint's values: one placeholder + Assign per variable."""
 
-    def __init__(self, graph: Graph, named: dict[str, Variable], scope: str) -> None:
+    def __init__(self, graph: Graph, named: dict[str, Variable], scope: str,
+                 mirrors: dict[int, list[Variable]]) -> None:
         self.placeholders: dict[str, Tensor] = {}
         self.assigns: dict[str, Operation] = {}
         with graph.as_default(), graph.name_scope(None), graph.name_scope(scope):
             for name, var in named.items():
                 with graph.colocate_with(var.op):
                     ph = ops.placeholder(var.dtype, var.shape.as_list(), name="restore_value")
-                    self.assigns[name] = var.assign(ph, name="restore", read_value=False)
+                    assign = var.assign(ph, name="restore", read_value=False)
+                copies = []
+                for copy in mirrors.get(id(var), ()):
+                    with graph.colocate_with(copy.op):
+                        copies.append(copy.assign(ph, name="restore", read_value=False))
+                self.assigns[name] = ops.group(assign, *copies, name="restore") if copies else assign
                 self.placeholders[name] = ph
             self.op = ops.group(*self.assigns.values(), name="restore_all")
 
@@ -139,7 +157,7 @@ class Saver:
         if reshape:
             raise InvalidArgumentError("Saver(reshape=True) is not supported: restore into "
                                        "variables of the saved shapes")
-        self._named = _named_variables(var_list, allow_empty)
+        self._named, self._mirrors = _named_variables(var_list, allow_empty)
         self._graph = next(iter(self._named.values())).graph if self._named else get_default_graph()
         self._name = name or "save"
         self._rotation = checkpoint.CheckpointRotation(max_to_keep, keep_checkpoint_every_n_hours)
@@ -152,7 +170,7 @@ class Saver:
     def build(self) -> None:
         """Build the restore ops (done by the constructor unless ``defer_build=True``)."""
         if self._restorer is None and self._named:
-            self._restorer = _Restorer(self._graph, self._named, self._name)
+            self._restorer = _Restorer(self._graph, self._named, self._name, self._mirrors)
 
     # -- properties ---------------------------------------------------------------
     @property
@@ -296,6 +314,8 @@ class Saver:
         for var in self._named.values():
             # a dt.function's first-use initialization leaves a restored variable alone
             var._restored_from_checkpoint = True
+            for copy in self._mirrors.get(id(var), ()):
+                copy._restored_from_checkpoint = True
         logger.info("restored %d variables from %s", len(values), save_path)
 
     def variables_on(self, task: str) -> dict[str, Variable]:
