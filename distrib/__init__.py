@@ -41,7 +41,8 @@ from distrib.ops.math_ops import (abs, add, add_n, argmax, cast, constant, conve
                                   not_equal, ones, ones_like, placeholder, pow, random_normal,
                                   random_uniform, reduce_max, reduce_mean, reduce_min, reduce_prod,
                                   reduce_sum, reshape, set_random_seed, shape, sigmoid, sign, sqrt,
-                                  square, subtract, tanh, transpose, truediv, zeros, zeros_like)
+                                  square, stop_gradient, subtract, tanh, transpose, truediv, zeros,
+                                  zeros_like)
 from distrib.ops.variables import (Variable, VariableAggregation, VariableSynchronization,
                                    global_variables, global_variables_initializer,
                                    initialize_all_variables, is_variable_initialized,
@@ -62,7 +63,7 @@ _graph_all = [
     "logical_not", "logical_or", "matmul", "maximum", "minimum", "multiply", "negative",
     "no_op", "not_equal", "ones", "ones_like", "placeholder", "pow", "random_normal",
     "random_uniform", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
-    "reshape", "set_random_seed", "shape", "sigmoid", "sign", "sqrt", "square", "subtract",
+    "reshape", "set_random_seed", "shape", "sigmoid", "sign", "sqrt", "square", "stop_gradient", "subtract",
     "tanh", "transpose", "truediv", "zeros", "zeros_like", "TensorShape", "Variable", "VariableAggregation", "VariableSynchronization",
     "global_variables", "global_variables_initializer", "initialize_all_variables",
     "is_variable_initialized", "local_variables", "local_variables_initializer",

@@ -244,6 +244,7 @@ _unary("Relu", _relu)
 _unary("Sigmoid", sigmoid)
 _unary("Tanh", np.tanh)
 _unary("Identity", np.array)  # a copy: see the module header
+_unary("StopGradient", np.array)
 _unary("LogicalNot", np.logical_not)
 _unary("Sign", np.sign)
 

@@ -75,6 +75,9 @@ def identity(inputs: list, attrs: dict) -> list:
     return [_copy(as_device(inputs[0]))]  # a snapshot, as on CPU
 
 
+gpu_kernel("StopGradient")(identity)
+
+
 @gpu_kernel("Cast")
 def cast(inputs: list, attrs: dict) -> list:
     x, dtype = as_device(inputs[0]), as_dtype(attrs.get("dtype"))

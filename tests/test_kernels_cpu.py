@@ -203,8 +203,9 @@ def test_log_sqrt_sigmoid():
 def test_identity_is_a_snapshot():
     x = rand(3)
     y = one("Identity", x)
+    z = one("StopGradient", x)
     x[0] = 99
-    assert y[0] != 99
+    assert y[0] != 99 and z[0] != 99
 
 
 def test_grads_and_cast():

@@ -146,6 +146,7 @@ def test_argmax_cast_identity_reshape_fill():
     compare("Cast", [np.array([0.0, 1.5, 0.0], F32)], {"dtype": "bool"})
     compare("Cast", [np.arange(4, dtype=np.int32)], {"dtype": "float32"})
     compare("Identity", [x])
+    compare("StopGradient", [x])
     compare("Reshape", [x], {"shape": [2, -1, 4]})
     compare("Reshape", [np.array(3.0, F32)], {"shape": [1]})
     compare("ZerosLike", [x])

@@ -271,6 +271,39 @@ def test_gradient_tape_follows_tf_rules() -> None:
         assert isinstance(again, tuple) and zero[0] is not None
 
 
+def test_gradient_tape_differentiates_what_it_recorded() -> None:
+    """TF's rules: ops built before the tape, inside stop_recording() or
+    behind stop_gradient are constants to it; a variable read is the variable."""
+    g = dt.Graph()
+    with g.as_default():
+        w = dt.Variable([1.0, 2.0])
+        before = w * 2.0                              # built before the tape
+        with dt.GradientTape(persistent=True) as tape:
+            through_before = dt.reduce_sum(before * w)
+            with tape.stop_recording():
+                unrecorded = w * 5.0
+            through_unrecorded = dt.reduce_sum(unrecorded * w)
+            stopped = dt.reduce_sum(w * dt.stop_gradient(w * 3.0))
+            full = dt.reduce_sum(w * w * 3.0)
+        assert tape.gradient(dt.reduce_sum(before), w) is None
+        grads = [tape.gradient(t, w) for t in (through_before, through_unrecorded, stopped, full)]
+        with pytest.raises(ValueError, match="recording"):
+            with tape.stop_recording():
+                pass
+        assert dt.gradients(dt.reduce_sum(before), [w])[0] is not None   # dt.gradients: every path
+    server = dt.Server.create_local_server()
+    try:
+        with dt.SyncSession(server.target, graph=g) as sess:
+            sess.run(w.initializer)
+            got = sess.run(grads)
+    finally:
+        server.stop()
+    np.testing.assert_allclose(got[0], [2.0, 4.0])     # y = 2w held constant
+    np.testing.assert_allclose(got[1], [5.0, 10.0])
+    np.testing.assert_allclose(got[2], [3.0, 6.0])
+    np.testing.assert_allclose(got[3], [6.0, 12.0])    # d(3 w^2) = 6w
+
+
 async def test_function_with_an_input_signature_traces_once() -> None:
     dt.reset_default_graph()
 

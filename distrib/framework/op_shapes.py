@@ -121,7 +121,7 @@ def _numeric_unary(op_type: str, name: str, inputs: list, attrs: dict) -> list[S
     return [(inputs[0].dtype, inputs[0].shape)]
 
 
-@_rule("Identity", "ZerosLike", "OnesLike")
+@_rule("Identity", "StopGradient", "ZerosLike", "OnesLike")
 def _same(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(inputs[0].dtype, inputs[0].shape)]
 

@@ -2,20 +2,25 @@
 
 In TF2 a tape records the eager ops run inside it. Here every op is a graph
 op already (a ``dt.function`` traces its Python body into the graph), so the
-tape records nothing: ``tape.gradient(target, sources)`` is
-``dt.gradients(target, sources)`` with TF2's argument shapes (a nested
-structure of sources gives the same structure of gradients; ``None`` where
-the target does not depend on a source) and TF's rules: a non-persistent
-tape answers once, ``output_gradients`` weights the target,
-``unconnected_gradients="zero"`` gives zeros instead of ``None``.
+tape records the span of ops its graph gained while it was recording, and
+``tape.gradient(target, sources)`` is ``dt.gradients(target, sources)``
+through those ops only: what was computed before the tape (or inside
+``stop_recording()``) is a constant to it, as in TF, and a variable's read
+counts as the variable. TF2's argument shapes (a nested structure of sources
+gives the same structure of gradients; ``None`` where the target does not
+depend on a source) and TF's rules: a non-persistent tape answers once,
+``output_gradients`` weights the target, ``unconnected_gradients="zero"``
+gives zeros instead of ``None``.
 Distributed variables resolve to the current replica's copy, so the same
 step works inside ``strategy.run``.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from distrib.errors import InvalidArgumentError
+from distrib.framework.graph import get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.gradients import gradients
 
@@ -37,13 +42,56 @@ class GradientTape:
         self._watched: list[Any] = []
         self._used = False
         self._recording = False
+        self._graph: Any = None
+        self._spans: list[list[Any]] = []   # [first, end) op indices recorded; end None: open
 
     def __enter__(self) -> GradientTape:
+        self._graph = get_default_graph()
+        self._spans = [[len(self._graph), None]]
         self._recording = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._pause()
+
+    def _pause(self) -> None:
+        if self._spans and self._spans[-1][1] is None:
+            self._spans[-1][1] = len(self._graph)
         self._recording = False
+
+    @contextlib.contextmanager
+    def stop_recording(self) -> Iterator[None]:
+        """Ops built inside are not recorded: no gradient flows through them."""
+        if not self._recording:
+            raise ValueError("Tape must be recording: stop_recording() is for inside the tape's "
+                             "`with` block")
+        self._pause()
+        try:
+            yield
+        finally:
+            self._spans.append([len(self._graph), None])
+            self._recording = True
+
+    def reset(self) -> None:
+        """Forget what was recorded and watched; record from here on."""
+        self._watched = []
+        self._used = False
+        if self._recording:
+            self._spans = [[len(self._graph), None]]
+
+    def _unrecorded(self, graph: Any) -> list[Any]:
+        """The ops of ``graph`` the tape did not record (none to stop on a graph
+        it did not watch). A variable's snapshot read is the variable: kept."""
+        if graph is not self._graph or not self._spans:
+            return []
+        every = graph.get_operations()
+        recorded = bytearray(len(every))
+        for first, end in self._spans:
+            stop = len(every) if end is None else end
+            recorded[first:stop] = b"\1" * max(stop - first, 0)
+        return [op for op, kept in zip(every, recorded) if not kept
+                and not (op.type == "Identity" and len(op.inputs) == 1
+                         and op.inputs[0].op.type == "VariableV2")]
 
     def watch(self, tensor: Any) -> None:
         """Watch ``tensor`` (a tensor or variable, or a nested structure of them)."""
@@ -68,8 +116,9 @@ class GradientTape:
         if not flat:
             return _pack(sources, iter([]))
         targets = _flatten(target)
+        graph = ops.convert_to_tensor(targets[0]).graph
         grads = gradients(targets, flat, grad_ys=None if output_gradients is None
-                          else _flatten(output_gradients))
+                          else _flatten(output_gradients), _stop_ops=self._unrecorded(graph))
         if unconnected_gradients == UnconnectedGradients.ZERO:
             grads = [g if g is not None else ops.zeros_like(ops.convert_to_tensor(s))
                      for g, s in zip(grads, flat)]

@@ -281,6 +281,12 @@ def identity(x: Any, name: str | None = None) -> Tensor:
     return _unary("Identity", x, name)
 
 
+def stop_gradient(input: Any, name: str | None = None) -> Tensor:  # noqa: A002 (TF's name)
+    """``input`` as it is, but a constant to ``gradients`` and ``GradientTape``
+    (TF's ``StopGradient``: no gradient flows back through it)."""
+    return _unary("StopGradient", input, name)
+
+
 def add_n(inputs: Sequence[Any], name: str | None = None) -> Tensor:
     """The sum of same-shaped tensors, as a chain of Adds."""
     if not inputs:
