@@ -68,6 +68,35 @@ async def test_nested_fetches_keep_their_structure(server, graph):
     np.testing.assert_array_equal(out["p"].b, out["name"])
 
 
+async def test_make_callable_feeds_in_order_and_keeps_the_fetch_structure(server, graph):
+    a = dt.placeholder(dt.float32, [2], name="a")
+    b = dt.placeholder(dt.float32, [], name="b")
+    total = dt.reduce_sum(a) * b
+    counter = dt.Variable(0.0)
+    bump = counter.assign_add(1.0)
+    async with dt.Session(server.target) as sess:
+        await sess.run(counter.initializer)
+        step = sess.make_callable({"total": total, "pair": (a, total)}, [a, b])
+        got = await step(np.array([1.0, 2.0], np.float32), 10.0)
+        assert got["total"] == 30.0 and got["pair"][1] == 30.0
+        np.testing.assert_array_equal(got["pair"][0], [1.0, 2.0])
+        assert (await step([3.0, 4.0], 0.5))["total"] == 3.5
+        with pytest.raises(TypeError, match="feeds 2 tensors"):
+            await step([1.0, 2.0])
+        with pytest.raises(InvalidArgumentError, match="shape"):
+            await step([1.0, 2.0, 3.0], 1.0)
+        with pytest.raises(TypeError, match="accept_options"):
+            await step([1.0, 2.0], 1.0, options={"operation_timeout_s": 5.0})
+        run_bump = sess.make_callable(bump, accept_options=True)
+        assert await run_bump(options={"operation_timeout_s": 5.0}) == 1.0
+        assert await run_bump() == 2.0
+    sync = dt.SyncSession(server.target)
+    try:
+        assert sync.make_callable(total, [a, b])([1.0, 1.0], 2.0) == 4.0
+    finally:
+        sync.close()
+
+
 async def test_operators_dtypes_and_broadcasting(server, graph):
     c = dt.constant([[1.0, 2.0], [3.0, 4.0]], dtype=dt.float32)
     i = dt.constant([1, 2], dtype=dt.int64)

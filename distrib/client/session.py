@@ -110,6 +110,29 @@ class Session:
         await self._open()
         plan = FetchPlan(fetches, self.graph)
         feeds = {feed_name(k, self.graph): v for k, v in (feed_dict or {}).items()}
+        return await self._run_plan(plan, feeds, options)
+
+    def make_callable(self, fetches: Any, feed_list: Any = None, accept_options: bool = False) -> Any:
+        """TF1's ``Session.make_callable``: an async callable that runs ``fetches``
+        with its positional arguments fed to ``feed_list``'s tensors, in order;
+        the fetch structure and feed names are worked out once, here (a step
+        run many times saves that per call). ``accept_options``: the callable
+        also takes ``options=`` (run options, as ``run``'s)."""
+        plan = FetchPlan(fetches, self.graph)
+        names = [feed_name(k, self.graph) for k in (feed_list or [])]
+
+        async def call(*values: Any, options: dict[str, Any] | None = None) -> Any:
+            if len(values) != len(names):
+                raise TypeError(f"this callable feeds {len(names)} tensors "
+                                f"({', '.join(names) or 'none'}), got {len(values)} values")
+            if options is not None and not accept_options:
+                raise TypeError("options= needs make_callable(..., accept_options=True)")
+            await self._open()
+            return await self._run_plan(plan, dict(zip(names, values)), options)
+        return call
+
+    async def _run_plan(self, plan: FetchPlan, feeds: dict[str, Any],
+                        options: dict[str, Any] | None) -> Any:
         await self._sync_graph()
         assert self._master is not None
         # the master bounds a step's calls by operation_timeout_s + 5 s; this
@@ -171,6 +194,11 @@ class SyncSession:
 
     def run(self, fetches: Any, feed_dict: dict | None = None, options: dict | None = None) -> Any:
         return self._loop.run(self._session.run(fetches, feed_dict, options))
+
+    def make_callable(self, fetches: Any, feed_list: Any = None, accept_options: bool = False) -> Any:
+        """:meth:`Session.make_callable`, blocking: ``fn(*feed_values)``."""
+        call = self._session.make_callable(fetches, feed_list, accept_options)
+        return lambda *values, **kw: self._loop.run(call(*values, **kw))
 
     def list_devices(self) -> list[DeviceAttributes]:
         return self._loop.run(self._session.list_devices())

@@ -126,6 +126,8 @@ class _Trace:
         self.strategy = strategy
         self._signed = input_signature is not None
         self._placeholders: list[Tensor] = []
+        self._call_session: Any = None
+        self._call: Any = None
         name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
                                                         "function")
         name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip("_") or "function"   # '<lambda>'
@@ -170,10 +172,12 @@ class _Trace:
         values: list[Any] = []
         _leaves((tuple(np.asarray(a) for a in args), kwargs) if self._signed else (args, kwargs),
                 values)
-        feeds = dict(zip(self._placeholders, values))
         session = await _session(self.graph, self._target())
         await _initialize_variables(session, self.graph, self.strategy)
-        out = await session.run([self._fetches, self._effects], feed_dict=feeds or None)
+        if self._call_session is not session:   # fetches and feed names worked out once
+            self._call = session.make_callable([self._fetches, self._effects], self._placeholders)
+            self._call_session = session
+        out = await self._call(*values)
         return self._rebuild(out[0])
 
     def _target(self) -> str:
