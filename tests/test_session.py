@@ -88,7 +88,7 @@ async def test_make_callable_feeds_in_order_and_keeps_the_fetch_structure(server
         with pytest.raises(TypeError, match="accept_options"):
             await step([1.0, 2.0], 1.0, options={"operation_timeout_s": 5.0})
         run_bump = sess.make_callable(bump, accept_options=True)
-        assert await run_bump(options={"operation_timeout_s": 5.0}) == 1.0
+        assert await run_bump(options={"operation_timeout_s": 5.0}, run_metadata=None) == 1.0
         assert await run_bump() == 2.0
     sync = dt.SyncSession(server.target)
     try:

@@ -291,6 +291,17 @@ def test_gradient_tape_differentiates_what_it_recorded() -> None:
             with tape.stop_recording():
                 pass
         assert dt.gradients(dt.reduce_sum(before), [w])[0] is not None   # dt.gradients: every path
+        again = dt.GradientTape(persistent=True)    # entered twice: records both blocks
+        with again:
+            first = w * w
+            with pytest.raises(ValueError, match="still recording"):
+                with again:
+                    pass
+        with again:
+            second = dt.reduce_sum(first * w)            # d(w^3) = 3 w^2
+        grads.append(again.gradient(second, w))
+        again.reset()
+        assert again.gradient(second, w) is None         # reset: nothing recorded
     server = dt.Server.create_local_server()
     try:
         with dt.SyncSession(server.target, graph=g) as sess:
@@ -302,6 +313,7 @@ def test_gradient_tape_differentiates_what_it_recorded() -> None:
     np.testing.assert_allclose(got[1], [5.0, 10.0])
     np.testing.assert_allclose(got[2], [3.0, 6.0])
     np.testing.assert_allclose(got[3], [6.0, 12.0])    # d(3 w^2) = 6w
+    np.testing.assert_allclose(got[4], [3.0, 12.0])
 
 
 async def test_function_with_an_input_signature_traces_once() -> None:

@@ -121,11 +121,13 @@ class Session:
         plan = FetchPlan(fetches, self.graph)
         names = [feed_name(k, self.graph) for k in (feed_list or [])]
 
-        async def call(*values: Any, options: dict[str, Any] | None = None) -> Any:
+        async def call(*values: Any, options: dict[str, Any] | None = None,
+                       run_metadata: Any = None) -> Any:
+            # run_metadata: accepted as TF's callable does; distrib records none
             if len(values) != len(names):
                 raise TypeError(f"this callable feeds {len(names)} tensors "
                                 f"({', '.join(names) or 'none'}), got {len(values)} values")
-            if options is not None and not accept_options:
+            if (options is not None or run_metadata is not None) and not accept_options:
                 raise TypeError("options= needs make_callable(..., accept_options=True)")
             await self._open()
             return await self._run_plan(plan, dict(zip(names, values)), options)

@@ -126,8 +126,7 @@ class _Trace:
         self.strategy = strategy
         self._signed = input_signature is not None
         self._placeholders: list[Tensor] = []
-        self._call_session: Any = None
-        self._call: Any = None
+        self._calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
                                                         "function")
         name = re.sub(r"[^A-Za-z0-9_.\-]", "_", name).strip("_") or "function"   # '<lambda>'
@@ -174,10 +173,11 @@ class _Trace:
                 values)
         session = await _session(self.graph, self._target())
         await _initialize_variables(session, self.graph, self.strategy)
-        if self._call_session is not session:   # fetches and feed names worked out once
-            self._call = session.make_callable([self._fetches, self._effects], self._placeholders)
-            self._call_session = session
-        out = await self._call(*values)
+        call = self._calls.get(session)   # fetches and feed names worked out once a session
+        if call is None:
+            call = self._calls[session] = session.make_callable([self._fetches, self._effects],
+                                                                self._placeholders)
+        out = await call(*values)
         return self._rebuild(out[0])
 
     def _target(self) -> str:

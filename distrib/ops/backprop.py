@@ -44,10 +44,16 @@ class GradientTape:
         self._recording = False
         self._graph: Any = None
         self._spans: list[list[Any]] = []   # [first, end) op indices recorded; end None: open
+        self._inside_stop = False
 
     def __enter__(self) -> GradientTape:
-        self._graph = get_default_graph()
-        self._spans = [[len(self._graph), None]]
+        if self._recording:
+            raise ValueError("Tape is still recording: a GradientTape cannot be entered again "
+                             "inside its own `with` block")
+        graph = get_default_graph()
+        if graph is not self._graph:    # a tape entered again goes on recording (TF's)
+            self._graph, self._spans = graph, []
+        self._spans.append([len(graph), None])
         self._recording = True
         return self
 
@@ -66,23 +72,27 @@ class GradientTape:
             raise ValueError("Tape must be recording: stop_recording() is for inside the tape's "
                              "`with` block")
         self._pause()
+        self._inside_stop = True
         try:
             yield
         finally:
+            self._inside_stop = False
             self._spans.append([len(self._graph), None])
             self._recording = True
 
     def reset(self) -> None:
-        """Forget what was recorded and watched; record from here on."""
+        """Forget what was recorded and watched, as a new tape would (recording
+        from here on inside the tape's block)."""
+        if self._inside_stop:
+            raise ValueError("reset() inside stop_recording(): leave that block first")
         self._watched = []
         self._used = False
-        if self._recording:
-            self._spans = [[len(self._graph), None]]
+        self._spans = [[len(self._graph), None]] if self._recording else []
 
     def _unrecorded(self, graph: Any) -> list[Any]:
         """The ops of ``graph`` the tape did not record (none to stop on a graph
         it did not watch). A variable's snapshot read is the variable: kept."""
-        if graph is not self._graph or not self._spans:
+        if graph is not self._graph:
             return []
         every = graph.get_operations()
         recorded = bytearray(len(every))

@@ -250,6 +250,7 @@ class Optimizer:
         if var.op not in named:
             slot = named[var.op] = _create_slot(var, op_name, initial_value)
             primary = getattr(var, "_mirror_primary", None)
+            # (replica 0 applies first: apply_gradients_across_replicas goes in order)
             if primary is not None and primary.op in named:
                 # the slot of a mirrored copy mirrors the first copy's slot (one
                 # checkpoint entry, as TF's mirrored slots)

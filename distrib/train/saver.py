@@ -80,7 +80,8 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
             named[name] = var
     kept = {id(v) for v in named.values()}
     mirrors: dict[int, list[Variable]] = {}
-    for name, var in list(named.items()):
+    # a {name: variable} var_list names its checkpoint entries itself: kept as given
+    for name, var in ([] if isinstance(var_list, Mapping) else list(named.items())):
         primary = getattr(var, "_mirror_primary", None)
         if primary is not None and id(primary) in kept:
             del named[name]
