@@ -217,7 +217,11 @@ async def test_a_chief_started_long_before_its_ps_still_initializes_the_model(
     ps = None
     try:
         sv0, gs0, train0 = supervisor(spec, 0, str(tmp_path / "logs"), preferred=True)
-        opening = asyncio.ensure_future(sv0.managed_session(workers[0].target).__aenter__())
+        # the context manager is held: an unreferenced one is an async generator that
+        # the collector may finalize mid-test, which stops the Supervisor and closes
+        # its session (the test failed so once in a while)
+        managed = sv0.managed_session(workers[0].target)
+        opening = asyncio.ensure_future(managed.__aenter__())
         await asyncio.sleep(3.0)               # > two leases (1.8 s) without a ps
         assert not opening.done()
         ps = await asyncio.to_thread(dt.Server, spec, job_name="ps", task_index=0)
@@ -227,8 +231,7 @@ async def test_a_chief_started_long_before_its_ps_still_initializes_the_model(
             await s0.run(train0)
             assert int(await s0.run(gs0)) == 1
         finally:
-            await sv0.stop()
-            await s0.close()
+            await managed.__aexit__(None, None, None)   # stop (the final save), then close
     finally:
         for s in workers + ([ps] if ps is not None else []):
             s.stop()
