@@ -411,3 +411,23 @@ SECOND_ORDER = {
 def test_second_order_gradient_matches_finite_differences(name):
     build, values = SECOND_ORDER[name]
     check_gradient(build, values, rtol=1e-4, atol=1e-5)
+
+
+def test_paths_through_non_differentiable_ops_are_not_walked():
+    """A row count made from the loss (OnesLike, as Keras' mean) is past a
+    non-differentiable op: no gradient ops are built for it, and the gradient
+    is the one through the loss alone; dt.stop_gradient stops a path the same way."""
+    g = Graph()
+    with g.as_default():
+        x = ops.placeholder(dtypes.float64, shape=[3])
+        per_example = x * x
+        rows = ops.reduce_sum(ops.ones_like(per_example))
+        loss = ops.reduce_sum(per_example) / ops.maximum(rows, 1.0)
+        (dx,) = gradients(loss, [x])
+        (stopped,) = gradients(ops.reduce_sum(x * ops.stop_gradient(x * 3.0)), [x])
+        names = [op.name for op in g.get_operations()]
+    assert not [n for n in names if "Maximum_grad" in n or "OnesLike_grad" in n], names
+    value = np.array([1.0, -2.0, 3.0])
+    got, got_stopped = evaluate([dx, stopped], {x: value}, graph=g)
+    np.testing.assert_allclose(got, 2 * value / 3)
+    np.testing.assert_allclose(got_stopped, 3 * value)

@@ -109,7 +109,9 @@ def _seed(ys: list[Tensor], grad_ys: list[Any]) -> dict[Tensor, list[Tensor]]:
 
 
 def _ops_between(graph: Any, xs: list[Tensor], ys: list[Tensor], stops: set) -> set[Operation]:
-    """Ops on some data path from an x to a y (the only ops that need a gradient)."""
+    """Ops on some data path from an x to a y (the only ops that need a gradient).
+    A path ends at a stop and at a non-differentiable op (``no_gradient``: a
+    ``OnesLike`` of the loss, say): nothing past it can carry a gradient back."""
     consumers: dict[Tensor, list[Operation]] = {}
     for op in graph.get_operations():
         for t in op.inputs:
@@ -118,7 +120,7 @@ def _ops_between(graph: Any, xs: list[Tensor], ys: list[Tensor], stops: set) -> 
     frontier = [c for x in xs for c in consumers.get(x, ())]
     while frontier:
         op = frontier.pop()
-        if op in reached or op in stops:
+        if op in reached or op in stops or _GRADIENTS.get(op.type, _GRADIENTS) is None:
             continue
         reached.add(op)
         frontier.extend(c for t in op.outputs for c in consumers.get(t, ()))
@@ -214,9 +216,6 @@ def _identity_grad(op: Operation, g: Tensor) -> list:
     return [g]
 
 
-@register_gradient("StopGradient")
-def _stop_gradient_grad(op: Operation, g: Tensor) -> list:
-    return [None]
 
 
 @register_gradient("Add")
@@ -495,5 +494,5 @@ def _bias_add_grad_grad(op: Operation, g: Tensor) -> list:
 for _op_type in ("Equal", "NotEqual", "Less", "Greater", "LogicalAnd", "LogicalNot", "ArgMax",
                  "Shape", "ZerosLike", "OnesLike", "Const", "Placeholder", "Zeros",
                  "Ones", "RandomStandardNormal", "RandomUniform", "NoOp", "VariableV2",
-                 "IsVariableInitialized", "Assign", "AssignAdd", "AssignSub"):
+                 "IsVariableInitialized", "Assign", "AssignAdd", "AssignSub", "StopGradient"):
     no_gradient(_op_type)
