@@ -5,86 +5,21 @@ connections dropped before the handshake leave no memory behind, a lying
 length prefix after a real handshake costs nothing it did not send, a half
 frame is closed after ``DISTRIB_FRAME_TIMEOUT_S``, and 32 clients stepping
 on one counter lose nothing while the server's memory stays flat. Memory is
-the server's VmRSS from /proc.
+the server's VmRSS from /proc. The raw peer (``ServerProc``, ``handshaken``,
+``drop`` ...) is ``bench/wire.py``'s, which measures the same probes.
 """
 from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import struct
-import subprocess
-import sys
 import time
 
-import msgpack
 import pytest
 
-from tests.helpers import ROOT, child_env
-from transports.wire import PREAMBLE
+from bench.wire import ServerProc, closed_within, count_steps, drop, handshaken, settle
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def status_kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-class ServerProc:
-    """One ps task; stderr goes to a file (a pipe nobody reads could block it)."""
-
-    def __init__(self, tmp_path, **env: str) -> None:
-        self.port = free_port()
-        self.log = open(tmp_path / "server.log", "w+")
-        environ = child_env(**env)
-        for name in ("DISTRIB_CLUSTER_TOKEN", "DISTRIB_CLUSTER_TOKEN_FILE"):
-            environ.pop(name, None)
-        self.p = subprocess.Popen(
-            [sys.executable, "-m", "distrib.server", "--ps_hosts", f"127.0.0.1:{self.port}",
-             "--job_name", "ps", "--task_index", "0", "--log_level", "WARNING"],
-            cwd=ROOT, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self.log)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.p.poll() is None, self.stderr()
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"server did not listen: {self.stderr()}")
-
-    @property
-    def rss_mib(self) -> float:
-        return status_kib(self.p.pid, "VmRSS") / 1024
-
-    @property
-    def vm_mib(self) -> float:
-        return status_kib(self.p.pid, "VmSize") / 1024
-
-    def stderr(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(10)
-        self.log.close()
 
 
 @pytest.fixture
@@ -97,71 +32,6 @@ def start(tmp_path):
     yield starter
     for proc in procs:
         proc.stop()
-
-
-def frame(obj) -> bytes:
-    header = msgpack.packb(obj, use_bin_type=True)
-    return struct.pack("<IIQ", len(header), 0, 0) + header
-
-
-def read_frame(sock: socket.socket, buf: bytearray):
-    while True:
-        if len(buf) >= 16:
-            hlen, tn, plen = struct.unpack_from("<IIQ", buf)
-            total = 16 + 8 * (tn & 0xFFFFFF) + hlen + plen
-            if len(buf) >= total:
-                obj = msgpack.unpackb(bytes(buf[16 + 8 * (tn & 0xFFFFFF):16 + 8 * (tn & 0xFFFFFF) + hlen]))
-                del buf[:total]
-                return obj
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("closed")
-        buf += data
-
-
-def handshaken(port: int) -> socket.socket:
-    """A raw socket that passed the handshake as a tcp peer on another host."""
-    sock = socket.create_connection(("127.0.0.1", port), 5)
-    sock.settimeout(5)
-    sock.sendall(PREAMBLE + frame({"peer": ["raw-test", 1, "another-host"], "nonce": b"n" * 16}))
-    buf = bytearray()
-    while len(buf) < len(PREAMBLE):
-        buf += sock.recv(65536)
-    assert bytes(buf[:len(PREAMBLE)]) == PREAMBLE
-    del buf[:len(PREAMBLE)]
-    read_frame(sock, buf)                      # the server's hello
-    sock.sendall(frame({"mac": None, "shm": False}))
-    assert read_frame(sock, buf)["ok"] is True
-    return sock
-
-
-def closed_within(sock: socket.socket, seconds: float) -> float | None:
-    """Seconds until the server closed ``sock`` (None: still open)."""
-    t0 = time.monotonic()
-    sock.settimeout(0.1)
-    while time.monotonic() - t0 < seconds:
-        try:
-            if sock.recv(65536) == b"":
-                return time.monotonic() - t0
-        except socket.timeout:
-            continue
-        except OSError:
-            return time.monotonic() - t0
-    return None
-
-
-def drop(port: int, n: int) -> None:
-    # paced: past the listen backlog the kernel drops SYNs and each client
-    # waits a second to retry
-    for i in range(n):
-        socket.create_connection(("127.0.0.1", port), 5).close()
-        if i % 50 == 49:
-            time.sleep(0.01)
-
-
-def settle(server: ServerProc, seconds: float = 0.3) -> None:
-    time.sleep(seconds)
-    assert server.p.poll() is None, server.stderr()
 
 
 # ---- the issue's probes --------------------------------------------------------------
@@ -237,33 +107,14 @@ def test_a_half_frame_is_closed_after_the_frame_timeout_and_the_server_serves_on
 
 # ---- load: 32 clients, one counter -------------------------------------------------------
 
-async def _steps(target: str, clients: int, steps: int) -> float:
-    import distrib as dt
-    graph = dt.Graph()
-    with graph.as_default():
-        counter = dt.Variable(0.0, name="wire_load_counter")
-        inc = counter.assign_add(1.0)
-        read = counter.read_value()
-
-    async def client() -> None:
-        async with dt.Session(target, graph=graph) as sess:
-            for _ in range(steps):
-                await sess.run(inc.op)
-
-    async with dt.Session(target, graph=graph) as sess:
-        await sess.run(counter.initializer)
-        await asyncio.wait_for(asyncio.gather(*(client() for _ in range(clients))), 60)
-        return float(await sess.run(read))
-
-
 def test_32_clients_step_on_one_counter_nothing_lost_memory_flat(start):
     server = start()
     target = f"distrib://127.0.0.1:{server.port}"
-    assert asyncio.run(_steps(target, 32, 5)) == 160          # warm-up
+    assert asyncio.run(count_steps(target, 32, 5)) == 160          # warm-up
     settle(server)
     before = server.rss_mib
     t0 = time.monotonic()
-    assert asyncio.run(_steps(target, 32, 20)) == 640          # 32 x 20 assign_add(1)
+    assert asyncio.run(count_steps(target, 32, 20)) == 640          # 32 x 20 assign_add(1)
     took = time.monotonic() - t0
     settle(server)
     assert server.rss_mib <= before * 1.10 + 5, (before, server.rss_mib, took)
