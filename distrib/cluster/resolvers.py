@@ -39,11 +39,19 @@ from distrib.cluster.tf_config import TFConfig, load_tf_config, parse_tf_config
 __all__ = ["ClusterResolver", "TFConfigClusterResolver", "SimpleClusterResolver",
            "SlurmClusterResolver", "KubernetesClusterResolver", "SchedulerEnvironmentError",
            "expand_hostlist", "expand_tasks_per_node", "resolver_from_environment",
-           "detect_scheduler", "RESOLVER_KINDS"]
+           "detect_scheduler", "no_cluster", "RESOLVER_KINDS"]
 
 RESOLVER_KINDS = ("tf_config", "slurm", "kubernetes")
-NO_CLUSTER = ("no cluster in the environment: set TF_CONFIG, or run under SLURM (srun sets "
-              "SLURM_PROCID), or in a Kubernetes pod with DISTRIB_K8S_JOBS set")
+_FROM_SCHEDULERS = ("set TF_CONFIG, or run under SLURM (srun sets SLURM_PROCID), or in a "
+                    "Kubernetes pod with DISTRIB_K8S_JOBS set")
+
+
+def no_cluster(flags: str | None = None) -> str:
+    """What to do when neither ``flags`` (a CLI's own ways, e.g. ``--cluster
+    FILE``) nor the environment give a cluster: one message for every CLI."""
+    if flags:
+        return f"no cluster given: pass {flags}, or {_FROM_SCHEDULERS}"
+    return f"no cluster in the environment: {_FROM_SCHEDULERS}"
 
 
 class TFConfigClusterResolver(ClusterResolver):
@@ -175,5 +183,5 @@ def resolver_from_environment(env: Mapping[str, str] | None = None, *, kind: str
             cluster_domain=environ.get("DISTRIB_K8S_CLUSTER_DOMAIN", "").strip() or None,
             env=env)
     if kind is None:
-        raise SchedulerEnvironmentError(NO_CLUSTER)
+        raise SchedulerEnvironmentError(no_cluster())
     raise SchedulerEnvironmentError(f"unknown resolver {kind!r}: choose one of {RESOLVER_KINDS}")

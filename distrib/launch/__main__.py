@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from distrib.cluster import ClusterSpec
-from distrib.cluster.resolvers import detect_scheduler, resolver_from_environment
+from distrib.cluster.resolvers import detect_scheduler, no_cluster, resolver_from_environment
 from distrib.cluster.tf_config import split_command
 from distrib.launch.launcher import LaunchConfig, Launcher
 from distrib.launch.tasks import loopback_cluster, select_tasks
@@ -133,11 +133,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-NO_CLUSTER = ("no cluster: pass --cluster FILE, or --ps N --workers M, or run under a "
-              "scheduler (TF_CONFIG set, SLURM's srun, or a Kubernetes pod with "
-              "DISTRIB_K8S_JOBS set)")
-
-
 def _plan(args: argparse.Namespace) -> tuple[ClusterSpec, list[tuple[str, int]], str | None]:
     """The cluster, the tasks of it to start here, and the scheduler it came
     from (None: the flags)."""
@@ -157,23 +152,17 @@ def _scheduler_plan(only: str | None) -> tuple[ClusterSpec, list[tuple[str, int]
     """The scheduler's cluster, and this process's task of it (or ``only``'s)."""
     kind = detect_scheduler(os.environ)
     if kind is None:
-        raise ValueError(NO_CLUSTER)
+        raise ValueError(no_cluster("--cluster FILE, or --ps N --workers M"))
     # os.environ itself: with DISTRIB_SLURM_GPUS_PER_TASK the resolver sets this
     # task's CUDA_VISIBLE_DEVICES there, and the task inherits it
     resolver = resolver_from_environment(kind=kind)
     cluster = resolver.cluster_spec()
     job, index = resolver.task_type, resolver.task_id
-    if only:
-        tasks = select_tasks(cluster, only)
-    elif job is None or index is None:
+    if not only and (job is None or index is None):
         raise ValueError(f"the {kind} environment gives the cluster but not this process's "
                          "task: name the tasks to start with --only")
-    elif index not in (cluster.task_indices(job) if job in cluster.jobs else []):
-        raise ValueError(f"the {kind} environment names task {job}:{index}, which its "
-                         f"cluster does not have ({cluster.to_json()})")
-    else:
-        tasks = [(job, index)]
-    return cluster, tasks, kind
+    # select_tasks says which task the cluster lacks, and what it has
+    return cluster, select_tasks(cluster, only or f"{job}:{index}"), kind
 
 
 def main(argv: Sequence[str] | None = None) -> int:

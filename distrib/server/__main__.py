@@ -40,7 +40,8 @@ import signal
 import sys
 
 from distrib.cluster import ClusterSpec
-from distrib.cluster.resolvers import RESOLVER_KINDS, detect_scheduler, resolver_from_environment
+from distrib.cluster.resolvers import (RESOLVER_KINDS, detect_scheduler, no_cluster,
+                                      resolver_from_environment)
 from distrib.server.bind_address import bind_override
 from distrib.server.server_lib import ServerCore, resolve_task
 
@@ -89,9 +90,7 @@ def _config(args: argparse.Namespace) -> tuple[ClusterSpec, str | None, int | No
         return (ClusterSpec.from_flags(ps_hosts=args.ps_hosts, worker_hosts=args.worker_hosts),
                 args.job_name, args.task_index)
     if args.resolver is None and detect_scheduler(os.environ) is None:
-        raise ValueError("no cluster given: pass --cluster FILE, or --ps_hosts/--worker_hosts, "
-                         "or set TF_CONFIG, or run under SLURM's srun, or in a Kubernetes pod "
-                         "with DISTRIB_K8S_JOBS set")
+        raise ValueError(no_cluster("--cluster FILE, or --ps_hosts/--worker_hosts"))
     resolver = resolver_from_environment(kind=args.resolver, jobs=args.jobs, port=args.port,
                                          gpus_per_task=args.gpus_per_task)
     return (resolver.cluster_spec(), args.job_name or resolver.task_type,

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from distrib.cluster import ClusterSpec
-from distrib.cluster.resolvers import detect_scheduler, resolver_from_environment
+from distrib.cluster.resolvers import detect_scheduler, no_cluster, resolver_from_environment
 from distrib.status.query import DEFAULT_TIMEOUT_S, StatusClient, TaskStatus
 from distrib.status.table import render_table
 
@@ -79,8 +79,7 @@ def load_cluster(path: str | None, env: Mapping[str, str] | None = None) -> Clus
         return ClusterSpec.from_json(path)
     environ = dict(os.environ if env is None else env)   # a copy: nothing is set in it
     if detect_scheduler(environ) is None:
-        raise ValueError("no cluster given: pass --cluster FILE, or set TF_CONFIG, or run under "
-                         "SLURM (SLURM_PROCID set) or in a Kubernetes pod with DISTRIB_K8S_JOBS")
+        raise ValueError(no_cluster("--cluster FILE"))
     return resolver_from_environment(environ).cluster_spec()
 
 
