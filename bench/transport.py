@@ -334,24 +334,22 @@ async def bench_rtt(n: int, reps: int) -> list[dict]:
         system = await ActorSystem("/job:bench/task:0", listen=False).start()
         ours_run = _transport_rtt_run(conn, n)
         actor_run = _actor_call_run(system.ref(actor_address, "pong"), n)
-        runs = [(ours_run, []), (actor_run, []), (echo_run, [])]
-        for run, _ in runs:
-            await run()
-        for _ in range(reps):
-            for run, times in runs:
-                t0 = time.perf_counter()
-                await run()
-                times.append(time.perf_counter() - t0)
+        times = await _interleaved([ours_run, actor_run, echo_run], reps)
         echo_transport.close()
         await conn.close()
         await system.shutdown()
+    return _rtt_rows(("transport-rtt", "actor-call", "raw-echo"), times, n)
+
+
+def _rtt_rows(names: tuple, times: list[list[float]], n: int) -> list[dict]:
     size = len(msgpack.packb(_PING))
-    return [{"transport": name, "size": size, "GBps": 0.0,
-             "us": statistics.median(times) / n * 1e6}
-            for name, (_, times) in zip(("transport-rtt", "actor-call", "raw-echo"), runs)]
+    return [{"transport": name, "size": size, "GBps": 0.0, "us": statistics.median(ts) / n * 1e6}
+            for name, ts in zip(names, times)]
 
 
 async def _interleaved(runs: list, reps: int) -> list[list[float]]:
+    """Each run once to warm up, then ``reps`` rounds of every run in turn
+    (so all see the same machine load): the times of each."""
     for run in runs:
         await run()
     times: list[list[float]] = [[] for _ in runs]
@@ -373,35 +371,50 @@ async def bench_rtt_tls(n: int, reps: int) -> list[dict]:
         times = await _interleaved([_transport_rtt_run(conn, n), echo_run], reps)
         echo_transport.close()
         await conn.close()
-    size = len(msgpack.packb(_PING))
-    return [{"transport": name, "size": size, "GBps": 0.0, "us": statistics.median(ts) / n * 1e6}
-            for name, ts in zip(("tls-rtt", "raw-tls-echo"), times)]
+    return _rtt_rows(("tls-rtt", "raw-tls-echo"), times, n)
 
 
-def bench_tls(sizes: list[int], reps: int, rtt_n: int = 2000) -> list[dict]:
-    """The TLS rows (tls, raw-tls, tls-rtt, raw-tls-echo) with a throwaway CA
-    in a temporary folder; [] with a note on stderr where openssl is missing."""
+@contextlib.contextmanager
+def throwaway_ca() -> Iterator[dict[str, str] | None]:
+    """The DISTRIB_TLS_* values of a CA made in a temporary folder for the
+    run (removed after); None (a note on stderr) without the openssl command."""
     import tempfile
     from bench.pki import have_openssl, make_pki
     if not have_openssl():
         print("tls rows skipped: the openssl command is not installed", file=sys.stderr)
-        return []
-    keys = ("DISTRIB_TLS_CERT", "DISTRIB_TLS_KEY", "DISTRIB_TLS_CA")
-    saved = {k: os.environ.get(k) for k in keys}
+        yield None
+        return
     with tempfile.TemporaryDirectory(prefix="distrib-bench-pki-") as tmp:
-        os.environ.update(make_pki(os.path.join(tmp, "cluster")))
-        try:
-            rows = bench_raw_socket(sizes, reps, tls=True)
+        yield make_pki(os.path.join(tmp, "cluster"))
 
-            async def ours() -> list[dict]:
-                return await bench_transport("tcp", sizes, reps) + await bench_rtt_tls(rtt_n, reps)
-            return rows + uvloop.run(ours())
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in os.environ (this process and the peers it starts), then restored."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def bench_tls(sizes: list[int], reps: int, ca: dict[str, str] | None,
+              rtt_n: int = 2000) -> list[dict]:
+    """The TLS rows (tls, raw-tls, tls-rtt, raw-tls-echo) with the certificates
+    of ``ca`` (:func:`throwaway_ca`); none without one."""
+    if ca is None:
+        return []
+    with _environ(ca):
+        rows = bench_raw_socket(sizes, reps, tls=True)
+
+        async def ours() -> list[dict]:
+            return await bench_transport("tcp", sizes, reps) + await bench_rtt_tls(rtt_n, reps)
+        return rows + uvloop.run(ours())
 
 
 def raw_echo_rtt_us(n: int = 2000, reps: int = 5) -> float:
@@ -481,8 +494,10 @@ def _netns_client(peer_ns: str, peer_host: str, reps: int, json_path: str | None
     async def ours() -> list[dict]:
         return await bench_transport("tcp", SIZES, reps) + await bench_rtt(2000, reps)
     measured = []
-    for _ in range(rounds):
-        measured.append(bench_raw_socket(SIZES, reps) + uvloop.run(ours()) + bench_tls(SIZES, reps))
+    with throwaway_ca() as ca:          # one CA for every round
+        for _ in range(rounds):
+            measured.append(bench_raw_socket(SIZES, reps) + uvloop.run(ours())
+                            + bench_tls(SIZES, reps, ca))
     rows = _median_rows(measured)
     order = ["tcp", "raw-socket", "tls", "raw-tls", "transport-rtt", "actor-call", "raw-echo",
              "tls-rtt", "raw-tls-echo"]
@@ -556,7 +571,8 @@ def main() -> None:
     rows += bench_raw_socket(SIZES, reps)
     rows += uvloop.run(_main_async(reps))
     if args.tls:
-        rows += bench_tls(SIZES, reps)
+        with throwaway_ca() as ca:
+            rows += bench_tls(SIZES, reps, ca)
     order = ["shm", "tcp", "raw-socket", "tls", "raw-tls", "memcpy", "transport-rtt", "actor-call",
              "raw-echo", "tls-rtt", "raw-tls-echo"]
     rows.sort(key=lambda r: (order.index(r["transport"]), r["size"]))

@@ -216,8 +216,6 @@ def _identity_grad(op: Operation, g: Tensor) -> list:
     return [g]
 
 
-
-
 @register_gradient("Add")
 def _add_grad(op: Operation, g: Tensor) -> list:
     x, y = op.inputs

@@ -271,9 +271,8 @@ class Optimizer:
                 var = self._non_slot_dict[key] = Variable(
                     lambda: self._hyper(initial_value, colocate_with, name + "_initial"),
                     trainable=False, name=name)
-            first = self._non_slot_dict.get((name, graph, 0))
-            if key[2] and first is not None:
-                var._mirror_primary = first      # saved once, as the first replica's
+            if key[2]:                           # saved once, as the first replica's
+                var._mirror_primary = self._non_slot_dict.get((name, graph, 0))
         return self._non_slot_dict[key]
 
 

@@ -78,14 +78,8 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
             if name in named:
                 raise SaverArgumentError(f"Saver: at least two variables have the same name: {name}")
             named[name] = var
-    kept = {id(v) for v in named.values()}
-    mirrors: dict[int, list[Variable]] = {}
     # a {name: variable} var_list names its checkpoint entries itself: kept as given
-    for name, var in ([] if isinstance(var_list, Mapping) else list(named.items())):
-        primary = getattr(var, "_mirror_primary", None)
-        if primary is not None and id(primary) in kept:
-            del named[name]
-            mirrors.setdefault(id(primary), []).append(var)
+    mirrors = {} if isinstance(var_list, Mapping) else _fold_mirrors(named)
     first_name: dict[str, str] = {}   # shared name -> the first checkpoint name it was given
     for name, var in sorted(named.items(), key=lambda item: str(item[0])):
         if not isinstance(var, Variable):
@@ -103,6 +97,19 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
                                  "Saver, pass var_list, or pass allow_empty=True for a Saver "
                                  "that saves nothing")
     return named, mirrors
+
+
+def _fold_mirrors(named: dict[str, Variable]) -> dict[int, list[Variable]]:
+    """Take each mirrored copy whose first copy is also saved out of ``named``;
+    the copies of each first copy, by its ``id``."""
+    kept = {id(v) for v in named.values()}
+    mirrors: dict[int, list[Variable]] = {}
+    for name, var in list(named.items()):
+        primary = getattr(var, "_mirror_primary", None)
+        if primary is not None and id(primary) in kept:
+            del named[name]
+            mirrors.setdefault(id(primary), []).append(var)
+    return mirrors
 
 
 def _run_blocking(coro: Any) -> Any:
