@@ -7,7 +7,9 @@ address of another host) are checked by handing in the resolution result.
 The real servers below bind loopback only: a cluster that names a host
 which does not resolve, with ``--bind 127.0.0.1`` or
 ``DISTRIB_BIND_ADDRESS=127.0.0.1``, listens on 127.0.0.1 and serves a step
-there, while the address it is known by stays the cluster's.
+there, while the address it is known by stays the cluster's. The automatic
+fallback to the wildcard address runs inside a network namespace the test
+makes (a host of its own), where a client on another such host reaches it.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import distrib as dt
 from distrib.server.bind_address import (BindPlan, bind_error_reason, bind_override,
                                          fallback_host, is_loopback_host, plan_bind)
 from tests.helpers import ROOT, Proc, child_env
+from tests.netns import NetnsProc, netns  # noqa: F401  (netns: the fixture)
 from tests.peers.cli_cluster import free_ports, write_cluster
 
 # a name that resolves nowhere (RFC 2606): a cluster's name for a host that is
@@ -30,10 +33,12 @@ from tests.peers.cli_cluster import free_ports, write_cluster
 ELSEWHERE = "distrib-bind-test.invalid"
 
 
-def listening_ips(port: int) -> set[str]:
-    """The local addresses with a TCP socket listening on ``port`` (Linux)."""
+def listening_ips(port: int, pid: int | None = None) -> set[str]:
+    """The local addresses with a TCP socket listening on ``port`` (Linux), in
+    this process's network namespace or in that of process ``pid``."""
     found = set()
-    for table, size in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+    net = f"/proc/{pid}/net" if pid else "/proc/net"
+    for table, size in ((f"{net}/tcp", 4), (f"{net}/tcp6", 16)):
         try:
             with open(table) as f:
                 rows = f.read().splitlines()[1:]
@@ -187,3 +192,23 @@ def test_a_bind_override_that_cannot_be_bound_is_exit_2(tmp_path):
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert lines[0].startswith("error: --bind='127.0.0.1:80' is not a host"), lines[0]
+
+
+def test_a_name_that_does_not_resolve_falls_back_to_the_wildcard(netns, tmp_path):  # noqa: F811
+    """No override: the server of a cluster naming a host that does not
+    resolve listens on 0.0.0.0 (in its own namespace), says why, and a client
+    on another host reaches it by that host's address."""
+    net = netns(2)
+    (port,) = free_ports(1)
+    cfg = write_cluster(tmp_path, {"worker": [f"{ELSEWHERE}:{port}"]})
+    args = ["-m", "distrib.server", "--cluster", cfg]
+    with NetnsProc(net, 1, args, env=child_env(), ready_prefix="serving") as server:
+        assert server.line == f"serving /job:worker/task:0 at {ELSEWHERE}:{port}"
+        assert listening_ips(port, server.p.pid) == {"0.0.0.0"}
+        step = ("import sys; sys.path.insert(0, '.'); from tests.test_bind_address import run_step; "
+                f"print(run_step('distrib://{net.address(1)}:{port}', '/job:worker/task:0').tolist())")
+        out = net.run(0, [sys.executable, "-c", step], cwd=ROOT, env=child_env(),
+                      capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == "[3.0, 6.0]", out.stdout + out.stderr
+        err = server.stop()
+    assert f"listens on 0.0.0.0:{port}, not on {ELSEWHERE}" in err and "does not resolve" in err, err

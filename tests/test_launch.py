@@ -388,6 +388,12 @@ def test_a_lone_ps_under_slurm_serves_until_its_chief_stops_it(launches):
 
 # -- errors: one line, exit 2 --------------------------------------------------
 
+@pytest.fixture
+def no_scheduler(monkeypatch):
+    """This process's environment without TF_CONFIG or a scheduler's variables."""
+    for name in [k for k in os.environ if k.startswith(SCHEDULER_PREFIXES) or k == "TF_CONFIG"]:
+        monkeypatch.delenv(name)
+
 def run_main(argv: list[str], capsys) -> tuple[int, str]:
     try:
         code = main(argv)
@@ -410,9 +416,7 @@ def run_main(argv: list[str], capsys) -> tuple[int, str]:
     (["--ps", "1", "--bogus"], "unrecognized"),
     (["--ps", "1", "--", "no-such-command-xyz"], "command not found"),
 ])
-def test_bad_arguments_are_one_line_and_exit_2(argv, says, tmp_path, capsys, monkeypatch):
-    for name in [k for k in os.environ if k.startswith(SCHEDULER_PREFIXES) or k == "TF_CONFIG"]:
-        monkeypatch.delenv(name)
+def test_bad_arguments_are_one_line_and_exit_2(argv, says, tmp_path, capsys, no_scheduler):
     (tmp_path / "bad.json").write_text("{not json")
     (tmp_path / "noport.json").write_text('{"worker": ["localhost"]}')
     (tmp_path / "empty.json").write_text("{}")
@@ -439,9 +443,8 @@ def test_no_cluster_and_no_scheduler_names_every_way_to_give_one():
     ({"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1"]},
                                "task": {"type": "worker", "index": 3}})}, "task index 3"),
 ])
-def test_a_bad_scheduler_environment_is_one_line_and_exit_2(env, says, monkeypatch, capsys):
-    for name in [k for k in os.environ if k.startswith(SCHEDULER_PREFIXES) or k == "TF_CONFIG"]:
-        monkeypatch.delenv(name)
+def test_a_bad_scheduler_environment_is_one_line_and_exit_2(env, says, monkeypatch, capsys,
+                                                           no_scheduler):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     code, err = run_main(["--", "true"], capsys)
