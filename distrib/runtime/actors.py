@@ -205,10 +205,7 @@ class ActorSystem:
     def listening_on(self) -> str | None:
         """``host:port`` of the socket this system listens on (None before
         ``start`` or without ``listen``); ``address`` is the one peers dial."""
-        if self._listener is None:
-            return None
-        host = self._listener.host
-        return f"[{host}]:{self._listener.port}" if ":" in host else f"{host}:{self._listener.port}"
+        return None if self._listener is None else self._listener.address
 
     async def shutdown(self) -> None:
         """Stop listening, close every connection, fail every pending call."""
