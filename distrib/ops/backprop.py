@@ -90,8 +90,9 @@ class GradientTape:
         self._spans = [[len(self._graph), None]] if self._recording else []
 
     def _unrecorded(self, graph: Any) -> list[Any]:
-        """The ops of ``graph`` the tape did not record (none to stop on a graph
-        it did not watch). A variable's snapshot read is the variable: kept."""
+        """The outputs of the ops of ``graph`` the tape did not record: the
+        gradient's ``stop_gradients`` (none on a graph it did not watch). A
+        variable's snapshot read is the variable: kept."""
         if graph is not self._graph:
             return []
         every = graph.get_operations()
@@ -99,9 +100,9 @@ class GradientTape:
         for first, end in self._spans:
             stop = len(every) if end is None else end
             recorded[first:stop] = b"\1" * max(stop - first, 0)
-        return [op for op, kept in zip(every, recorded) if not kept
+        return [t for op, kept in zip(every, recorded) if not kept
                 and not (op.type == "Identity" and len(op.inputs) == 1
-                         and op.inputs[0].op.type == "VariableV2")]
+                         and op.inputs[0].op.type == "VariableV2") for t in op.outputs]
 
     def watch(self, tensor: Any) -> None:
         """Watch ``tensor`` (a tensor or variable, or a nested structure of them)."""
@@ -128,7 +129,7 @@ class GradientTape:
         targets = _flatten(target)
         graph = ops.convert_to_tensor(targets[0]).graph
         grads = gradients(targets, flat, grad_ys=None if output_gradients is None
-                          else _flatten(output_gradients), _stop_ops=self._unrecorded(graph))
+                          else _flatten(output_gradients), stop_gradients=self._unrecorded(graph))
         if unconnected_gradients == UnconnectedGradients.ZERO:
             grads = [g if g is not None else ops.zeros_like(ops.convert_to_tensor(s))
                      for g, s in zip(grads, flat)]

@@ -62,8 +62,7 @@ def get_gradient_function(op: Operation) -> GradFn | None:
 # -- the walk -------------------------------------------------------------------
 def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
               colocate_gradients_with_ops: bool = True, gate_gradients: bool = False,
-              aggregation_method: Any = None, stop_gradients: Any = None,
-              _stop_ops: Any = ()) -> list[Tensor | None]:
+              aggregation_method: Any = None, stop_gradients: Any = None) -> list[Tensor | None]:
     """d(sum of ys)/d(x) for each x in xs; None for an x that ys do not depend on.
 
     ``grad_ys`` (default ones) weights each y. Variables in xs are differentiated
@@ -78,7 +77,6 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
     if len(grad_ys) != len(ys):
         raise InvalidArgumentError(f"gradients: {len(grad_ys)} grad_ys for {len(ys)} ys")
     stops = {ops.convert_to_tensor(s).op for s in _as_list(stop_gradients or [])}
-    stops.update(_stop_ops)   # GradientTape: the ops it did not record
     graph = ys[0].graph
     with graph.as_default(), name_scope(name, "gradients", ys + xs):
         pending = _seed(ys, grad_ys)
