@@ -51,10 +51,10 @@ for p in (ROOT, HERE):
         sys.path.insert(0, p)
 
 import numpy as np  # noqa: E402
+import transport as transport_bench  # noqa: E402  (bench/transport.py)
 import uvloop  # noqa: E402
 
 import distrib as dt  # noqa: E402
-import transport as transport_bench  # noqa: E402  (bench/transport.py)
 from distrib.demo import free_ports  # noqa: E402
 from tests.helpers import Proc, child_env  # noqa: E402
 

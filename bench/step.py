@@ -54,7 +54,7 @@ sys.path.insert(0, ROOT)
 
 import distrib as dt  # noqa: E402
 from distrib.demo import free_ports  # noqa: E402
-from distrib.runtime.actors import ActorSystem  # noqa: E402
+from distrib.runtime.actors.system import ActorSystem  # noqa: E402
 
 MiB = 1 << 20
 

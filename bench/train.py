@@ -112,7 +112,7 @@ sys.path.insert(0, ROOT)
 import distrib as dt  # noqa: E402
 from distrib.demo import free_ports  # noqa: E402
 from distrib.distribute import def_function  # noqa: E402
-from distrib.runtime.actors import ActorSystem, client_name  # noqa: E402
+from distrib.runtime.actors.system import ActorSystem, client_name  # noqa: E402
 
 BATCH = 256
 SIZES = [784, 512, 512, 10]

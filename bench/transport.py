@@ -306,7 +306,7 @@ class _Pong:
 
 
 async def _peer_actor(host: str) -> None:
-    from distrib.runtime.actors import ActorSystem
+    from distrib.runtime.actors.system import ActorSystem
     system = await ActorSystem("/job:pong/task:0", host=host).start()
     system.spawn("pong", _Pong())
     print(f"ADDRESS {system.address}", flush=True)
@@ -325,7 +325,7 @@ async def bench_rtt(n: int, reps: int) -> list[dict]:
     """transport-rtt (mode auto, as the runtime uses it), actor-call (one call of
     distrib's actor runtime on top of it) and raw-echo, runs interleaved so that
     all three see the same machine load."""
-    from distrib.runtime.actors import ActorSystem
+    from distrib.runtime.actors.system import ActorSystem
     with _peer("transport", "auto") as address, _peer("raw-echo") as echo_address, \
             _peer("actor") as actor_address:
         conn = await connect(address, identity=_identity("bench"))
@@ -379,6 +379,7 @@ def throwaway_ca() -> Iterator[dict[str, str] | None]:
     """The DISTRIB_TLS_* values of a CA made in a temporary folder for the
     run (removed after); None (a note on stderr) without the openssl command."""
     import tempfile
+
     from bench.pki import have_openssl, make_pki
     if not have_openssl():
         print("tls rows skipped: the openssl command is not installed", file=sys.stderr)
@@ -512,7 +513,7 @@ def _netns_client(peer_ns: str, peer_host: str, reps: int, json_path: str | None
 
 
 def _run_netns(args: argparse.Namespace) -> int:
-    from bench.netns import Network, NetnsUnavailable
+    from bench.netns import NetnsUnavailable, Network
     try:
         net = Network(2)
     except NetnsUnavailable as e:

@@ -16,38 +16,116 @@ only inside the ``dt`` namespace, as in TF.
 from __future__ import annotations
 
 from distrib import data, errors
-from distrib.framework import config
 from distrib.client.session import ConfigProto, Session, SyncSession
 from distrib.cluster import ClusterSpec
+from distrib.data.structure import TensorSpec
+from distrib.framework import config
 from distrib.framework.device import DeviceSpec
-from distrib.framework.dtypes import (DType, as_dtype, bool, float16, float32, float64, int8,
-                                      int16, int32, int64, string, uint8)
-from distrib.framework.graph import (Graph, GraphKeys, Operation, Tensor, add_to_collection,
-                                     add_to_collections, colocate_with, control_dependencies,
-                                     device, get_collection, get_collection_ref, get_default_graph,
-                                     name_scope, reset_default_graph)
+from distrib.framework.dtypes import (
+    DType,
+    as_dtype,
+    bool,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    string,
+    uint8,
+)
+from distrib.framework.graph import (
+    Graph,
+    GraphKeys,
+    Operation,
+    Tensor,
+    add_to_collection,
+    add_to_collections,
+    colocate_with,
+    control_dependencies,
+    device,
+    get_collection,
+    get_collection_ref,
+    get_default_graph,
+    name_scope,
+    reset_default_graph,
+)
 from distrib.framework.graph_def import import_graph_def
 from distrib.framework.tensor_shape import TensorShape
-from distrib.data.structure import TensorSpec
 from distrib.ops import collective_ops as collective
 from distrib.ops import nn
 from distrib.ops.array_ops import concat
 from distrib.ops.backprop import GradientTape
 from distrib.ops.gradients import NotDifferentiable, gradients, no_gradient, register_gradient
-from distrib.ops.math_ops import (abs, add, add_n, argmax, cast, constant, convert_to_tensor,
-                                  divide, equal, exp, greater, greater_equal, group, identity,
-                                  is_tensor, less, less_equal, log, logical_and, logical_not,
-                                  logical_or, matmul, maximum, minimum, multiply, negative, no_op,
-                                  not_equal, ones, ones_like, placeholder, pow, random_normal,
-                                  random_uniform, reduce_max, reduce_mean, reduce_min, reduce_prod,
-                                  reduce_sum, reshape, set_random_seed, shape, sigmoid, sign, sqrt,
-                                  square, stop_gradient, subtract, tanh, transpose, truediv, zeros,
-                                  zeros_like)
-from distrib.ops.variables import (Variable, VariableAggregation, VariableSynchronization,
-                                   global_variables, global_variables_initializer,
-                                   initialize_all_variables, is_variable_initialized,
-                                   local_variables, local_variables_initializer,
-                                   trainable_variables, variables_initializer)
+from distrib.ops.math_ops import (
+    abs,
+    add,
+    add_n,
+    argmax,
+    cast,
+    constant,
+    convert_to_tensor,
+    divide,
+    equal,
+    exp,
+    greater,
+    greater_equal,
+    group,
+    identity,
+    is_tensor,
+    less,
+    less_equal,
+    log,
+    logical_and,
+    logical_not,
+    logical_or,
+    matmul,
+    maximum,
+    minimum,
+    multiply,
+    negative,
+    no_op,
+    not_equal,
+    ones,
+    ones_like,
+    placeholder,
+    pow,
+    random_normal,
+    random_uniform,
+    reduce_max,
+    reduce_mean,
+    reduce_min,
+    reduce_prod,
+    reduce_sum,
+    reshape,
+    set_random_seed,
+    shape,
+    sigmoid,
+    sign,
+    sqrt,
+    square,
+    stop_gradient,
+    subtract,
+    tanh,
+    transpose,
+    truediv,
+    zeros,
+    zeros_like,
+)
+from distrib.ops.variables import (
+    Variable,
+    VariableAggregation,
+    VariableSynchronization,
+    global_variables,
+    global_variables_initializer,
+    initialize_all_variables,
+    is_variable_initialized,
+    local_variables,
+    local_variables_initializer,
+    trainable_variables,
+    variables_initializer,
+)
 from distrib.server import Server, serve
 
 # the graph part of the contract (DESIGN.md), as tf.compat.v1 names it

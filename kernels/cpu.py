@@ -24,11 +24,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.registry import CPU, KernelError, register
 from kernels import cpu_array as _cpu_array  # noqa: F401  (registers concat, slice)
 from kernels import cpu_nn as _cpu_nn  # noqa: F401  (registers nn kernels)
 from kernels import cpu_update as _cpu_update  # noqa: F401  (registers Apply* kernels)
 from kernels.dtypes import as_dtype, concrete_shape, reduction_axes
+from kernels.registry import CPU, KernelError, register
 
 __all__ = ["binary_operands"]
 

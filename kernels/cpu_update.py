@@ -1,6 +1,6 @@
 """CPU update kernels: the TF1 optimizer rules, applied in place.
 
-The runtime's stateful ops (distrib/runtime/stateful.py) call these with the variable's storage first
+The runtime's stateful ops (distrib/runtime/state/stateful.py) call these with the variable's storage first
 (and its slots after it, see docs/ops.md); they update those arrays in place
 and return ``[var]``. Hyper-parameters (lr, momentum, betas, epsilon, the beta
 powers) arrive as 0-d arrays or Python numbers and are cast to the variable's

@@ -24,12 +24,19 @@ from numba import cuda
 
 from kernels import cuda_math as cm
 from kernels.cpu import binary_operands
-from kernels.cuda_launch import (as_device, device_empty, device_filled, flat, gpu_kernel,
-                                 host_fallback, launch_1d, register_gpu)
+from kernels.cuda_launch import (
+    as_device,
+    device_empty,
+    device_filled,
+    flat,
+    gpu_kernel,
+    host_fallback,
+    launch_1d,
+    register_gpu,
+)
 from kernels.devices import to_host
 from kernels.dtypes import as_dtype, concrete_shape
 from kernels.registry import CPU, GPU, KernelError, get_kernel
-
 
 logger = logging.getLogger(__name__)
 

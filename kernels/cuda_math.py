@@ -262,7 +262,7 @@ def matmul(acc_dtype: Any) -> Any:
             for j in range(REG):
                 acc[i, j] = 0
         for k0 in range(0, k_total, TILE):
-            for l in range(REG):
+            for l in range(REG):  # noqa: E741  (the kernel's load slot)
                 e = tid + l * TILE * TILE
                 # A slab: consecutive threads walk k when A is row-major (coalesced), m when transposed.
                 if ta:

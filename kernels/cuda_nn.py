@@ -13,8 +13,16 @@ import numpy as np
 from numba import cuda
 
 from kernels import cuda_math as cm
-from kernels.cuda_launch import (SIM, as_device, device_empty, device_filled, flat, gpu_kernel,
-                                 host_fallback, launch_1d)
+from kernels.cuda_launch import (
+    SIM,
+    as_device,
+    device_empty,
+    device_filled,
+    flat,
+    gpu_kernel,
+    host_fallback,
+    launch_1d,
+)
 from kernels.devices import is_device_array
 from kernels.dtypes import reduction_axes
 from kernels.registry import KernelError

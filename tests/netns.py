@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import pytest
 
-from bench.netns import Network, NetnsUnavailable
+from bench.netns import NetnsUnavailable, Network
 from tests.helpers import ROOT, Proc, child_env
 
 __all__ = ["Network", "NetnsProc", "netns", "netns_task"]

@@ -8,9 +8,14 @@ import asyncio
 import numpy as np
 import pytest
 
-from distrib.errors import (DeadlineExceededError, InvalidArgumentError, NotFoundError,
-                            UnavailableError, UnknownError)
-from distrib.runtime.actors import ActorSystem
+from distrib.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+    UnknownError,
+)
+from distrib.runtime.actors.system import ActorSystem
 from tests.helpers import Proc
 from transports import TransportConfig
 

@@ -9,7 +9,7 @@ import pytest
 import distrib as dt
 from distrib.client.session import parse_target
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError
-from distrib.runtime.actors import ActorSystem
+from distrib.runtime.actors.system import ActorSystem
 
 
 def node(name, op, inputs=(), **attrs):

@@ -22,8 +22,14 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.server.bind_address import (BindPlan, bind_error_reason, bind_override,
-                                         fallback_host, is_loopback_host, plan_bind)
+from distrib.server.bind_address import (
+    BindPlan,
+    bind_error_reason,
+    bind_override,
+    fallback_host,
+    is_loopback_host,
+    plan_bind,
+)
 from tests.helpers import ROOT, Proc, child_env
 from tests.netns import NetnsProc, netns  # noqa: F401  (netns: the fixture)
 from tests.peers.cli_cluster import free_ports, write_cluster

@@ -7,10 +7,17 @@ import numpy as np
 import pytest
 
 from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError
-from distrib.train.checkpoint import (CheckpointRotation, CheckpointState, checkpoint_exists,
-                                      get_checkpoint_state, latest_checkpoint,
-                                      list_checkpoint_tensors, read_checkpoint,
-                                      update_checkpoint_state, write_checkpoint)
+from distrib.train.checkpoint import (
+    CheckpointRotation,
+    CheckpointState,
+    checkpoint_exists,
+    get_checkpoint_state,
+    latest_checkpoint,
+    list_checkpoint_tensors,
+    read_checkpoint,
+    update_checkpoint_state,
+    write_checkpoint,
+)
 
 ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
               "float16", "float32", "float64", "complex64", "complex128"]

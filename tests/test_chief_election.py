@@ -16,10 +16,10 @@ import pytest
 
 import distrib as dt
 from distrib.errors import AbortedError, InvalidArgumentError
-from distrib.runtime.actors import ActorSystem
-from distrib.runtime.chief_election import ChiefElection
-from distrib.runtime.chief_lease import ChiefLease, task_rank
-from distrib.runtime.fencing import FENCED
+from distrib.runtime.actors.system import ActorSystem
+from distrib.runtime.chief.election import ChiefElection
+from distrib.runtime.chief.fencing import FENCED
+from distrib.runtime.chief.lease import ChiefLease, task_rank
 
 W = [f"/job:worker/task:{i}" for i in range(4)]
 LEASE = 3.0

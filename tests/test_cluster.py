@@ -5,8 +5,13 @@ import json
 
 import pytest
 
-from distrib.cluster import (ClusterSpec, SimpleClusterResolver, TFConfigClusterResolver,
-                             parse_tf_config, task_string)
+from distrib.cluster import (
+    ClusterSpec,
+    SimpleClusterResolver,
+    TFConfigClusterResolver,
+    parse_tf_config,
+    task_string,
+)
 
 DENSE = {"ps": ["localhost:2222"], "worker": ["localhost:2223", "localhost:2224"]}
 

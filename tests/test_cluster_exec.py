@@ -19,7 +19,7 @@ import pytest
 import distrib as dt
 from distrib.demo import seed_graph
 from distrib.errors import AbortedError, InvalidArgumentError
-from distrib.runtime.worker import Rendezvous
+from distrib.runtime.step.rendezvous import Rendezvous
 from tests.helpers import Proc
 from tests.peers.cli_cluster import cli_flags_task, cli_task, cluster_spec, write_cluster
 
@@ -251,8 +251,8 @@ async def test_rendezvous_accepts_the_expected_incarnation_in_either_order() -> 
 
 
 async def test_tensors_of_steps_that_never_start_or_already_ended_are_not_kept(monkeypatch) -> None:
-    from distrib.runtime import worker as worker_module
-    monkeypatch.setattr(worker_module, "_MAX_EARLY", 8)
+    from distrib.runtime.step import rendezvous as rendezvous_module
+    monkeypatch.setattr(rendezvous_module, "_MAX_EARLY", 8)
     rv = Rendezvous("/job:worker/task:1")
     # early tensors are normal (the sender was quicker than the master's call)...
     rv.put(1, "k", 1, "/job:worker/task:0", 1)
@@ -265,7 +265,7 @@ async def test_tensors_of_steps_that_never_start_or_already_ended_are_not_kept(m
     for step in range(100, 200):
         rv.put(step, "k", np.ones(4), "/job:worker/task:0", 1)
     assert set(rv._slots) == set(range(192, 200))
-    monkeypatch.setattr(worker_module, "_EARLY_TTL_S", 0.0)   # and none past their time
+    monkeypatch.setattr(rendezvous_module, "_EARLY_TTL_S", 0.0)   # and none past their time
     rv.put(300, "k", 1, "/job:worker/task:0", 1)
     assert set(rv._slots) == {300}
 

@@ -23,7 +23,7 @@ import pytest
 import distrib as dt
 from distrib.demo import free_ports
 from distrib.errors import AbortedError, DeadlineExceededError, InvalidArgumentError
-from distrib.runtime.collective_ring import segments
+from distrib.runtime.collective.ring import segments
 
 GUARD_S = 30   # hang guard only
 
@@ -177,7 +177,7 @@ async def test_late_participant_is_named_then_deadline_then_recovery(caplog) -> 
         # form the group first: afterwards the late one is known by device
         res = await _run_all(_pair(servers, [(3,), (3,)], instance=5, timeout=5))
         assert all(isinstance(r, np.ndarray) for r in res), res
-        caplog.set_level(logging.WARNING, logger="distrib.runtime.collective_engine")
+        caplog.set_level(logging.WARNING, logger="distrib.runtime.collective.engine")
         started = time.monotonic()
         res = await _run_all(_pair(servers, [(3,), (3,)], instance=5, timeout=1.0, who=(0,)))
         waited = time.monotonic() - started

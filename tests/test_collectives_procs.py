@@ -106,7 +106,7 @@ async def test_killed_participant_fails_the_others_then_a_restarted_one_rejoins(
 async def test_shared_memory_ring_lends_arena_arrays_and_every_member_gets_the_same_bytes(
         tmp_path, n) -> None:
     """Variables and collective outputs live in the shared-memory arena: the
-    ring lends them whole instead of copying (collective_ring). A chain of
+    ring lends them whole instead of copying (collective.ring). A chain of
     collectives, run for several steps (so buffers are lent, released and
     reused), still gives every member the exact, identical result."""
     size = 300_007   # chunks and segments of unequal sizes

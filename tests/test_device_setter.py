@@ -12,11 +12,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from distrib.errors import InvalidArgumentError
-
 from distrib.cluster.cluster_spec import ClusterSpec
-from distrib.train.device_setter import (STANDARD_PS_OPS, GreedyLoadBalancingStrategy,
-                                         byte_size_load_fn, replica_device_setter)
+from distrib.errors import InvalidArgumentError
+from distrib.train.device_setter import (
+    STANDARD_PS_OPS,
+    GreedyLoadBalancingStrategy,
+    byte_size_load_fn,
+    replica_device_setter,
+)
 
 CLUSTER = {"ps": ["ps0:2222", "ps1:2222"], "worker": ["w0:2222", "w1:2222", "w2:2222"]}
 

@@ -18,8 +18,8 @@ import pytest
 
 import distrib as dt
 from distrib.errors import UnavailableError
-from distrib.runtime.actors import ActorSystem
-from distrib.runtime.failure_detector import MISSED_HEARTBEATS, FailureDetector, heartbeat_s
+from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, FailureDetector, heartbeat_s
+from distrib.runtime.actors.system import ActorSystem
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 
 HEARTBEAT_S = 0.2

@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.errors import (DeadlineExceededError, FailedPreconditionError, OpError,
-                            UnavailableError)
-from distrib.runtime.actors import ActorSystem
+from distrib.errors import DeadlineExceededError, FailedPreconditionError, OpError, UnavailableError
+from distrib.runtime.actors.system import ActorSystem
 from tests.helpers import Proc, child_env
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 
@@ -117,7 +116,7 @@ async def run(sess: dt.Session, fetch):
 
 async def test_down_task_is_unavailable_naming_it_and_live_steps_are_not_disturbed(
         tmp_path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="distrib.runtime.master")
+    caplog.set_level(logging.WARNING, logger="distrib.runtime.step.master")
     with cluster(tmp_path, worker=2) as (c, server):
         c.start("worker", 0)            # worker 1 never starts
         g0, on0 = pinned_sum("/job:worker/task:0", "on0")

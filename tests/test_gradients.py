@@ -3,7 +3,7 @@
 Each case builds ``out = f(inputs)`` from placeholders, differentiates
 ``loss = sum(out * W)`` (W random, so every output element matters with its
 own weight) and compares ``dt.gradients`` with ``(loss(x+e) - loss(x-e)) / 2e``,
-all evaluated by the real kernels through ``distrib.runtime.local_eval.evaluate``.
+all evaluated by the real kernels through ``distrib.runtime.step.local_eval.evaluate``.
 """
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ import pytest
 from distrib.errors import NotFoundError
 from distrib.framework import dtypes
 from distrib.framework.graph import Graph
-from distrib.ops import nn
 from distrib.ops import math_ops as ops
+from distrib.ops import nn
 from distrib.ops.gradients import _GRADIENTS, gradients, register_gradient
 from distrib.ops.variables import Variable, global_variables_initializer
-
-from distrib.runtime.local_eval import evaluate
+from distrib.runtime.step.local_eval import evaluate
 
 RNG = np.random.default_rng(7)
 EPS = 1e-6

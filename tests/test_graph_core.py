@@ -9,8 +9,7 @@ import pytest
 from distrib.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from distrib.framework import dtypes
 from distrib.framework.device import DeviceSpec, canonical_device
-from distrib.framework.graph import (Graph, GraphKeys, get_default_graph, name_scope,
-                                     reset_default_graph)
+from distrib.framework.graph import Graph, GraphKeys, get_default_graph, name_scope, reset_default_graph
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
 

@@ -9,8 +9,8 @@ from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework import dtypes
 from distrib.framework.graph import Graph
 from distrib.framework.graph_def import graph_from_def, import_graph_def
-from distrib.ops import nn
 from distrib.ops import math_ops as ops
+from distrib.ops import nn
 from distrib.ops.gradients import gradients
 from distrib.ops.variables import Variable, global_variables_initializer
 

@@ -7,10 +7,9 @@ import pytest
 from distrib.errors import InvalidArgumentError
 from distrib.framework import dtypes
 from distrib.framework.graph import Graph
-from distrib.ops import nn
 from distrib.ops import math_ops as ops
-
-from distrib.runtime.local_eval import evaluate
+from distrib.ops import nn
+from distrib.runtime.step.local_eval import evaluate
 
 
 @pytest.fixture

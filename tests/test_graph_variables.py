@@ -8,11 +8,16 @@ from distrib.errors import FailedPreconditionError, InvalidArgumentError
 from distrib.framework import dtypes
 from distrib.framework.graph import Graph, GraphKeys, name_scope
 from distrib.ops import math_ops as ops
-from distrib.ops.variables import (Variable, global_variables, global_variables_initializer,
-                                   is_variable_initialized, trainable_variables,
-                                   variables_initializer)
-from distrib.runtime.local_eval import evaluate
-from distrib.runtime.variable_store import VariableStore
+from distrib.ops.variables import (
+    Variable,
+    global_variables,
+    global_variables_initializer,
+    is_variable_initialized,
+    trainable_variables,
+    variables_initializer,
+)
+from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.local_eval import evaluate
 
 
 @pytest.fixture

@@ -425,8 +425,9 @@ async def test_compiling_in_another_strategys_scope_is_refused(two_cpus) -> None
 
 @pytest.mark.slow
 def test_two_mwms_workers_fit_as_mirrored_does_on_two_replicas() -> None:
-    from distrib.launch.tasks import free_ports
     import json
+
+    from distrib.launch.tasks import free_ports
     args = ["examples/keras_fit.py", "--epochs", "2", "--verbose", "0"]
     ports = free_ports(2)
     procs = [subprocess.Popen(

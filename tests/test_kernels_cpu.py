@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import math
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -42,7 +42,7 @@ def test_import_kernels_does_not_import_numba():
 
 
 def test_every_catalogue_op_has_a_cpu_kernel():
-    from distrib.runtime.stateful import STATEFUL_OPS
+    from distrib.runtime.state.stateful import STATEFUL_OPS
     # the worker runs these itself (variables, resources, cross-task edges)
     stateful = (set(STATEFUL_OPS) | {"_Send", "_Recv"}) - {
         "ApplyGradientDescent", "ApplyMomentum", "ApplyAdagrad", "ApplyAdam"}
@@ -441,6 +441,7 @@ def test_blas_axpy_is_looked_up_once_for_all_threads(monkeypatch):
     # (its bits differ), and all get the same answer
     import threading
     import time
+
     from kernels import cpu_update
     found = cpu_update._blas_axpy()
     monkeypatch.setattr(cpu_update, "_axpy_by_dtype", cpu_update._UNSET)

@@ -9,6 +9,8 @@
   inside a function counts (it is a cycle deferred, not removed); one under
   ``if TYPE_CHECKING:`` does not (it never runs), nor does a package's
   implicit import of its parent package.
+- Inside ``distrib.runtime``, a wing imports only the wings before it in
+  ``WINGS`` (its own included); no module sits in ``runtime/`` outside a wing.
 - No module is over ``MAX_LINES`` lines: a module that grows past that holds
   two ideas.
 
@@ -27,6 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("distrib", "transports", "kernels")
 LAYERS = ("errors", "cluster", "framework", "ops", "client", "runtime", "server", "train",
           "data", "distribute", "keras", "launch", "status")
+# distrib/runtime's wings, bottom first (docs/ARCHITECTURE.md, "The runtime's wings")
+WINGS = ("core", "actors", "chief", "state", "collective", "step")
 TOP = ("__init__", "demo")   # distrib's own modules that stand above every layer
 MAX_LINES = 600
 
@@ -130,6 +134,31 @@ def order_violations(graph: dict[str, dict[str, int]]) -> list[str]:
     return bad
 
 
+def wing_of(module: str) -> int | None:
+    """The rank of a ``distrib.runtime`` module's wing (-1 for a module outside
+    every wing); None for a module outside the runtime, or its ``__init__``."""
+    parts = module.split(".")
+    if parts[:2] != ["distrib", "runtime"] or len(parts) == 2:
+        return None
+    return WINGS.index(parts[2]) if parts[2] in WINGS else -1
+
+
+def wing_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    bad = []
+    for module, edges in sorted(graph.items()):
+        rank = wing_of(module)
+        if rank is None:
+            continue
+        if rank < 0:
+            bad.append(f"{module}: not in a wing of distrib.runtime {WINGS}")
+            continue
+        for target, line in sorted(edges.items()):
+            trank = wing_of(target)
+            if trank is not None and trank > rank:
+                bad.append(f"{module}:{line} imports {target}, a later wing ({WINGS[trank]})")
+    return bad
+
+
 def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     """Each strongly connected group of two or more modules, as one cycle through it."""
     index: dict[str, int] = {}
@@ -196,6 +225,16 @@ def test_imports_follow_the_layer_order() -> None:
     assert order_violations(import_graph(ROOT)) == []
 
 
+def test_runtime_wings_import_downward_only() -> None:
+    assert wing_violations(import_graph(ROOT)) == []
+
+
+def test_every_runtime_folder_is_a_wing() -> None:
+    folders = {p.name for p in (ROOT / "distrib" / "runtime").iterdir()
+               if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(WINGS)
+
+
 def test_no_import_cycles() -> None:
     found = cycles(import_graph(ROOT))
     assert found == [], "\n".join(" -> ".join(c) for c in found)
@@ -217,6 +256,8 @@ def test_old_module_paths_are_gone() -> None:
                 "training", "train.py", "cluster.py", "_graph_exports"):
         assert not (ROOT / "distrib" / old).exists() and \
             not (ROOT / "distrib" / f"{old}.py").exists(), old
+    # the runtime's flat modules moved into wings
+    assert [p.name for p in (ROOT / "distrib" / "runtime").glob("*.py")] == ["__init__.py"]
 
 
 # -- the checker can fail ------------------------------------------------------------------
@@ -255,17 +296,32 @@ def test_checker_ignores_type_checking_imports(tmp_path: Path) -> None:
 def test_checker_finds_an_import_against_the_order(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
         "distrib/framework/__init__.py": "",
-        "distrib/framework/graph.py": "from distrib.runtime.worker import W\n",
+        "distrib/framework/graph.py": "from distrib.runtime.step.worker import W\n",
         "distrib/runtime/__init__.py": "",
-        "distrib/runtime/worker.py": "import kernels\nimport transports\n",
+        "distrib/runtime/step/worker.py": "import kernels\nimport transports\n",
         "transports/wire.py": "from distrib import errors\n",
         "kernels/cpu.py": "import importlib\nimportlib.import_module('transports.wire')\n",
         "distrib/errors.py": "",
     })
     assert order_violations(import_graph(root)) == [
-        "distrib.framework.graph:1 imports distrib.runtime.worker, a later layer (runtime)",
+        "distrib.framework.graph:1 imports distrib.runtime.step.worker, a later layer (runtime)",
         "kernels.cpu:2 imports transports.wire (kernels must not import transports)",
         "transports.wire:1 imports distrib.errors (transports must not import distrib)",
+    ]
+
+
+def test_checker_finds_a_wing_importing_upward(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "distrib/runtime/__init__.py": "",
+        "distrib/runtime/state/__init__.py": "",
+        "distrib/runtime/state/store.py": "from distrib.runtime.step import master\n",
+        "distrib/runtime/step/__init__.py": "",
+        "distrib/runtime/step/master.py": "from distrib.runtime.state import store\n",
+        "distrib/runtime/loose.py": "",
+    })
+    assert wing_violations(import_graph(root)) == [
+        "distrib.runtime.loose: not in a wing of distrib.runtime " + str(WINGS),
+        "distrib.runtime.state.store:1 imports distrib.runtime.step.master, a later wing (step)",
     ]
 
 

@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from tests.peers.election import GUARD_S, ps_and_two_workers, until
 from distrib.train.checkpoint_fence import directory_term
-
+from tests.peers.election import GUARD_S, ps_and_two_workers, until
 
 
 @pytest.fixture

@@ -10,11 +10,16 @@ import pytest
 
 import distrib as dt
 from distrib.errors import InvalidArgumentError
-from distrib.runtime.local_eval import evaluate
-from distrib.runtime.variable_store import VariableStore
+from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.local_eval import evaluate
 from distrib.train.global_step import create_global_step, get_global_step, get_or_create_global_step
-from distrib.train.optimizers import (AdagradOptimizer, AdamOptimizer, GradientDescentOptimizer,
-                                      MomentumOptimizer, Optimizer)
+from distrib.train.optimizers import (
+    AdagradOptimizer,
+    AdamOptimizer,
+    GradientDescentOptimizer,
+    MomentumOptimizer,
+    Optimizer,
+)
 
 W0 = np.array([[1.0, -2.0], [0.5, 3.0]])
 GRADS = [np.array([[0.1, -0.2], [0.3, 0.4]]), np.array([[-0.5, 0.25], [1.0, -1.0]]),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from distrib.errors import InvalidArgumentError, NotFoundError
-from distrib.runtime.plan import parse_device, partition, place, prune
+from distrib.runtime.step.plan import parse_device, partition, place, prune
 
 
 def node(name, op="Add", inputs=(), device=""):

@@ -24,9 +24,16 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.cluster import (ClusterSpec, KubernetesClusterResolver, SchedulerEnvironmentError,
-                             SlurmClusterResolver, expand_hostlist, expand_tasks_per_node,
-                             parse_tf_config, resolver_from_environment)
+from distrib.cluster import (
+    ClusterSpec,
+    KubernetesClusterResolver,
+    SchedulerEnvironmentError,
+    SlurmClusterResolver,
+    expand_hostlist,
+    expand_tasks_per_node,
+    parse_tf_config,
+    resolver_from_environment,
+)
 from tests.helpers import ROOT, Proc
 from tests.peers.scheduler_env import free_port_base, no_scheduler_env, slurm_env
 

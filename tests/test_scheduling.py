@@ -13,9 +13,9 @@ import pytest
 
 import distrib as dt
 from distrib.errors import DeadlineExceededError
-from distrib.runtime import kernel_pool
-from distrib.runtime.executor import CompiledPartition
-from distrib.runtime.variable_store import VariableStore
+from distrib.runtime.core import kernel_pool
+from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.executor import CompiledPartition
 from tests.peers.cli_cluster import cli_flags_task, cluster_spec
 
 GUARD_S = 30  # hang guard only
@@ -495,13 +495,13 @@ async def test_the_master_times_its_wait_from_when_its_own_part_ended(monkeypatc
     # two other tasks answer 20 and 22 ms in, this task's part at once: the
     # wait to remember is the whole 20 ms, not the 2 ms between the answers
     # (a long wait must never spin on the next step)
-    from distrib.runtime.master import MasterService, _StepPlan
+    from distrib.runtime.step.master import MasterService, _StepPlan
     loop = asyncio.get_running_loop()
     seen = []
 
     async def record(done, expected_s):
         seen.append(expected_s)
-    monkeypatch.setattr("distrib.runtime.master.spin_until", record)
+    monkeypatch.setattr("distrib.runtime.step.master.spin_until", record)
     master = MasterService.__new__(MasterService)
     master.task = "/job:worker/task:0"
     plan = _StepPlan("k", {}, [])
@@ -602,7 +602,7 @@ async def test_a_task_polls_for_a_remote_masters_next_step_when_it_came_quickly(
     # after the last: the ps keeps its loop polling for it (a halted vCPU
     # costs 0.3-0.7 ms to wake) until it starts. A caller whose next step
     # came late, or whose steps it has not seen twice, leaves it asleep.
-    from distrib.runtime.actors import CALLER
+    from distrib.runtime.actors.system import CALLER
     from transports import PeerInfo
     seen = []
 

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
-                            UnavailableError)
+from distrib.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError
 
 
 @pytest.fixture(scope="module")
@@ -318,6 +317,7 @@ def test_unreachable_target_is_unavailable(graph, monkeypatch):
 
 async def test_a_server_told_training_is_over_returns_from_join():
     import threading
+
     from distrib.server import request_stop
     s = dt.Server.create_local_server()
     joined = threading.Event()
@@ -332,7 +332,8 @@ async def test_a_server_told_training_is_over_returns_from_join():
 def test_a_server_stopped_while_its_worker_lingers_leaves_no_pending_task(graph, monkeypatch,
                                                                           caplog):
     import gc
-    from distrib.runtime import kernel_pool
+
+    from distrib.runtime.core import kernel_pool
     # after each remote step the worker polls for the next (WorkerService._linger);
     # a long poll on a core said to be idle makes sure one is under way at stop
     monkeypatch.setattr(kernel_pool, "SPIN_S", 2.0)

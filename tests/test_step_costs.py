@@ -12,10 +12,10 @@ import pytest
 
 import distrib as dt
 from distrib.demo import free_ports
-from distrib.runtime.executor import CompiledPartition
-from distrib.runtime.local_eval import evaluate
-from distrib.runtime.plan import partition, place, prune
-from distrib.runtime.variable_store import VariableStore
+from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.executor import CompiledPartition
+from distrib.runtime.step.local_eval import evaluate
+from distrib.runtime.step.plan import partition, place, prune
 from transports.shm import ARENA, shared_empty
 
 
@@ -72,7 +72,7 @@ def test_sgd_update_of_a_held_variable_writes_a_new_version_once(store):
     """ApplyGradientDescent on a variable someone holds writes var - lr*grad
     into a new array (no copy first); a bad gradient leaves the variable as
     it was."""
-    from distrib.runtime.stateful import run_stateful
+    from distrib.runtime.state.stateful import run_stateful
     from kernels import KernelError
     node = {"op": "ApplyGradientDescent", "attrs": {"var": "w"}, "name": "w/apply"}
     value = shared_empty((256, 128), np.float32)        # as Assign stores 64 KiB and more

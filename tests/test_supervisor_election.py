@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from tests.peers.election import GUARD_S, ps_and_two_workers, until
 from distrib.demo import free_ports
 from distrib.errors import AbortedError
-from distrib.runtime.fencing import FENCED
+from distrib.runtime.chief.fencing import FENCED
 from distrib.train.checkpoint_fence import directory_term
-
+from tests.peers.election import GUARD_S, ps_and_two_workers, until
 
 
 @pytest.fixture

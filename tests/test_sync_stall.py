@@ -20,7 +20,7 @@ import pytest
 
 import distrib as dt
 from distrib.demo import free_ports
-from distrib.runtime.resources import ConditionalAccumulator, stall_s
+from distrib.runtime.state.resources import ConditionalAccumulator, stall_s
 from tests.test_sync_replicas import GUARD, Replica
 
 ACC = "w/grad_accum"
@@ -174,7 +174,7 @@ async def test_a_stopped_replica_stalls_the_chief_which_names_it_until_it_restar
 
             def stalls() -> list[str]:
                 return [r.getMessage() for r in caplog.records
-                        if r.name == "distrib.runtime.resources"]
+                        if r.name == "distrib.runtime.state.resources"]
 
             async def warned_twice() -> bool:
                 takes = [m for m in stalls() if "AccumulatorTakeGradient" in m]

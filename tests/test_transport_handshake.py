@@ -10,8 +10,20 @@ import msgpack
 import numpy as np
 import pytest
 
-from transports import (AuthError, ConnectionClosed, ConnectTimeout, FrameError, HandshakeError, MessageTooLarge,
-                        PeerInfo, TransportConfig, connect, listen, local_host_id, new_incarnation)
+from transports import (
+    AuthError,
+    ConnectionClosed,
+    ConnectTimeout,
+    FrameError,
+    HandshakeError,
+    MessageTooLarge,
+    PeerInfo,
+    TransportConfig,
+    connect,
+    listen,
+    local_host_id,
+    new_incarnation,
+)
 from transports.wire import MAGIC, PREAMBLE
 
 FAST = dict(connect_timeout_s=3.0, handshake_timeout_s=1.0)

@@ -8,10 +8,17 @@ import gc
 import numpy as np
 import pytest
 
+from transports import (
+    ConnectionClosed,
+    PeerInfo,
+    TransportConfig,
+    connect,
+    listen,
+    local_host_id,
+    new_incarnation,
+)
 from transports import connection as connection_module
 from transports.shm import ARENA, shared_empty
-from transports import (ConnectionClosed, PeerInfo, TransportConfig, connect, listen,
-                        local_host_id, new_incarnation)
 
 KINDS = ["tcp", "shm"]
 BIG = (512, 256)  # over the 64 KiB shm threshold for every dtype below
@@ -380,7 +387,7 @@ def test_arena_reuses_free_buffers_and_keeps_small_arrays_private():
 async def test_a_closed_connection_leaves_its_loans_unwritable():
     # The peer process may still read what it was lent after the connection
     # goes: the buffer is pinned, never lent or written again.
-    from distrib.runtime.variable_store import VariableStore
+    from distrib.runtime.state.variable_store import VariableStore
     async with connected("shm") as (client, server):
         a = shared_full(1.0)
         await client.send(a)

@@ -18,8 +18,15 @@ import sys
 import numpy as np
 import pytest
 
-from transports import (ConnectionClosed, PeerInfo, TransportConfig, connect, listen,
-                        local_host_id, new_incarnation)
+from transports import (
+    ConnectionClosed,
+    PeerInfo,
+    TransportConfig,
+    connect,
+    listen,
+    local_host_id,
+    new_incarnation,
+)
 from transports.shm import ARENA
 
 PEER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transport_peer.py")

@@ -17,8 +17,15 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import uvloop  # noqa: E402
 
-from transports import (ConnectionClosed, PeerInfo, TransportConfig, connect, listen,  # noqa: E402
-                        local_host_id, new_incarnation)
+from transports import (  # noqa: E402
+    ConnectionClosed,
+    PeerInfo,
+    TransportConfig,
+    connect,
+    listen,
+    local_host_id,
+    new_incarnation,
+)
 
 
 def _identity(name: str) -> PeerInfo:

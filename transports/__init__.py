@@ -12,8 +12,15 @@ from __future__ import annotations
 from .config import PeerInfo, TransportConfig, local_host_id, new_incarnation
 from .connection import Connection
 from .endpoint import Listener, connect, listen, parse_address
-from .errors import (AuthError, ConnectionClosed, ConnectTimeout, FrameError, HandshakeError,
-                     MessageTooLarge, TransportError)
+from .errors import (
+                     AuthError,
+                     ConnectionClosed,
+                     ConnectTimeout,
+                     FrameError,
+                     HandshakeError,
+                     MessageTooLarge,
+                     TransportError,
+)
 
 __all__ = [
     "TransportConfig", "PeerInfo", "local_host_id", "new_incarnation",

@@ -32,7 +32,7 @@ _RELEASE_ALONE_S = 0.002
 # ... and this long on a connection that this side sends messages on too:
 # long enough for a worker's releases of the variables it read to ride with
 # its gradients, which leave 5-15 ms into a training step, over the
-# connection both ways share (distrib.runtime.actors)
+# connection both ways share (distrib.runtime.actors.system)
 _RELEASE_DELAY_S = 0.02
 # ... unless this many bytes wait to be released (or an eighth of the pool
 # bound, where that is less): they go at once, so that a sender of big

@@ -29,8 +29,15 @@ from .config import PeerInfo, TransportConfig, resolve_token
 from .connection import Connection
 from .errors import AuthError, ConnectionClosed, ConnectTimeout, HandshakeError
 from .handshake import FdChannels, client_handshake, server_handshake
-from .tls import (TLS_ADVICE, client_context, describe, is_tls_failure, server_context, speaks_tls,
-                  watch_tls_handshake)
+from .tls import (
+    TLS_ADVICE,
+    client_context,
+    describe,
+    is_tls_failure,
+    server_context,
+    speaks_tls,
+    watch_tls_handshake,
+)
 from .wire import Wire
 
 __all__ = ["listen", "connect", "Listener", "parse_address"]

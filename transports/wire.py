@@ -52,8 +52,15 @@ from typing import Any, Callable
 import numpy as np
 
 from .codec import ALIGN, Decoder, Encoder, buffer_spans, huge_pages
-from .errors import (AuthError, ConnectionClosed, FrameError, HandshakeError, MessageTooLarge, TransportError,
-                     without_traceback)
+from .errors import (
+    AuthError,
+    ConnectionClosed,
+    FrameError,
+    HandshakeError,
+    MessageTooLarge,
+    TransportError,
+    without_traceback,
+)
 
 __all__ = ["Wire", "PREAMBLE", "VERSION", "FRAME_MSG", "FRAME_RELEASE", "FRAME_FORGET"]
 

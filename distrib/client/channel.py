@@ -4,7 +4,7 @@ The client sits below the runtime in distrib's layers (docs/ARCHITECTURE.md):
 it knows graphs, fetches and feeds, never actors or connections. So a session
 asks for a channel by address and calls the master's methods through it, as
 TensorFlow's Python session reaches its C++ runtime through one narrow
-interface. ``distrib.runtime.master_channel`` registers the implementation
+interface. ``distrib.runtime.step.master_channel`` registers the implementation
 (an actor system of the client's own) when it loads, which ``import distrib``
 always does.
 """

@@ -28,8 +28,7 @@ import re
 import socket
 from collections.abc import Mapping
 
-from distrib.cluster.cluster_resolver import (ClusterResolver, SchedulerEnvironmentError,
-                                              parse_job_counts)
+from distrib.cluster.cluster_resolver import ClusterResolver, SchedulerEnvironmentError, parse_job_counts
 from distrib.cluster.cluster_spec import ClusterSpec
 
 __all__ = ["KubernetesClusterResolver", "NAMESPACE_FILE"]

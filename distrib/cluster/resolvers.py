@@ -29,8 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from distrib.cluster.cluster_resolver import (ClusterResolver, SchedulerEnvironmentError,
-                                              SimpleClusterResolver)
+from distrib.cluster.cluster_resolver import ClusterResolver, SchedulerEnvironmentError, SimpleClusterResolver
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.cluster.kubernetes import KubernetesClusterResolver
 from distrib.cluster.slurm import SlurmClusterResolver, expand_hostlist, expand_tasks_per_node

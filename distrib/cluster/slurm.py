@@ -28,8 +28,7 @@ import os
 import re
 from collections.abc import Mapping, MutableMapping
 
-from distrib.cluster.cluster_resolver import (ClusterResolver, SchedulerEnvironmentError,
-                                              parse_job_counts)
+from distrib.cluster.cluster_resolver import ClusterResolver, SchedulerEnvironmentError, parse_job_counts
 from distrib.cluster.cluster_spec import ClusterSpec
 
 __all__ = ["SlurmClusterResolver", "expand_hostlist", "expand_tasks_per_node"]

@@ -26,10 +26,18 @@ import numpy as np
 from distrib.data import structure
 from distrib.data.iterators import AUTOTUNE, AsyncDatasetIterator, DatasetIterator, Prefetch
 from distrib.data.options import Options
-from distrib.data.pipeline import (INFINITE, UNKNOWN, Concatenate, Generator, Node, Range,
-                                   Tensors, TensorSlices, Zip)
-from distrib.data.transforms import (Batch, Enumerate, Filter, Map, Repeat, Shard, Shuffle, Skip,
-                                     Take, Unbatch)
+from distrib.data.pipeline import (
+    INFINITE,
+    UNKNOWN,
+    Concatenate,
+    Generator,
+    Node,
+    Range,
+    Tensors,
+    TensorSlices,
+    Zip,
+)
+from distrib.data.transforms import Batch, Enumerate, Filter, Map, Repeat, Shard, Shuffle, Skip, Take, Unbatch
 from distrib.errors import InvalidArgumentError
 from distrib.framework.graph import get_default_graph
 

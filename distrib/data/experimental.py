@@ -5,8 +5,7 @@ Re-exports only: ``AutoShardPolicy`` and ``DistributeOptions`` (options.py),
 """
 from __future__ import annotations
 
-from distrib.data.dataset_ops import (INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Cardinality,
-                                      Dataset)
+from distrib.data.dataset_ops import INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Cardinality, Dataset
 from distrib.data.iterators import AUTOTUNE
 from distrib.data.options import AutoShardPolicy, DistributeOptions, ThreadingOptions
 

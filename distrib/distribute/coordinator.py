@@ -48,12 +48,18 @@ from typing import Any, Callable, Iterator
 from distrib.client.session import parse_target
 from distrib.distribute.def_function import Function, session_for
 from distrib.distribute.input_lib import InputContext
-from distrib.errors import (AbortedError, CancelledError, FailedPreconditionError, OpError,
-                            OutOfRangeError, UnavailableError)
+from distrib.errors import (
+    AbortedError,
+    CancelledError,
+    FailedPreconditionError,
+    OpError,
+    OutOfRangeError,
+    UnavailableError,
+)
 from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import is_variable_initialized
-from distrib.runtime.actors import ActorSystem, client_name
+from distrib.runtime.actors.system import ActorSystem, client_name
 from distrib.train import checkpoint as ckpt
 from distrib.train.ps_recovery import recoverable
 from distrib.train.saver import Saver

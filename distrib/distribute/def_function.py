@@ -44,8 +44,8 @@ from distrib.framework import auto_deps, distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
-from distrib.runtime.collective_engine import COLLECTIVE_OPS
-from distrib.runtime.stateful import STATEFUL_OPS
+from distrib.runtime.collective.engine import COLLECTIVE_OPS
+from distrib.runtime.state.stateful import STATEFUL_OPS
 
 __all__ = ["function", "Function"]
 

@@ -21,8 +21,7 @@ import threading
 from typing import Any, Callable, Iterator, Sequence
 
 from distrib.distribute.cross_device_ops import ReduceOp
-from distrib.distribute.input_lib import (DistributedDataset, DistributedDatasetsFromFunction,
-                                          InputContext)
+from distrib.distribute.input_lib import DistributedDataset, DistributedDatasetsFromFunction, InputContext
 from distrib.distribute.mirrored_run import run_replicas
 from distrib.distribute.values import DistributedValues, Mirrored, PerReplica, local_results
 from distrib.framework import distribution_context

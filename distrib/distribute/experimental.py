@@ -1,11 +1,12 @@
 """``dt.distribute.experimental``: the names TF keeps under ``experimental``."""
 from __future__ import annotations
 
-from distrib.distribute.collective_strategy import (CommunicationImplementation,
+from distrib.distribute import coordinator, partitioners
+from distrib.distribute.collective_strategy import (
+                                                    CommunicationImplementation,
                                                     CommunicationOptions,
-                                                    MultiWorkerMirroredStrategy)
-from distrib.distribute import coordinator
-from distrib.distribute import partitioners
+                                                    MultiWorkerMirroredStrategy,
+)
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy
 from distrib.distribute.parameter_server_strategy import ParameterServerStrategy
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
-from distrib.distribute.cross_device_ops import (CrossDeviceOps, ReduceOp,
-                                                 ReductionToOneDevice)
+from distrib.distribute.cross_device_ops import CrossDeviceOps, ReduceOp, ReductionToOneDevice
 from distrib.distribute.distribute_lib import ReplicaContext, Strategy
 from distrib.distribute.local_target import local_server
 from distrib.distribute.values import DistributedValues, Mirrored, MirroredVariable

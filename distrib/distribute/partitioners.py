@@ -2,8 +2,10 @@
 shards a large variable (TF's names)."""
 from __future__ import annotations
 
-from distrib.distribute.parameter_server_strategy import (FixedShardsPartitioner,
+from distrib.distribute.parameter_server_strategy import (
+                                                          FixedShardsPartitioner,
                                                           MaxSizePartitioner,
-                                                          MinSizePartitioner)
+                                                          MinSizePartitioner,
+)
 
 __all__ = ["FixedShardsPartitioner", "MinSizePartitioner", "MaxSizePartitioner"]

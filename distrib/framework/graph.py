@@ -25,8 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 from distrib.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from distrib.framework import dtypes
 from distrib.framework.device import check_device_string, merge_device
-from distrib.framework.operation import (DTYPE_ATTRS, NodeDef, Operation, OutputSpec, Tensor,
-                                         TensorOperators)
+from distrib.framework.operation import DTYPE_ATTRS, NodeDef, Operation, OutputSpec, Tensor, TensorOperators
 from distrib.framework.tensor_shape import as_shape
 
 __all__ = [

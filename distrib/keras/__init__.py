@@ -4,8 +4,17 @@ checkpoints, under no strategy, any synchronous strategy or ParameterServerStrat
 (``fit`` through a ClusterCoordinator). Re-exports only."""
 from __future__ import annotations
 
-from distrib.keras import (activations, backend, callbacks, initializers, layers, losses,
-                           metrics, optimizers, utils)
+from distrib.keras import (
+                           activations,
+                           backend,
+                           callbacks,
+                           initializers,
+                           layers,
+                           losses,
+                           metrics,
+                           optimizers,
+                           utils,
+)
 from distrib.keras.models import Sequential
 from distrib.keras.training import Model
 

@@ -45,8 +45,7 @@ from distrib.data import Dataset
 from distrib.data.pipeline import INFINITE
 from distrib.distribute.coordinator import ClusterCoordinator, RemoteValue
 from distrib.distribute.def_function import Function
-from distrib.distribute.input_lib import (DistributedDataset, DistributedDatasetsFromFunction,
-                                          InputContext)
+from distrib.distribute.input_lib import DistributedDataset, DistributedDatasetsFromFunction, InputContext
 from distrib.errors import OutOfRangeError
 from distrib.framework.graph import get_default_graph
 from distrib.keras.callbacks import ProgbarLogger

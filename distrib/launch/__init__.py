@@ -5,8 +5,7 @@ Re-exports only."""
 from __future__ import annotations
 
 from distrib.launch.launcher import LaunchConfig, Launcher, LaunchResult, TaskProcess
-from distrib.launch.tasks import (TRAINING_JOBS, free_ports, loopback_cluster, select_tasks,
-                                  tf_config)
+from distrib.launch.tasks import TRAINING_JOBS, free_ports, loopback_cluster, select_tasks, tf_config
 
 __all__ = ["Launcher", "LaunchConfig", "LaunchResult", "TaskProcess", "TRAINING_JOBS",
            "free_ports", "loopback_cluster", "select_tasks", "tf_config"]

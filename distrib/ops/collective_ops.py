@@ -4,7 +4,7 @@ Each builder adds one op (TF's op types and attrs: ``CollectiveReduce``,
 ``CollectiveGather``, ``CollectiveBcastSend``, ``CollectiveBcastRecv``) that
 runs on the device it is placed on; every participant of a group is one such
 op, on its own device, in one graph (in-graph) or in each task's own graph
-(between-graph). The engine that runs them is ``distrib.runtime.collective_engine``.
+(between-graph). The engine that runs them is ``distrib.runtime.collective.engine``.
 
 ``timeout`` is TF's ``timeout_seconds``: 0 waits as long as it takes (with a
 warning naming the late participants every 60 s); a positive value warns at

@@ -18,8 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from distrib.errors import InvalidArgumentError
-from distrib.framework import dtypes
-from distrib.framework import op_shapes
+from distrib.framework import dtypes, op_shapes
 from distrib.framework.dtypes import DType
 from distrib.framework.graph import Graph, Operation, Tensor, get_default_graph, name_scope
 from distrib.framework.operation import bind_operators

@@ -17,8 +17,7 @@ from typing import Any, Sequence
 
 from distrib.errors import InvalidArgumentError
 from distrib.framework import auto_deps, distribution_context, dtypes
-from distrib.framework.graph import (GraphKeys, Operation, Tensor, get_default_graph,
-                                     name_scope)
+from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
 from distrib.framework.operation import TensorOperators
 from distrib.framework.tensor_shape import TensorShape, unknown_shape
 from distrib.ops import math_ops as ops

@@ -40,8 +40,7 @@ import signal
 import sys
 
 from distrib.cluster import ClusterSpec
-from distrib.cluster.resolvers import (RESOLVER_KINDS, detect_scheduler, no_cluster,
-                                      resolver_from_environment)
+from distrib.cluster.resolvers import RESOLVER_KINDS, detect_scheduler, no_cluster, resolver_from_environment
 from distrib.server.bind_address import bind_override
 from distrib.server.server_lib import ServerCore, resolve_task
 

@@ -22,14 +22,13 @@ from distrib.client.session import SCHEME, ConfigProto, parse_target
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.errors import InvalidArgumentError
 from distrib.framework import config
-from distrib.runtime import master_channel  # noqa: F401  (sessions reach masters through it)
-from distrib.runtime.actors import ActorSystem, client_name
-from distrib.runtime.chief_lease import ChiefLease
-from distrib.runtime.collective_engine import CollectiveEngine
-from distrib.runtime.master import MasterService
-from distrib.runtime.worker import WorkerService
-from distrib.server.bind_address import (bind_error_reason, bind_override, choose_bind_host,
-                                         fallback_host)
+from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.chief.lease import ChiefLease
+from distrib.runtime.collective.engine import CollectiveEngine
+from distrib.runtime.step import master_channel  # noqa: F401  (sessions reach masters through it)
+from distrib.runtime.step.master import MasterService
+from distrib.runtime.step.worker import WorkerService
+from distrib.server.bind_address import bind_error_reason, bind_override, choose_bind_host, fallback_host
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
@@ -139,7 +138,7 @@ class ServerCore:
         self.system.spawn("collective", self.worker.collectives)
         self.system.spawn("master", self.master)
         self.system.spawn("server", _ServerControl(self))
-        # the chief role's lease: asked on the arbiter task only (runtime/chief_lease.py)
+        # the chief role's lease: asked on the arbiter task only (runtime/chief/lease.py)
         self.chief_lease = ChiefLease(self.task)
         self.system.spawn("chief_lease", self.chief_lease)
         self.started = True

@@ -26,7 +26,7 @@ settings once the transport has it. It speaks tcp itself, whatever
 memory.
 
 What no server can know is filled in here: the chief (the task that the
-arbiter's lease names; see ``distrib.runtime.chief_lease``), and the last
+arbiter's lease names; see ``distrib.runtime.chief.lease``), and the last
 checkpoint, read from a checkpoint folder when one is given (servers never
 see checkpoint files: the chief's client process writes them).
 """
@@ -40,9 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distrib.cluster import ClusterSpec
-from distrib.errors import (DeadlineExceededError, NotFoundError, UnauthenticatedError,
-                            UnavailableError)
-from distrib.runtime.actors import ActorSystem, client_name, default_transport_config
+from distrib.errors import DeadlineExceededError, NotFoundError, UnauthenticatedError, UnavailableError
+from distrib.runtime.actors.system import ActorSystem, client_name, default_transport_config
 
 __all__ = ["TaskStatus", "StatusClient", "query_cluster", "DEFAULT_TIMEOUT_S"]
 

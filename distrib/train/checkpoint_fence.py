@@ -2,7 +2,7 @@
 older than one that saved there already.
 
 Beside the checkpoints, the file ``chief_term`` holds the highest chief term
-(``distrib.runtime.chief_lease``) whose chief saved into the folder. Before
+(``distrib.runtime.chief.lease``) whose chief saved into the folder. Before
 each save, the chief checks it under an exclusive lock on the folder (one
 chief's check-and-write never interleaves with another's) and raises it to
 its own term; a lower term is refused with ``AbortedError``, so a chief that
@@ -16,7 +16,7 @@ import fcntl
 import os
 
 from distrib.errors import AbortedError
-from distrib.runtime.fencing import FENCED
+from distrib.runtime.chief.fencing import FENCED
 
 __all__ = ["FENCE_FILE", "fence_directory", "directory_term"]
 

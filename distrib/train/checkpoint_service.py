@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 
 from distrib.errors import AbortedError, OpError
-from distrib.runtime.fencing import FENCED
+from distrib.runtime.chief.fencing import FENCED
 from distrib.train.checkpoint_fence import fence_directory
 from distrib.train.chief_role import ChiefRole
 from distrib.train.ps_recovery import recoverable

@@ -1,7 +1,7 @@
 """Which worker is chief, as a Supervisor sees it: elected, or fixed.
 
 In a training cluster with a ps job and two or more workers, the chief is
-elected (``distrib.runtime.chief_election``): the arbiter is the first ps
+elected (``distrib.runtime.chief.election``): the arbiter is the first ps
 task, the preferred chief is the worker whose Supervisor says
 ``is_chief=True``, and the role moves to another live worker when the chief
 dies or stops answering. Anywhere else (one worker, no ps job, an in-process
@@ -10,7 +10,7 @@ in TensorFlow.
 
 ``ChiefRole`` hides the difference from the Supervisor: ``is_chief`` is live
 either way, ``run_options()`` gives the fencing term that a chief-only write
-carries (see ``distrib.runtime.fencing``), and ``on_change(is_chief)`` runs
+carries (see ``distrib.runtime.chief.fencing``), and ``on_change(is_chief)`` runs
 on every change of role.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, Awaitable, Callable
 
 from distrib.client.session import parse_target
 from distrib.errors import OpError
-from distrib.runtime.actors import ActorSystem, client_name
-from distrib.runtime.chief_election import ChiefElection
-from distrib.runtime.chief_lease import lease_seconds
+from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.chief.election import ChiefElection
+from distrib.runtime.chief.lease import lease_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -43,16 +43,22 @@ from typing import Any
 
 from distrib.client.session import ConfigProto, Session
 from distrib.errors import AbortedError, OpError
-from distrib.runtime.failure_detector import heartbeat_s
-from distrib.runtime.fencing import FENCED
+from distrib.runtime.actors.failure_detector import heartbeat_s
+from distrib.runtime.chief.fencing import FENCED
 from distrib.train.checkpoint_fence import fence_directory
 from distrib.train.chief_role import ChiefRole
 from distrib.train.ps_recovery import PsRecovery
 from distrib.train.readiness import ReadyCheck, close_quietly, not_ready
 from distrib.train.session_manager import ChiefSessionCreator, Scaffold
-from distrib.train.session_run_hooks import (CheckpointSaverHook, CheckpointSaverListener,
-                                             SessionRunArgs, SessionRunContext, SessionRunHook,
-                                             SessionRunValues, call_hook)
+from distrib.train.session_run_hooks import (
+    CheckpointSaverHook,
+    CheckpointSaverListener,
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+    call_hook,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -58,13 +58,19 @@ from distrib.client.session import ConfigProto, Session
 from distrib.errors import AbortedError, OpError, OutOfRangeError, UnavailableError
 from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.train.coordinator import Coordinator
+from distrib.train.elected_session import ChiefOnlyHook, ElectedSessionCreator
 from distrib.train.ps_recovery import recoverable
 from distrib.train.readiness import close_quietly
-from distrib.train.elected_session import ChiefOnlyHook, ElectedSessionCreator
 from distrib.train.session_manager import ChiefSessionCreator, Scaffold, SessionCreator
-from distrib.train.session_run_hooks import (CheckpointSaverHook, SessionRunArgs,
-                                             SessionRunContext, SessionRunHook, SessionRunValues,
-                                             StepCounterHook, call_hook)
+from distrib.train.session_run_hooks import (
+    CheckpointSaverHook,
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+    StepCounterHook,
+    call_hook,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,8 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from distrib.errors import (AbortedError, DataLossError, FailedPreconditionError, OpError,
-                            UnavailableError)
-from distrib.runtime.fencing import FENCED
+from distrib.errors import AbortedError, DataLossError, FailedPreconditionError, OpError, UnavailableError
+from distrib.runtime.chief.fencing import FENCED
 from distrib.train import checkpoint
 from distrib.train.chief_role import ChiefRole
 from distrib.train.readiness import ReadyCheck, run_fetches

@@ -33,8 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from distrib.errors import (InvalidArgumentError, NotFoundError, PermissionDeniedError,
-                            ResourceExhaustedError, UnknownError)
+from distrib.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnknownError,
+)
 from distrib.framework.graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable

@@ -32,14 +32,22 @@ import os
 import time
 from typing import Any, Callable
 
-
 from distrib.client.session import ConfigProto, Session
-from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
-                            FailedPreconditionError, UnavailableError)
+from distrib.errors import (
+    AbortedError,
+    DataLossError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    UnavailableError,
+)
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
-from distrib.ops.variables import (global_variables, global_variables_initializer,
-                                   is_variable_initialized, local_variables,
-                                   local_variables_initializer)
+from distrib.ops.variables import (
+    global_variables,
+    global_variables_initializer,
+    is_variable_initialized,
+    local_variables,
+    local_variables_initializer,
+)
 from distrib.server.server_lib import Server
 from distrib.train import checkpoint
 from distrib.train.readiness import close_quietly, not_ready, run_fetches

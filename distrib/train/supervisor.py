@@ -43,15 +43,21 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-
 from distrib.client.session import ConfigProto, Session
-from distrib.errors import (AbortedError, DataLossError, DeadlineExceededError,
-                            FailedPreconditionError, InvalidArgumentError, OpError,
-                            OutOfRangeError, UnavailableError)
+from distrib.errors import (
+    AbortedError,
+    DataLossError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    OpError,
+    OutOfRangeError,
+    UnavailableError,
+)
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
-from distrib.ops.variables import (global_variables_initializer, local_variables_initializer)
-from distrib.runtime.failure_detector import heartbeat_s
-from distrib.runtime.fencing import FENCED
+from distrib.ops.variables import global_variables_initializer, local_variables_initializer
+from distrib.runtime.actors.failure_detector import heartbeat_s
+from distrib.runtime.chief.fencing import FENCED
 from distrib.train import checkpoint
 from distrib.train.checkpoint_service import CheckpointService
 from distrib.train.chief_role import ChiefRole

@@ -31,11 +31,11 @@ every gradient names its replica: ``AccumulatorApplyGradient`` carries attr
 local step (which ``replica_device_setter`` puts on the worker). A task index survives a
 restart, so a restarted replica is recognised as the one that was missing.
 The ps then logs, every ``DISTRIB_STALL_S`` seconds, which replicas have not
-contributed to the current round (``distrib.runtime.resources``).
+contributed to the current round (``distrib.runtime.state.resources``).
 
 The ops (``docs/ops.md``, "Synchronous training resources") run on the tasks
 that own the resources; a waiting take or dequeue honours
-``operation_timeout_s`` and the step's abort (see ``distrib.runtime.executor``).
+``operation_timeout_s`` and the step's abort (see ``distrib.runtime.step.executor``).
 """
 from __future__ import annotations
 
@@ -53,10 +53,15 @@ from distrib.framework.device import DeviceSpec
 from distrib.framework.graph import GraphKeys, Operation, Tensor
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, global_variables, is_variable_initialized
-from distrib.runtime.fencing import FENCED
-from distrib.runtime.resources import stall_s
-from distrib.train.optimizers import (GradsAndVars, Optimizer, OptimizerArgumentError,
-                                      _checked_pairs, _gradient_tensor)
+from distrib.runtime.chief.fencing import FENCED
+from distrib.runtime.state.resources import stall_s
+from distrib.train.optimizers import (
+    GradsAndVars,
+    Optimizer,
+    OptimizerArgumentError,
+    _checked_pairs,
+    _gradient_tensor,
+)
 from distrib.train.session_run_hooks import SessionRunHook
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import numpy as np
 import uvloop
 
 from distrib.errors import InvalidArgumentError
-from distrib.runtime.actors import ActorSystem
+from distrib.runtime.actors.system import ActorSystem
 from transports import TransportConfig
 
 

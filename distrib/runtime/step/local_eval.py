@@ -10,9 +10,9 @@ import asyncio
 from typing import Any
 
 from distrib.errors import NotFoundError
-from distrib.runtime.executor import CompiledPartition
-from distrib.runtime.plan import tensor_op
-from distrib.runtime.variable_store import VariableStore
+from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.executor import CompiledPartition
+from distrib.runtime.step.plan import tensor_op
 
 __all__ = ["evaluate"]
 
@@ -30,7 +30,7 @@ def evaluate(fetches: Any, feed_dict: dict | None = None, graph: Any = None, *,
     programs use a Session.
     """
     from distrib.client.fetches import FetchPlan, check_feed, feed_name
-    from distrib.runtime.plan import prune
+    from distrib.runtime.step.plan import prune
     if graph is None:
         from distrib.framework.graph import get_default_graph
         graph = get_default_graph()

@@ -23,8 +23,8 @@ from typing import Any, Iterable
 
 from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework.device import DeviceSpec
+from distrib.runtime.core.tensor_values import Node
 
-Node = dict[str, Any]
 
 @dataclass(frozen=True)
 class Device:

@@ -1,6 +1,6 @@
 """Runs one partition of a graph on one task: the worker's inner loop.
 
-A partition compiled once (:class:`~distrib.runtime.partition_graph.PartitionGraph`)
+A partition compiled once (:class:`~distrib.runtime.step.partition_graph.PartitionGraph`)
 runs each step as a dataflow machine: a node runs as soon as its inputs are
 ready, and ``_Recv`` nodes wait concurrently. Ordering by readiness, not by
 list position, matters: two tasks that exchange tensors both ways would
@@ -9,7 +9,7 @@ after its own receive.
 
 Kernels come from the one registry in ``kernels`` and run inline on the
 event loop's thread, or on the pool beside another heavy kernel or when too
-long for the loop (:mod:`distrib.runtime.kernel_pool` says when and why).
+long for the loop (:mod:`distrib.runtime.core.kernel_pool` says when and why).
 Which nodes are heavy is learnt from the step before (the first step runs
 inline).
 
@@ -23,8 +23,8 @@ gradients wait for, and its dW, which only an update does). Tensors for
 another task are batched by the step's channel and flushed before the
 partition waits.
 
-Memory and in-place kernels: :mod:`distrib.runtime.tensor_values`. Stateful
-ops (variables, updates): :mod:`distrib.runtime.stateful`.
+Memory and in-place kernels: :mod:`distrib.runtime.core.tensor_values`. Stateful
+ops (variables, updates): :mod:`distrib.runtime.state.stateful`.
 """
 from __future__ import annotations
 
@@ -35,14 +35,14 @@ from typing import Any, Awaitable, NoReturn
 
 import kernels
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
-from distrib.runtime import kernel_pool
-from distrib.runtime.collective_engine import COLLECTIVE_OPS, run_collective
-from distrib.runtime.partition_graph import PartitionGraph
-from distrib.runtime.resources import run_resource_op
-from distrib.runtime.stateful import RESOURCE_OPS, run_stateful
-from distrib.runtime.step_waits import Pending, StepChannel, flush_channel
-from distrib.runtime.tensor_values import args_to_device, exclusive, host_array, shape_stand_in
-from distrib.runtime.variable_store import VariableStore
+from distrib.runtime.collective.engine import COLLECTIVE_OPS, run_collective
+from distrib.runtime.core import kernel_pool
+from distrib.runtime.core.step_waits import Pending, StepChannel, flush_channel
+from distrib.runtime.core.tensor_values import args_to_device, exclusive, host_array, shape_stand_in
+from distrib.runtime.state.resources import run_resource_op
+from distrib.runtime.state.stateful import RESOURCE_OPS, run_stateful
+from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.partition_graph import PartitionGraph
 
 logger = logging.getLogger(__name__)
 
@@ -322,7 +322,7 @@ class CompiledPartition(PartitionGraph):
                                    host_array(args[0]))
                 return [] if res is None else res
             if op in COLLECTIVE_OPS:
-                # a future, pending like a receive (the engine's collective_engine)
+                # a future, pending like a receive (collective.engine)
                 return run_collective(node, [host_array(a) for a in args], channel, self.task)
             if op in RESOURCE_OPS:
                 # a waiting one (take, dequeue) returns a future, pending like a receive

@@ -6,10 +6,10 @@ has nothing to elect: its chief is fixed, see ``distrib.train.chief_role``).
 Its ``chief_lease`` actor (spawned on
 every server, used only there) grants the role to one candidate at a time,
 for ``lease_s`` (three heartbeats: the failure-detection bound), and the
-chief renews it every heartbeat (``distrib.runtime.chief_election``). Every
+chief renews it every heartbeat (``distrib.runtime.chief.election``). Every
 grant to a new holder starts a new term, higher than any term this arbiter
 or a candidate has seen, so terms never repeat even across an arbiter's
-restart, and fencing (``runtime/fencing.py``) can refuse older chiefs.
+restart, and fencing (``runtime/chief/fencing.py``) can refuse older chiefs.
 
 Who gets a vacant lease is decided here, not by who asks first:
 - the first chief is the preferred one (``Supervisor(is_chief=True)``): the
@@ -33,7 +33,7 @@ import time
 from typing import Any, Callable
 
 from distrib.errors import InvalidArgumentError
-from distrib.runtime.failure_detector import MISSED_HEARTBEATS, heartbeat_s
+from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, heartbeat_s
 
 logger = logging.getLogger(__name__)
 

@@ -60,8 +60,8 @@ from typing import Callable
 
 import numpy as np
 
-from distrib.runtime.collective_instance import MERGE, Exchange, finalize
-from distrib.runtime.step_waits import retrieve
+from distrib.runtime.collective.instance import MERGE, Exchange, finalize
+from distrib.runtime.core.step_waits import retrieve
 from transports.shm import ARENA, shared_empty
 
 __all__ = ["ring_all_reduce", "ring_all_gather", "segments", "DONE_TAG"]

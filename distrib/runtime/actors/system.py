@@ -20,7 +20,7 @@ Design choices, each for a measured reason:
   on it with UnavailableError naming the peer, and the next call reconnects.
 - Every connection carries heartbeats both ways; one silent for three of
   them is dropped as dead, which fails the calls pending on it
-  (:mod:`distrib.runtime.failure_detector`).
+  (:mod:`distrib.runtime.actors.failure_detector`).
 
 Wire format of a message (a msgpack-able list, arrays out of band):
 ``[CALL, id, actor, method, args]``, ``[TELL, actor, method, args]``,
@@ -38,9 +38,14 @@ from typing import Any, Callable
 
 import transports
 from distrib import errors
-from distrib.errors import (DeadlineExceededError, NotFoundError, OpError, UnauthenticatedError,
-                            UnavailableError)
-from distrib.runtime.failure_detector import MISSED_HEARTBEATS, FailureDetector, heartbeat_s
+from distrib.errors import (
+    DeadlineExceededError,
+    NotFoundError,
+    OpError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, FailureDetector, heartbeat_s
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from distrib.client.channel import register_channel_factory
-from distrib.runtime.actors import ActorRef, ActorSystem, client_name
+from distrib.runtime.actors.system import ActorRef, ActorSystem, client_name
 
 __all__ = ["ActorMasterChannel"]
 

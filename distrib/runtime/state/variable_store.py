@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from distrib.errors import FailedPreconditionError
-from distrib.runtime.resources import ResourceStore
+from distrib.runtime.state.resources import ResourceStore
 from transports.shm import ARENA, shared_empty
 
 __all__ = ["VariableStore"]

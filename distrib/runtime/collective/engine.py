@@ -11,7 +11,7 @@ One run of a collective op on a device goes:
    final op, shape, dtype, algorithm), with the data when the tensor is small
    (collective_small); a mismatch fails all of them naming both sides.
 4. *Data*: small tensors are done after the header round; large ones run the
-   ring (collective_ring).
+   ring (collective.ring).
 
 Never a silent hang: a watchdog logs the late participants (by device, with
 what this one waits for) after half of the op's ``timeout_seconds``, and fails
@@ -42,16 +42,27 @@ import numpy as np
 
 from distrib import errors
 from distrib.cluster import ClusterSpec
-from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
-                            OpError, UnavailableError)
-from distrib.runtime.actors import ActorRef, ActorSystem, in_process_system
-from distrib.runtime.collective_group import Group, GroupLeader, Member, leader_task
-from distrib.runtime.collective_instance import (FINAL_OPS, MERGE, Exchange, Instance,
-                                                 InstanceKey, InstanceTable, check_dtype)
-from distrib.runtime.collective_ring import ring_all_gather, ring_all_reduce
-from distrib.runtime.collective_small import (DIRECT_MAX_BYTES, exchange_headers,
-                                              gather_direct, reduce_direct)
-from distrib.runtime.step_waits import abort_signal, retrieve
+from distrib.errors import (
+    AbortedError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    OpError,
+    UnavailableError,
+)
+from distrib.runtime.actors.system import ActorRef, ActorSystem, in_process_system
+from distrib.runtime.collective.group import Group, GroupLeader, Member, leader_task
+from distrib.runtime.collective.instance import (
+    FINAL_OPS,
+    MERGE,
+    Exchange,
+    Instance,
+    InstanceKey,
+    InstanceTable,
+    check_dtype,
+)
+from distrib.runtime.collective.ring import ring_all_gather, ring_all_reduce
+from distrib.runtime.collective.small import DIRECT_MAX_BYTES, exchange_headers, gather_direct, reduce_direct
+from distrib.runtime.core.step_waits import abort_signal, retrieve
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +96,7 @@ def stall_s() -> float:
 
 def segment_bytes() -> int:
     """``DISTRIB_COLLECTIVE_SEGMENT_BYTES``: the ring's segment; 0 (unset):
-    at least 1 MiB, and a quarter of a chunk for bigger ones (collective_ring)."""
+    at least 1 MiB, and a quarter of a chunk for bigger ones (collective.ring)."""
     return int(_env_float("DISTRIB_COLLECTIVE_SEGMENT_BYTES", math.inf)) \
         if os.environ.get("DISTRIB_COLLECTIVE_SEGMENT_BYTES", "").strip() else 0
 

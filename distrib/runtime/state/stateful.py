@@ -7,7 +7,7 @@ fetch or send still holds a read of it), so a read is always a snapshot and a
 training step whose reads are done before its updates copies nothing.
 Updates run on the event loop, so they are atomic with respect to reads and
 to each other (no lost updates between asynchronous replicas). The ops on
-accumulators and queues (``RESOURCE_OPS``) are in :mod:`distrib.runtime.resources`.
+accumulators and queues (``RESOURCE_OPS``) are in :mod:`distrib.runtime.state.resources`.
 """
 from __future__ import annotations
 
@@ -16,17 +16,16 @@ from typing import Any
 import numpy as np
 
 import kernels
-from kernels import cpu_update
 from distrib.errors import InvalidArgumentError
-from distrib.runtime.plan import Node
-from distrib.runtime.tensor_values import host_array
-from distrib.runtime.variable_store import VariableStore
+from distrib.runtime.core.tensor_values import Node, host_array
+from distrib.runtime.state.variable_store import VariableStore
+from kernels import cpu_update
 from transports.shm import shared_empty
 
 __all__ = ["RESOURCE_OPS", "STATEFUL_OPS", "UPDATE_OPS", "run_stateful"]
 
 
-# ops on the task's accumulators and queues, run by distrib.runtime.resources.run_resource_op
+# ops on the task's accumulators and queues, run by distrib.runtime.state.resources.run_resource_op
 RESOURCE_OPS = frozenset({
     "AccumulatorApplyGradient", "AccumulatorTakeGradient", "AccumulatorSetGlobalStep",
     "AccumulatorNumAccumulated", "QueueEnqueueMany", "QueueDequeue", "QueueSize", "QueueClose",

@@ -14,7 +14,7 @@ carries the data, the receivers' headers carry none.
 
 Large tensors send the header round alone (so that every participant has
 checked every other before a byte of data is reduced), then run the ring
-(collective_ring). The round also opens a connection to every member, which
+(collective.ring). The round also opens a connection to every member, which
 the failure detector then watches: a member that dies fails the collective
 even if it was not the next one in the ring.
 
@@ -34,9 +34,8 @@ from typing import Any
 import numpy as np
 
 from distrib.errors import InvalidArgumentError
-from distrib.runtime.collective_instance import (HEADER_TAG, MERGE, Exchange, finalize,
-                                                 header_mismatch)
-from distrib.runtime.kernel_pool import spin_until
+from distrib.runtime.collective.instance import HEADER_TAG, MERGE, Exchange, finalize, header_mismatch
+from distrib.runtime.core.kernel_pool import spin_until
 
 __all__ = ["exchange_headers", "reduce_direct", "gather_direct", "DIRECT_MAX_BYTES"]
 

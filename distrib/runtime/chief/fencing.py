@@ -1,7 +1,7 @@
 """Fencing: a task refuses chief-only writes from a chief older than one it
 has seen.
 
-Every chief election starts a new term (``distrib.runtime.chief_lease``). A
+Every chief election starts a new term (``distrib.runtime.chief.lease``). A
 chief's writes that only a chief may make (initializing or restoring
 variables, the sync-replicas queue runner) carry its term in the run's
 options (``fencing_term``), and a new chief announces its term to every ps

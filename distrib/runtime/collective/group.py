@@ -26,7 +26,7 @@ process that joins in time (a new incarnation) lets the group form again.
 Restarts: a member that joins again with a new incarnation (its process
 restarted) replaces its old entry. The list's *signature* hashes every
 member's device and incarnation, and it is part of every collective's key:
-after a restart every member re-resolves (see collective_engine), and the
+after a restart every member re-resolves (see collective.engine), and the
 instances of the new signature are counted from zero on all of them alike.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from distrib.cluster import ClusterSpec
 from distrib.errors import InvalidArgumentError, UnavailableError
-from distrib.runtime.failure_detector import heartbeat_s
+from distrib.runtime.actors.failure_detector import heartbeat_s
 
 logger = logging.getLogger(__name__)
 

@@ -42,9 +42,14 @@ from typing import Any
 
 import numpy as np
 
-from distrib.errors import (AbortedError, DeadlineExceededError, InvalidArgumentError,
-                            OutOfRangeError, UnavailableError)
-from distrib.runtime.step_waits import abort_signal
+from distrib.errors import (
+    AbortedError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    OutOfRangeError,
+    UnavailableError,
+)
+from distrib.runtime.core.step_waits import abort_signal
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +285,7 @@ class ResourceStore:
         self.queues.clear()
 
 
-# -- running the ops (called by distrib.runtime.executor) --------------------------------
+# -- running the ops (called by distrib.runtime.step.executor) --------------------------------
 
 def run_resource_op(node: dict[str, Any], args: list[Any], store: ResourceStore,
                     channel: Any, task: str) -> list[Any] | asyncio.Future:

@@ -16,8 +16,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["host_array", "args_to_device", "ARENA_OUT_OPS", "SHAPE_ONLY", "shape_stand_in",
+__all__ = ["Node", "host_array", "args_to_device", "ARENA_OUT_OPS", "SHAPE_ONLY", "shape_stand_in",
            "exclusive"]
+
+# A GraphDef node as the runtime sees it: the plain dict of docs/ops.md
+Node = dict[str, Any]
 
 
 def host_array(x: Any) -> Any:

@@ -2,7 +2,7 @@
 at any moment whether this task is the chief.
 
 Each worker's Supervisor runs one ``ChiefElection``. It asks the arbiter's
-``chief_lease`` actor (see ``distrib.runtime.chief_lease``) for the role
+``chief_lease`` actor (see ``distrib.runtime.chief.lease``) for the role
 every heartbeat: the chief renews its lease that way, the others learn who
 holds it and take it when the arbiter names them successor. On winning a
 term, before it counts as chief, the candidate announces the term to every
@@ -26,8 +26,8 @@ import time
 from typing import Awaitable, Callable
 
 from distrib.errors import AbortedError, OpError
-from distrib.runtime.actors import ActorSystem
-from distrib.runtime.failure_detector import heartbeat_s
+from distrib.runtime.actors.failure_detector import heartbeat_s
+from distrib.runtime.actors.system import ActorSystem
 
 logger = logging.getLogger(__name__)
 

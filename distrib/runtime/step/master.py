@@ -3,7 +3,7 @@
 A client sends its GraphDef once per graph version (``create_session`` /
 ``extend_session``), then steps (``run``). For each distinct (fetches,
 targets, fed tensors) the master prunes, places and partitions the graph once
-(``distrib.runtime.plan``), registers each partition on its task's worker once per
+(``distrib.runtime.step.plan``), registers each partition on its task's worker once per
 incarnation of that task, and from then on a step is one ``run_partition``
 call per involved task, all at once, under one step id. Only the tasks a step
 uses are contacted: a dead task that the step does not touch cannot hang it.
@@ -29,13 +29,13 @@ from typing import Any
 
 from distrib import errors
 from distrib.client.fetches import check_feed
-from distrib.errors import (AbortedError, InvalidArgumentError, NotFoundError, OpError,
-                            UnavailableError)
-from distrib.runtime.actors import ActorRef, ActorSystem, caller_key, session_gc_s
-from distrib.runtime.kernel_pool import spin_until
-from distrib.runtime.plan import Partition, partition, place, prune, tensor_op
-from distrib.runtime.resources import SESSION_CLOSED
-from distrib.runtime.worker import RESTARTED, UNREGISTERED
+from distrib.errors import AbortedError, InvalidArgumentError, NotFoundError, OpError, UnavailableError
+from distrib.runtime.actors.system import ActorRef, ActorSystem, caller_key, session_gc_s
+from distrib.runtime.core.kernel_pool import spin_until
+from distrib.runtime.state.resources import SESSION_CLOSED
+from distrib.runtime.step.plan import Partition, partition, place, prune, tensor_op
+from distrib.runtime.step.rendezvous import RESTARTED
+from distrib.runtime.step.worker import UNREGISTERED
 
 logger = logging.getLogger(__name__)
 
@@ -349,7 +349,7 @@ class MasterService:
                         opts: dict[str, Any]) -> list[Any]:
         soft = bool(opts.get("allow_soft_placement", False))
         timeout = opts.get("operation_timeout_s")
-        term = opts.get("fencing_term")   # a chief-only write (see runtime/fencing.py)
+        term = opts.get("fencing_term")   # a chief-only write (see runtime/chief/fencing.py)
         tasks = plan.tasks
         incarnations = self._ready_incarnations(plan)
         if incarnations is None:

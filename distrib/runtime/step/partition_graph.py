@@ -1,12 +1,12 @@
 """A partition compiled for running: GraphDef nodes (in topological order,
-see ``distrib.runtime.plan``) turned once into flat index arrays, with what
+see ``distrib.runtime.step.plan``) turned once into flat index arrays, with what
 every step reuses decided here: each node's device and kernel, its
 consumers and uses (so a value is dropped after its last reader), inputs
 read only for their shape, variable reads that alias the stored array,
 matmuls that write straight into shared memory, updates ordered after this
 step's reads of the same variable, and constants folded.
 
-Order, for the run loop (``distrib.runtime.executor``): of the ready heavy
+Order, for the run loop (``distrib.runtime.step.executor``): of the ready heavy
 kernels the one on the critical path runs first: the highest bottom level,
 its own cost plus the costliest chain of heavy work after it, by last
 step's costs (``_priorities``; ties: the longer kernel, so the step ends on
@@ -20,11 +20,11 @@ from typing import Any, Callable
 import numpy as np
 
 import kernels
-from kernels import cpu as cpu_kernels
 from distrib.errors import InvalidArgumentError, NotFoundError
-from distrib.runtime.plan import Node, tensor_op
-from distrib.runtime.stateful import STATEFUL_OPS, UPDATE_OPS
-from distrib.runtime.tensor_values import ARENA_OUT_OPS, SHAPE_ONLY, shape_stand_in
+from distrib.runtime.core.tensor_values import ARENA_OUT_OPS, SHAPE_ONLY, shape_stand_in
+from distrib.runtime.state.stateful import STATEFUL_OPS, UPDATE_OPS
+from distrib.runtime.step.plan import Node, tensor_op
+from kernels import cpu as cpu_kernels
 from transports.shm import shared_empty
 
 logger = logging.getLogger(__name__)
