@@ -15,6 +15,7 @@ $(STAMP): $(VPY) pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(VPY) -m ruff check .
 	$(VPY) -m pytest -q
 
 demo: $(STAMP)

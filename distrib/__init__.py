@@ -128,7 +128,7 @@ from distrib.ops.variables import (
 )
 from distrib.server import Server, serve
 
-# the graph part of the contract (DESIGN.md), as tf.compat.v1 names it
+# the graph part of the contract (docs/CONTRACT.md), as tf.compat.v1 names it
 _graph_all = [
     "TensorSpec", "collective", "concat", "GradientTape", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
     "int16", "int32", "int64", "string", "uint8", "NotDifferentiable", "gradients",

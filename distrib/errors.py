@@ -3,8 +3,19 @@
 Every error a user can see derives from :class:`OpError`. An error carries the
 task and op it came from when known, so a failure deep inside a cluster reads
 as "what broke, where, and what to do" in the client. Errors cross the wire as
-``{"type": name, "message": str, "task": str|None, "op": str|None}`` (see
-:func:`to_wire` / :func:`from_wire`); never as pickles.
+``{"type": name, "message": str, "task": str|None, "op": str|None}``, plus
+``"peer"`` when the error names one (see :func:`to_wire` / :func:`from_wire`);
+never as pickles.
+
+Some kinds of failure the runtime itself acts on have a class of their own,
+a subclass of TF's class for that kind (so ``except AbortedError`` still
+catches them, with the same ``error_code``): :class:`FencedError`,
+:class:`PartitionUnregisteredError`, :class:`PeerRestartedError`,
+:class:`SessionClosedError` and :class:`UninitializedVariableError`. Code
+decides on an error's class, never on its message's text: the text is for
+people and may change. Such a subclass crosses the wire by its name, with a
+``"base"`` field naming the TF class it derives from, so a peer that does not
+know the subclass still rebuilds the TF class.
 
 Two ways to build one, so that both distrib's code and ported TF code work:
 
@@ -14,8 +25,15 @@ Two ways to build one, so that both distrib's code and ported TF code work:
   error_code)`` for the base class (keywords of the same names work too).
 
 Either way the error has TF's ``.message``, ``.op``, ``.node_def`` and
-``.error_code``, plus distrib's ``.task``. ``op`` may be an op name or an
-``Operation``; the wire carries its name.
+``.error_code``, plus distrib's ``.task`` and ``.peer``. ``op`` may be an op
+name or an ``Operation``; the wire carries its name.
+
+``task`` is where an error was raised; ``peer`` (keyword only) is the task
+whose failure caused it, when that is another one: a peer that could not be
+reached, whose connection was lost or that was declared dead, that restarted,
+or that failed the step others were aborted for. Code that must decide whom
+a failure blames (the coordinator: retry on another worker, or wait for a
+ps) reads ``peer``, then ``task``, never the message.
 """
 from __future__ import annotations
 
@@ -27,6 +45,8 @@ __all__ = [
     "PermissionDeniedError", "ResourceExhaustedError", "FailedPreconditionError",
     "AbortedError", "OutOfRangeError", "UnimplementedError", "InternalError",
     "UnavailableError", "DataLossError", "UnauthenticatedError",
+    "FencedError", "PartitionUnregisteredError", "PeerRestartedError", "SessionClosedError",
+    "UninitializedVariableError",
     "to_wire", "from_wire",
 ]
 
@@ -35,19 +55,22 @@ class OpError(Exception):
     """Base of every distrib runtime error.
 
     ``task`` is the task the error happened on (``/job:J/task:T``) and ``op``
-    the op that failed (its name, or the ``Operation``), when known.
+    the op that failed (its name, or the ``Operation``), when known;
+    ``peer`` is the task whose failure caused it (``/job:J/task:T``), when
+    known (see the module header).
     """
 
     code = 2
 
     def __init__(self, *args: Any, task: str | None = None, op: Any = None,
                  node_def: Any = None, message: str | None = None,
-                 error_code: int | None = None) -> None:
+                 error_code: int | None = None, peer: str | None = None) -> None:
         message, op, node_def, error_code = _parse_args(type(self), args, message, op,
                                                         node_def, error_code)
         super().__init__(message)
         self.message = message
         self.task = task
+        self.peer = peer
         self.op = op
         self.node_def = node_def
         # only the base class takes a code (TF's OpError does; its subclasses fix theirs)
@@ -72,8 +95,9 @@ class OpError(Exception):
         return f"{self.message}" + (f" [{', '.join(where)}]" if where else "")
 
     def __reduce__(self):  # keep exceptions copyable across threads/loops
-        return (_rebuild, (type(self).__name__, self.message, self.task, self.op_name,
-                           self._error_code))
+        # by the class itself (not its name), so that a subclass copies as itself
+        return (_rebuild, (type(self), self.message, self.task, self.op_name,
+                           self._error_code, self.peer))
 
 
 def _parse_args(cls: type, args: tuple, message: str | None, op: Any, node_def: Any,
@@ -174,7 +198,64 @@ class UnauthenticatedError(OpError):
     code = 16
 
 
-_BY_NAME: dict[str, type[OpError]] = {
+class FencedError(AbortedError):
+    """A chief-only write carrying an older chief term, refused.
+
+    Raised by a ps task's fence (``distrib.runtime.chief.fencing``) when a
+    write (initializing or restoring variables, the sync-replicas queue
+    runner) carries a chief term lower than one the task has seen, and by a
+    checkpoint folder's fence (``distrib.train.checkpoint_fence``) when a
+    newer chief saved there. A newer chief was elected, so the writer is no
+    longer chief: stop the chief-only work and leave it to the new chief;
+    running the write again is refused again.
+    """
+
+
+class PartitionUnregisteredError(NotFoundError):
+    """The worker no longer has the partition the master asked it to run.
+
+    Raised by a worker's ``run_partition`` when the step's partition is not
+    registered there: the task restarted, or it freed the partitions of a
+    master that was gone too long. The master registers the partition again
+    once and reruns the step; a user sees this error only when that rerun
+    fails the same way: run the step again.
+    """
+
+
+class PeerRestartedError(AbortedError):
+    """A tensor came from a task that restarted since the step began.
+
+    Raised by a receive (``distrib.runtime.step.rendezvous``) when the
+    sender's incarnation is not the one the step started with: its tensor
+    is not mixed in, and the step is aborted. The master forgets what it
+    knew of the step's tasks, so the next run contacts them afresh: run the
+    step again (a managed or monitored session does so itself).
+    """
+
+
+class SessionClosedError(UnavailableError):
+    """The session was closed while a step waited.
+
+    Raised for a step of a session that is closed while the step runs or
+    waits (a take from an accumulator, a dequeue from a queue): the close
+    aborts it, and a waiting op gives up its place. Open a new session to
+    run more steps.
+    """
+
+
+class UninitializedVariableError(FailedPreconditionError):
+    """A variable was read on a task that holds no value for it.
+
+    Raised by a task's variable store when a step reads a variable that was
+    never initialized there, or whose ps restarted empty and has not been
+    restored yet. Run its initializer or restore a checkpoint; during a ps
+    restart a managed session waits for the chief to restore the ps and
+    reruns the step.
+    """
+
+
+# TF's classes: every error crosses the wire as one of these or as a named subclass
+_STANDARD: dict[str, type[OpError]] = {
     cls.__name__: cls for cls in (
         OpError, CancelledError, UnknownError, InvalidArgumentError,
         DeadlineExceededError, NotFoundError, AlreadyExistsError,
@@ -184,11 +265,24 @@ _BY_NAME: dict[str, type[OpError]] = {
     )
 }
 
+_BY_NAME: dict[str, type[OpError]] = {
+    **_STANDARD,
+    **{cls.__name__: cls for cls in (FencedError, PartitionUnregisteredError,
+                                     PeerRestartedError, SessionClosedError,
+                                     UninitializedVariableError)},
+}
 
-def _rebuild(name: str, message: str, task: str | None, op: str | None,
-             error_code: int | None = None) -> OpError:
-    cls = _BY_NAME.get(name, UnknownError)
-    exc = cls(message, task=task, op=op)
+
+def _standard_base(cls: type[OpError]) -> type[OpError]:
+    """The nearest of TF's classes in ``cls``'s MRO (``cls`` itself if it is one)."""
+    return next(c for c in cls.__mro__ if _STANDARD.get(c.__name__) is c)
+
+
+def _rebuild(kind: str | type[OpError], message: str, task: str | None, op: str | None,
+             error_code: int | None = None, peer: str | None = None) -> OpError:
+    """An error of class ``kind`` (a class, or a name: unknown names are UnknownError)."""
+    cls = kind if isinstance(kind, type) else _BY_NAME.get(kind, UnknownError)
+    exc = cls(message, task=task, op=op, peer=peer)
     if cls is OpError:
         exc._error_code = error_code
     return exc
@@ -196,15 +290,32 @@ def _rebuild(name: str, message: str, task: str | None, op: str | None,
 
 def to_wire(exc: BaseException, *, task: str | None = None) -> dict[str, Any]:
     """Encode any exception as plain data. Non-distrib errors become UnknownError
-    (their type name is kept in the message so nothing is lost)."""
+    (their type name is kept in the message so nothing is lost). A subclass of
+    a TF class (``FencedError``, or a user's own) also names that class as
+    ``"base"``, which a receiver that does not know the subclass rebuilds. The
+    ``"peer"`` key is there only when the error names one."""
     if isinstance(exc, OpError):
-        return {"type": type(exc).__name__, "message": exc.message,
-                "task": exc.task or task, "op": exc.op_name}
+        out = {"type": type(exc).__name__, "message": exc.message,
+               "task": exc.task or task, "op": exc.op_name}
+        base = _standard_base(type(exc)).__name__
+        if base != out["type"]:
+            out["base"] = base
+        if exc.peer is not None:   # only when set: other errors' records stay as they were
+            out["peer"] = exc.peer
+        return out
     return {"type": "UnknownError", "message": f"{type(exc).__name__}: {exc}",
             "task": task, "op": None}
 
 
 def from_wire(data: dict[str, Any]) -> OpError:
-    """Rebuild the typed error sent by :func:`to_wire`; unknown types become UnknownError."""
-    return _rebuild(str(data.get("type")), str(data.get("message", "")),
-                    data.get("task"), data.get("op"))
+    """Rebuild the typed error sent by :func:`to_wire`: its class when known here
+    (and derived from the ``"base"`` the sender names), else that base class,
+    else UnknownError."""
+    cls = _BY_NAME.get(str(data.get("type")))
+    base = _STANDARD.get(str(data.get("base")))
+    if cls is None or (base is not None and not issubclass(cls, base)):
+        # a subclass only the sender knows, or a name that means another kind here
+        cls = base or UnknownError
+    peer = data.get("peer")
+    return _rebuild(cls, str(data.get("message", "")), data.get("task"), data.get("op"),
+                    peer=None if peer is None else str(peer))

@@ -24,9 +24,11 @@ from kernels.registry import (
                               register,
                               register_loader,
                               registered_ops,
+                              unregister,
 )
 
 __all__ = [
     "CPU", "GPU", "Kernel", "KernelError", "KernelNotFound",
-    "register", "register_loader", "get_kernel", "has_kernel", "registered_ops", "device_types",
+    "register", "unregister", "register_loader", "get_kernel", "has_kernel", "registered_ops",
+    "device_types",
 ]

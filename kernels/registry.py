@@ -19,7 +19,8 @@ from typing import Callable
 
 __all__ = [
     "CPU", "GPU", "Kernel", "KernelError", "KernelNotFound",
-    "register", "register_loader", "get_kernel", "has_kernel", "registered_ops", "device_types",
+    "register", "unregister", "register_loader", "get_kernel", "has_kernel", "registered_ops",
+    "device_types",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,12 @@ def register(op_type: str, device_type: str) -> Callable[[Kernel], Kernel]:
         table[op_type] = fn
         return fn
     return deco
+
+
+def unregister(op_type: str, device_type: str) -> None:
+    """Remove the kernel of ``op_type`` on ``device_type``, if there is one (a
+    test's stand-in kernel, say)."""
+    _registry.get(device_type, {}).pop(op_type, None)
 
 
 def register_loader(device_type: str, loader: Callable[[], None]) -> None:

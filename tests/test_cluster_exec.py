@@ -18,7 +18,7 @@ import pytest
 
 import distrib as dt
 from distrib.demo import seed_graph
-from distrib.errors import AbortedError, InvalidArgumentError
+from distrib.errors import AbortedError, InvalidArgumentError, PeerRestartedError
 from distrib.runtime.step.rendezvous import Rendezvous
 from tests.helpers import Proc
 from tests.peers.cli_cluster import cli_flags_task, cli_task, cluster_spec, write_cluster
@@ -235,7 +235,7 @@ async def test_rendezvous_rejects_tensor_from_a_restarted_sender() -> None:
     rv = Rendezvous("/job:worker/task:1")
     rv.begin(5, {"/job:worker/task:0": 0xA1})
     rv.put(5, "t->w1", np.ones(2), "/job:worker/task:0", 0xB2)   # the sender restarted
-    with pytest.raises(AbortedError, match=r"/job:worker/task:0 restarted"):
+    with pytest.raises(PeerRestartedError, match=r"/job:worker/task:0 restarted"):
         await rv.get(5, "t->w1", "/job:worker/task:0", timeout=5)
 
 
@@ -296,6 +296,6 @@ def test_tensor_from_a_sender_restarted_since_the_step_began_aborts_it(seed_clus
             master = server._core.master           # white-box: the host's master
             state = master._tasks["/job:worker/task:0"]
             state.incarnation ^= 0x5A5A
-            with pytest.raises(AbortedError, match=r"/job:worker/task:0 restarted during the step"):
+            with pytest.raises(PeerRestartedError, match=r"/job:worker/task:0 restarted during the step"):
                 sess.run(d)
             np.testing.assert_allclose(sess.run(d), seed_expected(), rtol=1e-5)

@@ -331,16 +331,19 @@ async def _read(strategy, var) -> np.ndarray:
 def test_a_failure_is_blamed_on_the_task_it_names() -> None:
     class FakeStrategy:
         worker_devices = ["/job:worker/task:0", "/job:worker/task:1"]
-        _ps = ["/job:ps/task:0", "/job:ps/task:1"]
+        ps_devices = ["/job:ps/task:0", "/job:ps/task:1"]
     coord = dt.distribute.coordinator.ClusterCoordinator.__new__(
         dt.distribute.coordinator.ClusterCoordinator)
     coord.strategy, coord._devices = FakeStrategy(), FakeStrategy.worker_devices
+    # the error's peer (the task whose failure caused it), then its task; never its text
     err = dt.errors.UnavailableError("/job:ps/task:0 is unavailable: connection lost",
-                                     task="/job:chief/task:0")
+                                     task="/job:chief/task:0", peer="/job:ps/task:0")
     assert coord._failed_task(err) == "/job:ps/task:0"
-    err = dt.errors.UnavailableError("step aborted: /job:worker/task:1 missed 3 heartbeats")
+    err = dt.errors.UnavailableError("step aborted: /job:worker/task:1 missed 3 heartbeats",
+                                     peer="/job:worker/task:1")
     assert coord._failed_task(err) == "/job:worker/task:1"
     err = dt.errors.FailedPreconditionError("attempting to use uninitialized value w",
                                             task="/job:ps/task:1")
     assert coord._failed_task(err) == "/job:ps/task:1"
-    assert coord._failed_task(dt.errors.AbortedError("/job:worker/task:10 gone")) is None
+    assert coord._failed_task(dt.errors.AbortedError("/job:worker/task:10 gone",
+                                                     peer="/job:worker/task:10")) is None

@@ -58,7 +58,7 @@ async def strategy():
         made = dt.distribute.ParameterServerStrategy(resolver)
         yield made
     finally:
-        coordinator = getattr(made, "_coordinator", None)
+        coordinator = getattr(made, "coordinator", None)
         if coordinator is not None:
             await coordinator.shutdown()
         await def_function.close_sessions()
@@ -112,7 +112,7 @@ async def test_fit_on_digits_reaches_the_accuracy_of_no_strategy(strategy) -> No
     assert model._steps.scheduled_train_function().experimental_get_tracing_count() == 2
     iterations = (await model.state_io.read({"i": [model.optimizer.iterations]}))["i"]
     assert int(iterations) == 4 * steps
-    assert strategy._coordinator._tasks == []   # the coordinator fit made is stopped
+    assert strategy.coordinator._tasks == []   # the coordinator fit made is stopped
 
 
 async def test_fit_needs_steps_per_epoch(strategy) -> None:
@@ -185,7 +185,7 @@ async def test_batch_level_callbacks_are_refused_and_a_programs_coordinator_is_s
         await model.fit(x, y, epochs=2, steps_per_epoch=5, verbose=0, callbacks=[
             keras.callbacks.ModelCheckpoint(str(tmp_path / "w.{epoch}"))])
         assert (tmp_path / "w.2").exists()
-        assert strategy._coordinator is coordinator and coordinator._tasks   # still running
+        assert strategy.coordinator is coordinator and coordinator._tasks   # still running
         v = model.weights[1]
 
         @dt.function

@@ -3,8 +3,9 @@
 - ``distrib`` may import ``transports`` and ``kernels``; neither imports
   ``distrib``, and they never import each other.
 - Inside ``distrib``, a subpackage imports only those before it in
-  DESIGN.md's order (``LAYERS``); ``errors`` comes first; the package's
-  ``__init__`` and the ``demo`` program stand above everything.
+  ``LAYERS``' order (docs/ARCHITECTURE.md, "Packages and layers");
+  ``settings`` (the environment's knobs) and ``errors`` come first; the
+  package's ``__init__`` and the ``demo`` program stand above everything.
 - No import cycles between modules, in any of the three packages. An import
   inside a function counts (it is a cycle deferred, not removed); one under
   ``if TYPE_CHECKING:`` does not (it never runs), nor does a package's
@@ -13,6 +14,9 @@
   ``WINGS`` (its own included); no module sits in ``runtime/`` outside a wing.
 - No module is over ``MAX_LINES`` lines: a module that grows past that holds
   two ideas.
+- No module uses another module's private name: neither ``from mod import
+  _name`` nor ``mod._name`` where ``mod`` is a module of ours (dunders are
+  public): a name siblings share is public.
 
 The checker parses the source (nothing is imported) and reads
 ``importlib.import_module("literal")`` calls as imports too. Its own tests
@@ -27,9 +31,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("distrib", "transports", "kernels")
-LAYERS = ("errors", "cluster", "framework", "ops", "client", "runtime", "server", "train",
+LAYERS = ("settings", "errors", "cluster", "framework", "ops", "client", "runtime", "server", "train",
           "data", "distribute", "keras", "launch", "status")
-# distrib/runtime's wings, bottom first (docs/ARCHITECTURE.md, "The runtime's wings")
+# distrib/runtime's wings, bottom first (docs/ARCHITECTURE.md, "Packages and layers")
 WINGS = ("core", "actors", "chief", "state", "collective", "step")
 TOP = ("__init__", "demo")   # distrib's own modules that stand above every layer
 MAX_LINES = 600
@@ -219,6 +223,114 @@ def long_modules(root: Path, limit: int = MAX_LINES) -> list[str]:
             if (n := len(path.read_text().splitlines())) > limit]
 
 
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
+    """The nodes of ``scope``'s own code: nested functions and classes left out
+    (their decorators, defaults and bases stay: they run in ``scope``)."""
+    out: list[ast.AST] = []
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, _SCOPES):
+            todo.extend(getattr(node, "decorator_list", []) + getattr(node, "bases", []))
+            args = getattr(node, "args", None)
+            if isinstance(args, ast.arguments):
+                todo.extend(d for d in args.defaults + args.kw_defaults if d is not None)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def private_name_uses(root: Path) -> list[tuple[str, int, str, str]]:
+    """(module, line, other module, private name) for each use of another module's
+    private name: ``from other import _name``, or ``other._name`` where ``other``
+    names a module of ours (an import bound it; the module-attribute form).
+    Dunder names are public. A name bound otherwise in a function (an argument,
+    an assignment) is that function's, not the module."""
+    files = module_files(root)
+    found: list[tuple[str, int, str, str]] = []
+    for module, path in sorted(files.items()):
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+
+        def imported(node: ast.ImportFrom) -> str:
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                here = here[:len(here) - (node.level - 1)]
+                base = ".".join(here + ([base] if base else []))
+            return base
+
+        def visit(scope: ast.AST, outer: dict[str, str | None]) -> None:
+            nodes = _scope_nodes(scope)
+            names: dict[str, str | None] = {}
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = scope.args
+                for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]:
+                    if arg is not None:
+                        names[arg.arg] = None
+            for node in nodes:
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                    names.setdefault(node.id, None)
+            for node in nodes:   # an import binds a module; it wins over other bindings
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.name in files:
+                            top = alias.name.split(".")[0]
+                            names[alias.asname or top] = alias.name if alias.asname else top
+                elif isinstance(node, ast.ImportFrom):
+                    base = imported(node)
+                    for alias in node.names:
+                        if base in files and base != module and _is_private(alias.name):
+                            found.append((module, node.lineno, base, alias.name))
+                        if f"{base}.{alias.name}" in files:
+                            names[alias.asname or alias.name] = f"{base}.{alias.name}"
+                elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                        and _is_import_module(node.value):   # m = importlib.import_module("...")
+                    name = node.value.args[0].value  # type: ignore[attr-defined]
+                    for target in node.targets:
+                        if isinstance(target, ast.Name) and name in files:
+                            names[target.id] = name
+            env = {**outer, **names}
+
+            def resolve(expr: ast.expr) -> str | None:
+                if isinstance(expr, ast.Name):
+                    return env.get(expr.id)
+                if isinstance(expr, ast.Attribute):
+                    base = resolve(expr.value)
+                    if base is not None and f"{base}.{expr.attr}" in files:
+                        return f"{base}.{expr.attr}"
+                return None
+
+            for node in nodes:
+                if isinstance(node, ast.Attribute) and _is_private(node.attr):
+                    target = resolve(node.value)
+                    if target is not None and target != module:
+                        found.append((module, node.lineno, target, node.attr))
+                if isinstance(node, _SCOPES):
+                    visit(node, env)
+
+        visit(tree, {})
+    return sorted(set(found))
+
+
+# Private names that distrib/runtime, distrib/train and distrib/server still use
+# across modules, until those are cleaned: (module, other module, name). The list
+# may only shrink: an entry no longer in use fails the check, and nothing outside
+# those three subpackages may be listed.
+def private_use_violations(uses: list[tuple[str, int, str, str]]) -> list[str]:
+    """Each use of another module's private name, as a line of the failure."""
+    return [f"{module}:{line} uses {name}, private to {other} (give it a public name)"
+            for module, line, other, name in uses]
+
+
 # -- the rules, on this repository -------------------------------------------------------
 
 def test_imports_follow_the_layer_order() -> None:
@@ -242,6 +354,10 @@ def test_no_import_cycles() -> None:
 
 def test_no_module_is_too_long() -> None:
     assert long_modules(ROOT) == []
+
+
+def test_no_module_uses_another_modules_private_names() -> None:
+    assert private_use_violations(private_name_uses(ROOT)) == []
 
 
 def test_every_distrib_subpackage_has_a_place_in_the_order() -> None:
@@ -343,8 +459,50 @@ def test_checker_finds_a_long_module(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("module, expected", [
     ("distrib", ("distrib", len(LAYERS))), ("distrib.demo", ("distrib", len(LAYERS))),
-    ("distrib.errors", ("distrib", 0)), ("distrib.client.session", ("distrib", 4)),
+    ("distrib.settings", ("distrib", 0)), ("distrib.errors", ("distrib", 1)),
+    ("distrib.client.session", ("distrib", 5)),
     ("transports.wire", ("transports", 0)), ("distrib.gadgets.x", ("distrib", -1)),
 ])
 def test_layer_of(module: str, expected: tuple[str, int]) -> None:
     assert layer_of(module) == expected
+
+
+def test_checker_finds_a_private_name_imported_from_another_module(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "distrib/framework/__init__.py": "",
+        "distrib/framework/a.py": "def _helper(): ...\n_LIMIT = 3\n__version__ = '1'\n",
+        "distrib/framework/b.py": ("from distrib.framework.a import _helper, __version__\n"
+                                   "from .a import _LIMIT\nfrom typing import _SpecialForm\n"),
+        "distrib/framework/c.py": "def f():\n    from distrib.framework.a import _helper\n",
+    })
+    assert private_name_uses(root) == [
+        ("distrib.framework.b", 1, "distrib.framework.a", "_helper"),
+        ("distrib.framework.b", 2, "distrib.framework.a", "_LIMIT"),
+        ("distrib.framework.c", 2, "distrib.framework.a", "_helper"),
+    ]
+
+
+def test_checker_finds_a_private_name_read_off_an_imported_module(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "distrib/ops/__init__.py": "",
+        "distrib/ops/m.py": "def _out(): ...\n",
+        "distrib/ops/n.py": ("from distrib.ops import m as ops\nimport distrib.ops.m\n"
+                             "import transports.wire as w\n"
+                             "ops._out()\ndistrib.ops.m._out()\nw._frame\nops.__name__\n"
+                             "def f(ops):\n    return ops._out()\n"      # an argument: not the module
+                             "def g():\n    import importlib\n"
+                             "    x = importlib.import_module('distrib.ops.m')\n    x._out()\n"),
+        "transports/wire.py": "",
+    })
+    assert private_name_uses(root) == [
+        ("distrib.ops.n", 4, "distrib.ops.m", "_out"),
+        ("distrib.ops.n", 5, "distrib.ops.m", "_out"),
+        ("distrib.ops.n", 6, "transports.wire", "_frame"),
+        ("distrib.ops.n", 13, "distrib.ops.m", "_out"),
+    ]
+
+
+def test_a_private_use_is_named_with_its_owner() -> None:
+    uses = [("distrib.train.a", 3, "distrib.train.b", "_x")]
+    assert private_use_violations(uses) == [
+        "distrib.train.a:3 uses _x, private to distrib.train.b (give it a public name)"]

@@ -480,7 +480,7 @@ async def test_a_mirrored_checkpoint_is_one_replicas_checkpoint(two_cpus, tmp_pa
                 await sess.run(v.assign(np.full(v.shape.as_list(), 9.0, np.float32)))
             await saver.restore(sess, path)
             for v in copies:                                # each copy equals its first copy
-                first = v._mirror_primary.op.name
+                first = v.mirror_primary.op.name
                 np.testing.assert_array_equal(await sess.run(v), saved[first])
                 np.testing.assert_array_equal(saved[v.op.name], saved[first])
 

@@ -1,5 +1,5 @@
-"""SyncReplicasOptimizer with a dead, stopped or paused replica (DESIGN.md, "Fault
-tolerance"): without backup replicas the chief waits for it, naming it in the log
+"""SyncReplicasOptimizer with a dead, stopped or paused replica (docs/CONTRACT.md,
+"Fault tolerance"): without backup replicas the chief waits for it, naming it in the log
 every ``DISTRIB_STALL_S``, and goes on when it restarts; with backup replicas the
 others go on, and the paused replica's stale gradient is dropped when it resumes.
 

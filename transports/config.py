@@ -18,22 +18,29 @@ import secrets
 import socket
 from dataclasses import dataclass
 
+from .settings import (
+    CLUSTER_TOKEN,
+    CLUSTER_TOKEN_FILE,
+    FRAME_TIMEOUT_S,
+    HEARTBEAT_S,
+    MAX_FRAME_BYTES,
+    TLS_CA,
+    TLS_CERT,
+    TLS_KEY,
+    SettingError,
+)
+
 __all__ = ["TransportConfig", "PeerInfo", "local_host_id", "new_incarnation", "resolve_token",
            "DEFAULT_MAX_FRAME_BYTES", "MIN_FRAME_BYTES"]
 
-TOKEN_ENV = "DISTRIB_CLUSTER_TOKEN"
-TOKEN_FILE_ENV = "DISTRIB_CLUSTER_TOKEN_FILE"
-MAX_FRAME_ENV = "DISTRIB_MAX_FRAME_BYTES"
-FRAME_TIMEOUT_ENV = "DISTRIB_FRAME_TIMEOUT_S"
-TLS_ENVS = ("DISTRIB_TLS_CERT", "DISTRIB_TLS_KEY", "DISTRIB_TLS_CA")
+TLS_SETTINGS = (TLS_CERT, TLS_KEY, TLS_CA)
 # One message (a step's request, its fetches, a tensor sent between tasks)
 # may be this big. It was 4 GiB: a 16-byte prefix could make a server accept
 # bytes until the sender stopped. 2 GiB is the int32 limit of TF's gRPC
 # channels and of protobuf, so nothing TF could send in one RPC is refused.
-DEFAULT_MAX_FRAME_BYTES = 2**31
-MIN_FRAME_BYTES = 64 * 1024   # the handshake's own frames must fit
+DEFAULT_MAX_FRAME_BYTES: int = MAX_FRAME_BYTES.default
+MIN_FRAME_BYTES = int(MAX_FRAME_BYTES.minimum or 0)   # the handshake's own frames must fit
 _MIN_FRAME_TIMEOUT_S = 10.0
-_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class TransportConfig:
         if self.mode not in ("auto", "tcp", "shm"):
             raise ValueError(f"TransportConfig.mode must be 'auto', 'tcp' or 'shm', not {self.mode!r}")
         if self.max_frame_bytes is None:
-            object.__setattr__(self, "max_frame_bytes", _env_bytes(MAX_FRAME_ENV, DEFAULT_MAX_FRAME_BYTES))
+            object.__setattr__(self, "max_frame_bytes", MAX_FRAME_BYTES.get())
         if not MIN_FRAME_BYTES <= self.max_frame_bytes < 2**63:  # type: ignore[operator]
             raise ValueError(f"max_frame_bytes must be at least {MIN_FRAME_BYTES}, "
                              f"not {self.max_frame_bytes!r}")
@@ -88,12 +95,12 @@ class TransportConfig:
 
     def _resolve_tls(self) -> None:
         fields = ("tls_cert", "tls_key", "tls_ca")
-        for field, env in zip(fields, TLS_ENVS):
+        for field, setting in zip(fields, TLS_SETTINGS):
             if getattr(self, field) is None:
-                object.__setattr__(self, field, os.environ.get(env, "").strip())
-        missing = [env for field, env in zip(fields, TLS_ENVS) if not getattr(self, field)]
+                object.__setattr__(self, field, setting.get())
+        missing = [s.name for field, s in zip(fields, TLS_SETTINGS) if not getattr(self, field)]
         if missing and len(missing) < 3:
-            have = [env for env in TLS_ENVS if env not in missing]
+            have = [s.name for s in TLS_SETTINGS if s.name not in missing]
             raise ValueError(f"mutual TLS needs DISTRIB_TLS_CERT, DISTRIB_TLS_KEY and DISTRIB_TLS_CA "
                              f"together: {', '.join(have)} set but {', '.join(missing)} missing")
 
@@ -101,30 +108,6 @@ class TransportConfig:
     def tls(self) -> bool:
         """Whether TCP connections use mutual TLS."""
         return bool(self.tls_cert)
-
-
-def _env_bytes(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    scale = _UNITS.get(raw[-1].lower(), 1)
-    digits = raw[:-1] if scale > 1 else raw
-    if not digits.isdigit():
-        raise ValueError(f"{name} must be a number of bytes (a K, M or G suffix allowed), not {raw!r}")
-    return int(digits) * scale
-
-
-def _env_seconds(name: str) -> float | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise ValueError(f"{name} must be a number of seconds >= 0, not {raw!r}")
-    return value
 
 
 def _default_frame_timeout() -> float:
@@ -135,12 +118,12 @@ def _default_frame_timeout() -> float:
     the transport's own bound, for connections with heartbeats off and for
     users of the transport alone. A peer that trickles bytes stays within
     ``max_frame_bytes``."""
-    value = _env_seconds(FRAME_TIMEOUT_ENV)
+    value = FRAME_TIMEOUT_S.get()
     if value is not None:
         return value
     try:
-        beat = _env_seconds("DISTRIB_HEARTBEAT_S") or 0.0
-    except ValueError:
+        beat = HEARTBEAT_S.get()
+    except SettingError:
         beat = 0.0   # the runtime reports a bad heartbeat itself
     return max(_MIN_FRAME_TIMEOUT_S, 3 * beat)
 
@@ -194,10 +177,10 @@ def resolve_token(config: TransportConfig) -> bytes:
     """The cluster secret to use: the config's, else the environment's; b"" = none."""
     if config.token is not None:
         return bytes(config.token)
-    value = os.environ.get(TOKEN_ENV)
+    value = CLUSTER_TOKEN.get()
     if value:
         return value.encode()
-    path = os.environ.get(TOKEN_FILE_ENV)
+    path = CLUSTER_TOKEN_FILE.get()
     if path:
         with open(path, "rb") as f:
             return f.read().strip()

@@ -33,10 +33,10 @@ from .tls import (
     TLS_ADVICE,
     client_context,
     describe,
+    handshake_watched_wire,
     is_tls_failure,
     server_context,
     speaks_tls,
-    watch_tls_handshake,
 )
 from .wire import Wire
 
@@ -74,7 +74,8 @@ class Listener:
     def address(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
-    async def _start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int) -> None:
+        """Bind ``host:port`` (0: a free port) and serve it (:func:`listen` calls it)."""
         loop = asyncio.get_running_loop()
         config = self._config
         tls: dict[str, Any] = {}
@@ -86,10 +87,9 @@ class Listener:
         self.host, self.port = sockname[0], sockname[1]
 
     def _new_wire(self) -> Wire:
-        wire = Wire("?", on_made=self._accepted)
         if self._config.tls:
-            watch_tls_handshake(wire)
-        return wire
+            return handshake_watched_wire("?", self._accepted)
+        return Wire("?", on_made=self._accepted)
 
     def _accepted(self, wire: Wire) -> None:
         peer = wire.transport.get_extra_info("peername") if wire.transport else None
@@ -163,7 +163,7 @@ async def listen(host: str, port: int, on_connection: Callable[[Connection], Any
     config = config or TransportConfig()
     listener = Listener(identity, config, resolve_token(config), on_connection)
     try:
-        await listener._start(host, port)
+        await listener.start(host, port)
     except BaseException:
         await listener.close()
         raise

@@ -46,6 +46,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import FrameError
+from .settings import SHM_ARENA_BYTES, SettingError
 
 __all__ = ["SegmentPool", "SegmentMaps", "SharedArena", "ARENA", "shared_empty", "MEMFD_NAME"]
 
@@ -116,7 +117,8 @@ class SharedArena:
         self._pid = os.getpid()
         self._lock = threading.Lock()  # servers of one process may run on several threads
 
-    def _forked(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """Fit a forked child's copy for use (``os.register_at_fork`` calls it)."""
         # the child's copy must not wait for a lock some other thread held at fork
         self._lock = threading.Lock()
 
@@ -238,12 +240,12 @@ class SharedArena:
 
 
 def _arena_limit() -> int:
-    text = os.environ.get("DISTRIB_SHM_ARENA_BYTES", "")
+    # read once, at import; a bad value must not make ``import transports`` fail
     try:
-        return int(text) if text else 1 << 30
-    except ValueError:
-        logger.warning("DISTRIB_SHM_ARENA_BYTES=%r is not a number of bytes; using 1 GiB", text)
-        return 1 << 30
+        return SHM_ARENA_BYTES.get()
+    except SettingError as e:
+        logger.warning("%s; using %s", e, SHM_ARENA_BYTES.shown_default())
+        return SHM_ARENA_BYTES.default
 
 
 def _arena_max_buffers() -> int:
@@ -256,7 +258,7 @@ def _arena_max_buffers() -> int:
 
 # DISTRIB_SHM_ARENA_BYTES bounds it (0: no shared arrays, every send copies)
 ARENA = SharedArena(_arena_limit(), _arena_max_buffers())
-os.register_at_fork(after_in_child=ARENA._forked)
+os.register_at_fork(after_in_child=ARENA.after_fork_in_child)
 
 
 def shared_empty(shape: tuple, dtype: np.dtype) -> np.ndarray:

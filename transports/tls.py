@@ -13,7 +13,7 @@ would otherwise have to list every one. Run one CA per cluster.
 
 A listener passes ``ssl=`` to ``create_server`` (``loop.start_tls`` on an
 accepted socket hangs the handshake in uvloop 0.23), and logs a failed TLS
-handshake itself (:func:`watch_tls_handshake`). The protocol above
+handshake itself (:func:`handshake_watched_wire`). The protocol above
 (:class:`~transports.wire.Wire`, a BufferedProtocol) is unchanged: uvloop's
 SSL layer decrypts straight into its ``get_buffer`` blocks.
 
@@ -33,9 +33,11 @@ import asyncio
 import logging
 import ssl
 import weakref
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["server_context", "client_context", "is_tls_failure", "speaks_tls", "watch_tls_handshake"]
+from .wire import Wire
+
+__all__ = ["server_context", "client_context", "is_tls_failure", "speaks_tls", "handshake_watched_wire"]
 
 logger = logging.getLogger("transports")
 
@@ -89,13 +91,12 @@ def describe(exc: BaseException) -> str:
     return str(reason).replace("_", " ").lower() if isinstance(exc, ssl.SSLError) else str(reason)
 
 
-def watch_tls_handshake(wire: Any) -> None:
-    """Log a refusal when a listener's TLS handshake fails: the Wire made for
-    the socket then dies without ever being connected. (asyncio and uvloop
-    drop a failed server-side handshake silently: an ``ssl.SSLError`` is an
-    ``OSError``, which they log at DEBUG only, and only in debug mode.)"""
+def handshake_watched_wire(label: str, on_made: Callable[[Wire], None] | None) -> Wire:
+    """The Wire for a TLS listener's socket, which logs a refusal when the TLS
+    handshake fails: the Wire then dies without ever being connected. (asyncio
+    and uvloop drop a failed server-side handshake silently: an ``ssl.SSLError``
+    is an ``OSError``, which they log at DEBUG only, and only in debug mode.)"""
     made = [False]
-    on_made = wire._on_made
 
     def mark(w: Any) -> None:
         made[0] = True
@@ -107,8 +108,9 @@ def watch_tls_handshake(wire: Any) -> None:
             logger.warning("refused a connection: TLS handshake failed (the peer has no certificate "
                            "signed by this cluster's DISTRIB_TLS_CA, or does not speak TLS)")
 
-    wire._on_made = mark
+    wire = Wire(label, on_made=mark)
     weakref.finalize(wire, gone)
+    return wire
 
 
 async def speaks_tls(host: str, port: int, timeout: float) -> bool:

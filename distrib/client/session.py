@@ -72,6 +72,11 @@ class Session:
         self._lock: asyncio.Lock | None = None
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has run (a closed session cannot run steps)."""
+        return self._closed
+
     async def __aenter__(self) -> Session:
         await self._open()
         return self
@@ -98,10 +103,10 @@ class Session:
                 return
             gd = self.graph.as_graph_def()
             if self._handle is None:
-                self._handle = await self._master.call(
-                    "create_session", gd, self.config.as_dict(), timeout=120.0)
+                self._handle = await self._master.create_session(
+                    gd, self.config.as_dict(), timeout=120.0)
             else:
-                await self._master.call("extend_session", self._handle, gd, timeout=120.0)
+                await self._master.extend_session(self._handle, gd, timeout=120.0)
             self._version = version
 
     async def run(self, fetches: Any, feed_dict: dict | None = None,
@@ -141,15 +146,15 @@ class Session:
         # bound, a little longer so that the master's own error comes first,
         # covers a master that stopped answering
         limit = (options or {}).get("operation_timeout_s", self.config.operation_timeout_s)
-        values = await self._master.call("run", self._handle, plan.tensors, plan.targets, feeds,
-                                         options, timeout=None if limit is None else limit + 6.0)
+        values = await self._master.run(self._handle, plan.tensors, plan.targets, feeds,
+                                        options, timeout=None if limit is None else limit + 6.0)
         return plan.build([_pythonic(v) for v in values])
 
     async def list_devices(self) -> list[DeviceAttributes]:
         await self._open()
         assert self._master is not None
         return [DeviceAttributes(d) for d in
-                await self._master.call("list_devices", timeout=30.0)]
+                await self._master.list_devices(timeout=30.0)]
 
     async def close(self) -> None:
         if self._closed:
@@ -160,7 +165,7 @@ class Session:
             return
         try:
             if self._handle is not None:
-                await master.call("close_session", self._handle, timeout=5.0)
+                await master.close_session(self._handle, timeout=5.0)
         except Exception as e:  # closing must not fail because the server is gone
             logger.debug("close_session failed: %s", e)
         finally:
@@ -216,7 +221,7 @@ class SyncSession:
 
     def __del__(self) -> None:
         try:
-            if not self._session._closed and self._loop.loop.is_running():
+            if not self._session.closed and self._loop.loop.is_running():
                 asyncio.run_coroutine_threadsafe(self._session.close(), self._loop.loop)
         except Exception:
             pass

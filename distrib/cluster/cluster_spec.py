@@ -110,7 +110,7 @@ class ClusterSpec:
         if cluster is None:
             cluster = {}
         if isinstance(cluster, ClusterSpec):
-            jobs = {job: dict(tasks) for job, tasks in cluster._jobs.items()}
+            jobs = {job: dict(tasks) for job, tasks in cluster._jobs.items()}  # noqa: SLF001 - a copy
         elif isinstance(cluster, Mapping):
             jobs = {_check_job_name(job): _normalize_job(job, tasks) for job, tasks in cluster.items()}
         else:

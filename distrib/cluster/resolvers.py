@@ -28,12 +28,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from distrib.cluster.cluster_resolver import ClusterResolver, SchedulerEnvironmentError, SimpleClusterResolver
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.cluster.kubernetes import KubernetesClusterResolver
 from distrib.cluster.slurm import SlurmClusterResolver, expand_hostlist, expand_tasks_per_node
 from distrib.cluster.tf_config import TFConfig, load_tf_config, parse_tf_config
+from distrib.settings import (
+    K8S_CLUSTER_DOMAIN,
+    K8S_JOBS,
+    K8S_PORT,
+    K8S_SERVICE,
+    K8S_STATEFULSETS,
+    SLURM_GPUS_PER_TASK,
+    SLURM_JOBS,
+    SLURM_PORT_BASE,
+    Setting,
+    SettingError,
+)
 
 __all__ = ["ClusterResolver", "TFConfigClusterResolver", "SimpleClusterResolver",
            "SlurmClusterResolver", "KubernetesClusterResolver", "SchedulerEnvironmentError",
@@ -120,19 +133,19 @@ def detect_scheduler(env: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def _int_setting(value: int | None, env: Mapping[str, str], name: str, default: int) -> int:
+def _setting(setting: Setting, env: Mapping[str, str], value: object = None) -> Any:
+    """``value`` (an argument) when given, else ``setting`` as ``env`` holds it;
+    a bad value is a ``SchedulerEnvironmentError``, as every resolver error is."""
     if value is not None:
         return value
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    if not text.isdigit():
-        raise SchedulerEnvironmentError(f"{name}={text!r} is not a whole number >= 0")
-    return int(text)
+    try:
+        return setting.get(env)
+    except SettingError as e:
+        raise SchedulerEnvironmentError(str(e)) from None
 
 
 def _named_sets(env: Mapping[str, str]) -> dict[str, str] | None:
-    text = env.get("DISTRIB_K8S_STATEFULSETS", "").strip()
+    text = _setting(K8S_STATEFULSETS, env)
     if not text:
         return None
     sets: dict[str, str] = {}
@@ -140,7 +153,7 @@ def _named_sets(env: Mapping[str, str]) -> dict[str, str] | None:
         job, sep, name = part.partition(":")
         if not sep or not job.strip() or not name.strip():
             raise SchedulerEnvironmentError(
-                f"DISTRIB_K8S_STATEFULSETS={text!r}: {part!r} is not job:name "
+                f"{K8S_STATEFULSETS.name}={text!r}: {part!r} is not job:name "
                 "(e.g. ps:mnist-ps,worker:mnist-worker)")
         sets[job.strip()] = name.strip()
     return sets
@@ -165,21 +178,21 @@ def resolver_from_environment(env: Mapping[str, str] | None = None, *, kind: str
         return TFConfigClusterResolver(env=env)
     if kind == "slurm":
         return SlurmClusterResolver(
-            jobs=jobs or environ.get("DISTRIB_SLURM_JOBS", "").strip() or None,
-            port_base=_int_setting(port, environ, "DISTRIB_SLURM_PORT_BASE", 8888),
-            gpus_per_task=_int_setting(gpus_per_task, environ, "DISTRIB_SLURM_GPUS_PER_TASK", 0),
+            jobs=jobs or _setting(SLURM_JOBS, environ) or None,
+            port_base=_setting(SLURM_PORT_BASE, environ, port),
+            gpus_per_task=_setting(SLURM_GPUS_PER_TASK, environ, gpus_per_task),
             env=env)
     if kind == "kubernetes":
-        k8s_jobs = jobs or environ.get("DISTRIB_K8S_JOBS", "").strip()
+        k8s_jobs = jobs or _setting(K8S_JOBS, environ)
         if not k8s_jobs:
             raise SchedulerEnvironmentError(
                 "in Kubernetes, DISTRIB_K8S_JOBS (or --jobs) must give each StatefulSet's job and "
                 "replicas, e.g. ps:1,worker:2")
         return KubernetesClusterResolver(
-            jobs=k8s_jobs, port=_int_setting(port, environ, "DISTRIB_K8S_PORT", 2222),
-            service=environ.get("DISTRIB_K8S_SERVICE", "").strip() or None,
+            jobs=k8s_jobs, port=_setting(K8S_PORT, environ, port),
+            service=_setting(K8S_SERVICE, environ) or None,
             statefulsets=_named_sets(environ),
-            cluster_domain=environ.get("DISTRIB_K8S_CLUSTER_DOMAIN", "").strip() or None,
+            cluster_domain=_setting(K8S_CLUSTER_DOMAIN, environ) or None,
             env=env)
     if kind is None:
         raise SchedulerEnvironmentError(no_cluster())

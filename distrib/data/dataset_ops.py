@@ -128,10 +128,11 @@ class Dataset:
         if not leaves or not all(isinstance(d, Dataset) for d in leaves):
             raise InvalidArgumentError("zip takes datasets, or a tuple/dict of datasets; got "
                                        f"{nest!r}")
-        options = leaves[0]._options
+        # a Dataset reading other Datasets' node and options (same class), as concatenate
+        options = leaves[0]._options  # noqa: SLF001 - same class
         for d in leaves[1:]:
-            options = options.merge(d._options)
-        return Dataset(Zip(nest, [d._node for d in leaves]), options)
+            options = options.merge(d._options)  # noqa: SLF001 - same class
+        return Dataset(Zip(nest, [d._node for d in leaves]), options)  # noqa: SLF001 - same class
 
     # -- transformations ---------------------------------------------------------
 

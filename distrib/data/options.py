@@ -48,7 +48,7 @@ class _OptionGroup:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):   # copy/pickle probe dunders before _values exists
             raise AttributeError(name)
-        defaults = type(self)._defaults
+        defaults = self._defaults
         if name in defaults:
             value = self._values.get(name, _UNSET)
             if value is _UNSET:
@@ -60,24 +60,25 @@ class _OptionGroup:
                              f"{', '.join(sorted(defaults))}")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name not in type(self)._defaults:
+        if name not in self._defaults:
             raise AttributeError(f"Cannot set the property {name!r} on {type(self).__name__}; "
-                                 f"the options are {', '.join(sorted(type(self)._defaults))}")
+                                 f"the options are {', '.join(sorted(self._defaults))}")
         self._values[name] = value
 
     def _merged(self, other: _OptionGroup) -> _OptionGroup:
+        # reads and writes other groups' values: option groups, all of this class
         out = copy.deepcopy(self)
-        for name, value in other._values.items():
-            mine = out._values.get(name)
+        for name, value in other._values.items():  # noqa: SLF001 - same class
+            mine = out._values.get(name)  # noqa: SLF001 - same class
             if isinstance(value, _OptionGroup) and isinstance(mine, _OptionGroup):
-                out._values[name] = mine._merged(value)
+                out._values[name] = mine._merged(value)  # noqa: SLF001 - same class
             else:
-                out._values[name] = copy.deepcopy(value)
+                out._values[name] = copy.deepcopy(value)  # noqa: SLF001 - same class
         return out
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and all(
-            getattr(self, n) == getattr(other, n) for n in type(self)._defaults)
+            getattr(self, n) == getattr(other, n) for n in self._defaults)
 
     def __repr__(self) -> str:
         set_ = ", ".join(f"{k}={v!r}" for k, v in sorted(self._values.items()))

@@ -29,7 +29,7 @@ from typing import Any
 from distrib.cluster.resolvers import ClusterResolver, TFConfigClusterResolver
 from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveKeys
 from distrib.distribute.local_target import local_server, set_default_target
-from distrib.distribute.mirrored_strategy import _Mirroring, local_devices
+from distrib.distribute.mirrored_strategy import MirroringStrategy, local_devices
 from distrib.distribute.values import MirroredVariable
 from distrib.framework.graph import get_default_graph
 from distrib.ops import collective_ops
@@ -75,7 +75,7 @@ def _worker_jobs(cluster: Any) -> list[tuple[str, int]]:
     return out
 
 
-class MultiWorkerMirroredStrategy(_Mirroring):
+class MultiWorkerMirroredStrategy(MirroringStrategy):
     """``dt.distribute.MultiWorkerMirroredStrategy(cluster_resolver=None,
     communication_options=None)``: see the module header."""
 
@@ -123,7 +123,7 @@ class MultiWorkerMirroredStrategy(_Mirroring):
     def is_chief(self) -> bool:
         return self._worker_index == 0
 
-    def _gather_all(self, values: list[Any], axis: int) -> Any:
+    def gather_all(self, values: list[Any], axis: int) -> Any:
         graph = get_default_graph()
         with graph.device(self._devices[0]):
             local = concat(values, axis)
@@ -146,7 +146,7 @@ class MultiWorkerMirroredStrategy(_Mirroring):
         containers: list[MirroredVariable] = []
         plain = []
         for v in missing:
-            container = getattr(v, "_distributed_container", None)
+            container = getattr(v, "distributed_container", None)
             if isinstance(container, MirroredVariable):
                 if container not in containers:
                     containers.append(container)

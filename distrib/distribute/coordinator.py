@@ -41,7 +41,6 @@ import collections
 import contextlib
 import inspect
 import logging
-import re
 import weakref
 from typing import Any, Callable, Iterator
 
@@ -60,6 +59,7 @@ from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import is_variable_initialized
 from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.step.doors import WorkerDoor
 from distrib.train import checkpoint as ckpt
 from distrib.train.ps_recovery import recoverable
 from distrib.train.saver import Saver
@@ -72,19 +72,11 @@ _PROBE_S = 1.0
 
 
 class RemoteValue:
-    """The result of a scheduled closure (``await rv.fetch()``)."""
+    """The result of a scheduled closure (``await rv.fetch()``): the reading end of
+    the future that the closure (``_Closure``) settles."""
 
-    def __init__(self) -> None:
-        self._future: asyncio.Future = asyncio.get_running_loop().create_future()
-
-    def _set(self, value: Any) -> None:
-        if not self._future.done():
-            self._future.set_result(value)
-
-    def _fail(self, error: BaseException) -> None:
-        if not self._future.done():
-            self._future.set_exception(error)
-            self._future.exception()   # retrieved: raised again by fetch
+    def __init__(self, future: asyncio.Future) -> None:
+        self._future = future
 
     def done(self) -> bool:
         return self._future.done()
@@ -108,10 +100,26 @@ class PerWorkerValues:
 
 
 class _Closure:
-    __slots__ = ("fn", "args", "kwargs", "result")
+    """One scheduled call: the function, its arguments, and the writing end of its
+    RemoteValue (settled once: a closure put back and run again settles it then)."""
 
-    def __init__(self, fn: Function, args: tuple, kwargs: dict, result: RemoteValue) -> None:
-        self.fn, self.args, self.kwargs, self.result = fn, args, kwargs, result
+    __slots__ = ("fn", "args", "kwargs", "result", "_future")
+
+    def __init__(self, fn: Function, args: tuple, kwargs: dict) -> None:
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self._future: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.result = RemoteValue(self._future)
+
+    def succeed(self, value: Any) -> None:
+        """The closure ran: its RemoteValue holds ``value`` (unless settled before)."""
+        if not self._future.done():
+            self._future.set_result(value)
+
+    def fail(self, error: BaseException) -> None:
+        """The closure failed: its RemoteValue raises ``error`` (unless settled before)."""
+        if not self._future.done():
+            self._future.set_exception(error)
+            self._future.exception()   # retrieved: raised again by fetch
 
 
 class ClusterCoordinator:
@@ -140,7 +148,7 @@ class ClusterCoordinator:
         self._ps_lock: asyncio.Lock | None = None
         self._wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._incarnations: dict[str, int] = {}   # a worker's, when it was last taken back
-        strategy._coordinator = self
+        strategy.coordinator = self   # (TF: strategy._cluster_coordinator; Keras fit reads it)
 
     # -- the API ------------------------------------------------------------------------
     def schedule(self, fn: Callable[..., Any], args: tuple | None = None,
@@ -153,10 +161,10 @@ class ClusterCoordinator:
             if wrapped is None:
                 wrapped = self._wrapped[fn] = Function(fn)
             fn = wrapped
-        result = RemoteValue()
-        self._queue.append(_Closure(fn, tuple(args or ()), dict(kwargs or {}), result))
+        closure = _Closure(fn, tuple(args or ()), dict(kwargs or {}))
+        self._queue.append(closure)
         self._wake()
-        return result
+        return closure.result
 
     async def join(self) -> None:
         """Wait until every scheduled closure ran; raise the first error of fn, if any."""
@@ -195,6 +203,11 @@ class ClusterCoordinator:
     @property
     def num_workers(self) -> int:
         return len(self._devices)
+
+    @property
+    def worker_devices(self) -> list[str]:
+        """The workers closures run on; a worker's index is its place here."""
+        return list(self._devices)
 
     async def shutdown(self) -> None:
         """Stop the worker loops (closures still queued are cancelled)."""
@@ -246,7 +259,7 @@ class ClusterCoordinator:
             except Exception as exc:   # recovering failed (a restore, say): the user hears of it
                 logger.error("closure on %s failed while recovering: %s", self._devices[index],
                              exc)
-                closure.result._fail(exc)
+                closure.fail(exc)
                 self._set_error(exc)
             finally:
                 self._inflight -= 1
@@ -261,7 +274,7 @@ class ClusterCoordinator:
                 value = await closure.fn.call_on(device, self.strategy, args, kwargs)
         except (UnavailableError, AbortedError, FailedPreconditionError) as exc:
             if isinstance(exc, FailedPreconditionError) and not recoverable(exc):
-                closure.result._fail(exc)
+                closure.fail(exc)
                 self._set_error(exc)
                 return
             failed = self._failed_task(exc)
@@ -282,24 +295,23 @@ class ClusterCoordinator:
             self._queue.appendleft(closure)
             return
         except OutOfRangeError as exc:
-            closure.result._fail(exc)
+            closure.fail(exc)
             self._set_error(exc)
             return
         except Exception as exc:   # an error of fn itself: reaches the user at join
-            closure.result._fail(exc)
+            closure.fail(exc)
             self._set_error(exc)
             return
-        closure.result._set(value)
+        closure.succeed(value)
 
     def _failed_task(self, exc: OpError) -> str | None:
-        """The task a failure names (a ps first, then a worker), if any: in its
-        message, else the task the failed op ran on (an uninitialized variable's)."""
-        tasks = list(getattr(self.strategy, "_ps", [])) + self._devices
-        for text in (exc.message, exc.task or ""):
-            for device in tasks:
-                if re.search(re.escape(device) + r"(?![\w:])", text):
-                    return device
-        return None
+        """The task a failure blames, if it is one of ours: the error's ``peer``
+        (the task whose failure caused it: lost, unreachable, restarted) or its
+        ``task`` (where it was raised: a restarted ps's uninitialized
+        variable); a ps first, then a worker, the peer before the task."""
+        ps = list(getattr(self.strategy, "ps_devices", []))
+        named = [t for t in (exc.peer, exc.task) if t is not None and (t in ps or t in self._devices)]
+        return next((t for t in named if t in ps), named[0] if named else None)
 
     def _set_error(self, exc: BaseException) -> None:
         if self._error is None:
@@ -309,7 +321,7 @@ class ClusterCoordinator:
 
     def _cancel_queued(self, why: str) -> None:
         while self._queue:
-            self._queue.popleft().result._fail(CancelledError(f"closure cancelled: {why}"))
+            self._queue.popleft().fail(CancelledError(f"closure cancelled: {why}"))
 
     def _raise_error(self) -> None:
         error, self._error = self._error, None
@@ -322,10 +334,10 @@ class ClusterCoordinator:
         if self._system is None:
             self._system = await ActorSystem(client_name(), listen=False).start()
         job, index = task.split("/")[1][4:], int(task.split(":")[-1])
-        address = self.strategy._cluster.task_address(job, index)
+        address = self.strategy.cluster.task_address(job, index)
         try:
-            status = await self._system.ref(parse_target(address), "worker").call(
-                "get_status", timeout=_PROBE_S * 2)
+            status = await WorkerDoor.at(self._system, parse_target(address)).get_status(
+                timeout=_PROBE_S * 2)
             return int(status["incarnation"])
         except OpError:
             return None
@@ -344,7 +356,7 @@ class ClusterCoordinator:
             logger.info("worker %s answers again (a new process): its datasets are rebuilt",
                         device)
             for dataset in list(self._datasets):
-                dataset._rebuild(index)
+                dataset.rebuild(index)
         else:
             logger.info("worker %s answers again: it takes closures again", device)
         self._incarnations[device] = incarnation
@@ -397,25 +409,29 @@ async def _restore_ps(strategy: Any, task: str, checkpoint_dir: str | None) -> N
 
 # -- per-worker datasets ----------------------------------------------------------------------
 class _PerWorkerDataset:
+    """``create_per_worker_dataset``'s result: ``datasets[i]`` is worker i's."""
+
     def __init__(self, coordinator: ClusterCoordinator, dataset_fn: Any) -> None:
-        self._coordinator = coordinator
+        self.coordinator = coordinator
         self._fn = dataset_fn
         n = coordinator.num_workers
-        self._datasets = [self._make(i) for i in range(n)]
+        self.datasets = [self._make(i) for i in range(n)]
         self._iterators: weakref.WeakSet[_PerWorkerIterator] = weakref.WeakSet()
 
     def _make(self, index: int) -> Any:
         fn = self._fn
         takes = len(inspect.signature(fn).parameters) if callable(fn) else 0
-        dataset = fn(InputContext(self._coordinator.num_workers, index, 1)) if takes else fn()
-        if hasattr(dataset, "_datasets"):   # a PerWorkerDataset given back
-            dataset = dataset._datasets[index]
+        dataset = fn(InputContext(self.coordinator.num_workers, index, 1)) if takes else fn()
+        if isinstance(dataset, _PerWorkerDataset):   # a per-worker dataset given back
+            dataset = dataset.datasets[index]
         return dataset
 
-    def _rebuild(self, index: int) -> None:
-        self._datasets[index] = self._make(index)
+    def rebuild(self, index: int) -> None:
+        """Worker ``index``'s dataset made again (a new process of it: its
+        iterators start again from the beginning)."""
+        self.datasets[index] = self._make(index)
         for it in list(self._iterators):
-            it._restart(index)
+            it.restart(index)
 
     def __iter__(self) -> _PerWorkerIterator:
         it = _PerWorkerIterator(self)
@@ -432,12 +448,13 @@ class _PerWorkerIterator:
 
     def __init__(self, dataset: _PerWorkerDataset) -> None:
         self._dataset = dataset
-        self._iters: list[Iterator[Any]] = [iter(d) for d in dataset._datasets]
-        self._spec = dataset._datasets[0].element_spec
-        self._worker: int | None = None    # set while a closure's arguments are read
+        self._iters: list[Iterator[Any]] = [iter(d) for d in dataset.datasets]
+        self._spec = dataset.datasets[0].element_spec
+        self.worker: int | None = None    # set while a closure's arguments are read
 
-    def _restart(self, index: int) -> None:
-        self._iters[index] = iter(self._dataset._datasets[index])
+    def restart(self, index: int) -> None:
+        """Read worker ``index``'s (rebuilt) dataset from its beginning."""
+        self._iters[index] = iter(self._dataset.datasets[index])
 
     def _function_signature(self) -> Any:
         # by what it yields: a step traced for one iterator serves every iterator of
@@ -448,12 +465,13 @@ class _PerWorkerIterator:
         return _TracedIterator(self._spec, out)
 
     def _function_leaves(self, out: list[Any]) -> None:
-        index = self._worker if self._worker is not None else 0
+        index = self.worker if self.worker is not None else 0
         try:
             element = next(self._iters[index])
         except StopIteration:
-            raise OutOfRangeError(f"the dataset of {self._dataset._coordinator._devices[index]}"
-                                  " is exhausted (End of sequence)") from None
+            device = self._dataset.coordinator.worker_devices[index]
+            raise OutOfRangeError(f"the dataset of {device} is exhausted (End of sequence)"
+                                  ) from None
         out.extend(_flatten(element))
 
     def __next__(self) -> Any:
@@ -513,9 +531,9 @@ def _worker_index(closure: _Closure, index: int) -> Iterator[None]:
     iterators = [a for a in list(closure.args) + list(closure.kwargs.values())
                  if isinstance(a, _PerWorkerIterator)]
     for it in iterators:
-        it._worker = index
+        it.worker = index
     try:
         yield
     finally:
         for it in iterators:
-            it._worker = None
+            it.worker = None

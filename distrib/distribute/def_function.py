@@ -42,10 +42,9 @@ from distrib.distribute.local_target import default_target
 from distrib.distribute.values import DistributedValues, PerReplica
 from distrib.framework import auto_deps, distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
+from distrib.framework.op_def import op_types
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
-from distrib.runtime.collective.engine import COLLECTIVE_OPS
-from distrib.runtime.state.stateful import STATEFUL_OPS
 
 __all__ = ["function", "Function"]
 
@@ -167,6 +166,13 @@ class _Trace:
     def structured_outputs(self) -> Any:
         return self._outputs
 
+    @property
+    def side_effect_ops(self) -> list[Operation]:
+        """The ops each call runs beside the outputs, fetched or not (TF's
+        automatic control dependencies): those of a type with side effects in
+        the op catalogue, and the groups nothing waits on."""
+        return list(self._effects)
+
     async def run(self, args: tuple, kwargs: dict) -> Any:
         values: list[Any] = []
         _leaves((tuple(np.asarray(a) for a in args), kwargs) if self._signed else (args, kwargs),
@@ -187,8 +193,9 @@ class _Trace:
         return default_target()
 
 
-_EFFECT_OPS = (STATEFUL_OPS | COLLECTIVE_OPS) - {"VariableV2", "IsVariableInitialized",
-                                                 "QueueSize", "AccumulatorNumAccumulated"}
+# the ops with side effects (the op catalogue's has_side_effects: updates,
+# resource ops, collectives; not the reads of a variable or a queue's size)
+_EFFECT_OPS = op_types(lambda d: d.has_side_effects)
 
 
 
@@ -281,7 +288,7 @@ def _as_fetchable(value: Any) -> Any:
     if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
         return type(value)([_as_fetchable(v) for v in value.values])
     if hasattr(value, "_as_graph_element"):
-        return value._as_graph_element()
+        return value._as_graph_element()  # noqa: SLF001 - TF's fetch hook (Graph.as_graph_element)
     if isinstance(value, tuple):
         items = [_as_fetchable(v) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
@@ -362,7 +369,7 @@ async def _initialize_variables(session: Session, graph: Any, strategy: Any) -> 
         start, end = seen.get(session.target, 0), len(variables)
         # one restored by a Saver already holds its values (resuming a job)
         todo = [v for v in variables[start:end]
-                if not getattr(v, "_restored_from_checkpoint", False)]
+                if not getattr(v, "restored_from_checkpoint", False)]
         if todo:
             await _initialize(session, todo, strategy)
         seen[session.target] = end

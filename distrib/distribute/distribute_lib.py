@@ -6,8 +6,8 @@ builds ``fn`` once per local replica, each under its device, and returns the
 replicas' outputs as ``PerReplica`` tensors; the step runs when the graph
 does (a ``dt.function`` traces the whole thing once and runs it per call).
 A strategy subclass says which devices its replicas have, how variables are
-made (``create_variable``) and how values are combined (``_reduce_to``,
-``_gather_local``); everything else is here.
+made (``create_variable``) and how values are combined
+(``reduce_to_replicas``, ``gather_all``); everything else is here.
 
 Contexts, as in TF: inside ``strategy.scope()`` code is in the
 *cross-replica* context (``dt.distribute.get_replica_context()`` is None);
@@ -55,7 +55,9 @@ class ReplicaContext:
         self.strategy = strategy
         self.local_index = local_index              # among this worker's replicas
         self.replica_id_in_sync_group = replica_id  # among all replicas of the step
-        self._thread: Any = None                    # set by run_replicas
+        # this replica's build thread while strategy.run builds it (set and cleared by
+        # mirrored_run.run_replicas); merge_call parks it there
+        self.replica_thread: Any = None
 
     @property
     def num_replicas_in_sync(self) -> int:
@@ -63,16 +65,16 @@ class ReplicaContext:
 
     @property
     def devices(self) -> tuple[str, ...]:
-        return (self.strategy._devices[self.local_index],)
+        return (self.strategy.replica_devices[self.local_index],)
 
     def merge_call(self, merge_fn: Callable[..., Any], args: tuple = (),
                    kwargs: dict | None = None) -> Any:
         """Run ``merge_fn(strategy, *args)`` once for all replicas (cross-replica
         context; each argument a ``PerReplica`` where the replicas' differ) and
         return this replica's part of its result."""
-        if self._thread is None:
+        if self.replica_thread is None:
             raise RuntimeError("merge_call is only valid inside strategy.run")
-        return self._thread.merge_call(merge_fn, tuple(args), dict(kwargs or {}))
+        return self.replica_thread.merge_call(merge_fn, tuple(args), dict(kwargs or {}))
 
     def all_reduce(self, reduce_op: Any, value: Any, options: Any = None) -> Any:
         """``value`` (a tensor or a nested structure) combined over every replica."""
@@ -80,7 +82,7 @@ class ReplicaContext:
         flat, pack = _flatten(value)
 
         def merge(strategy: Strategy, *per_replica: Any) -> Any:
-            results = [strategy._reduce_to_replicas(op, _values(v)) for v in per_replica]
+            results = [strategy.reduce_to_replicas(op, _values(v)) for v in per_replica]
             return tuple(Mirrored(r) for r in results)
         reduced = self.merge_call(merge, tuple(flat))
         return pack(list(reduced))
@@ -92,8 +94,8 @@ class ReplicaContext:
         def merge(strategy: Strategy, *per_replica: Any) -> Any:
             out = []
             for v in per_replica:
-                joined = strategy._gather_all(_values(v), axis)
-                out.append(Mirrored([ops.identity(joined) for _ in strategy._devices]))
+                joined = strategy.gather_all(_values(v), axis)
+                out.append(Mirrored([ops.identity(joined) for _ in strategy.replica_devices]))
             return tuple(out)
         return pack(list(self.merge_call(merge, tuple(flat))))
 
@@ -113,15 +115,15 @@ class Strategy:
     def create_variable(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
-    def _reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
-        """One combined tensor per local replica device."""
+    def reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
+        """One combined tensor per local replica device (``values``: one per replica)."""
         raise NotImplementedError
 
     def _reduce_cross_replica(self, reduce_op: str, values: list[Any]) -> Any:
         """One combined tensor, for the caller (on the first device)."""
-        return self._reduce_to_replicas(reduce_op, values)[0]
+        return self.reduce_to_replicas(reduce_op, values)[0]
 
-    def _gather_all(self, values: list[Any], axis: int) -> Any:
+    def gather_all(self, values: list[Any], axis: int) -> Any:
         """Every replica's value (of every worker) joined along ``axis``."""
         with get_default_graph().device(self._devices[0]):
             return concat(values, axis)
@@ -130,6 +132,22 @@ class Strategy:
     def target(self) -> str:
         """Where this strategy's steps run (a server's target)."""
         raise NotImplementedError
+
+    # -- what the replica contexts, distributed datasets and ``extended`` read -------------
+    @property
+    def replica_devices(self) -> tuple[str, ...]:
+        """This worker's replica devices, one per local replica."""
+        return tuple(self._devices)
+
+    @property
+    def num_workers(self) -> int:
+        """How many workers build and run each step (1: this process alone)."""
+        return self._num_workers
+
+    @property
+    def worker_index(self) -> int:
+        """This worker's index among them (0 on the chief)."""
+        return self._worker_index
 
     # -- the API ---------------------------------------------------------------------------
     @property
@@ -199,7 +217,7 @@ class Strategy:
         self._note_use()
         if not isinstance(value, DistributedValues):
             value = PerReplica([value] * len(self._devices))
-        return self._gather_all([ops.convert_to_tensor(v) for v in value.values], axis)
+        return self.gather_all([ops.convert_to_tensor(v) for v in value.values], axis)
 
     def experimental_local_results(self, value: Any) -> tuple[Any, ...]:
         self._note_use()
@@ -224,16 +242,16 @@ class _Extended:
     def __init__(self, strategy: Strategy) -> None:
         self._strategy = strategy
 
-    worker_devices = property(lambda self: tuple(self._strategy._devices))
-    parameter_devices = property(lambda self: tuple(self._strategy._devices))
+    worker_devices = property(lambda self: self._strategy.replica_devices)
+    parameter_devices = property(lambda self: self._strategy.replica_devices)
 
     @property
     def experimental_between_graph(self) -> bool:
-        return self._strategy._num_workers > 1
+        return self._strategy.num_workers > 1
 
     @property
     def should_checkpoint(self) -> bool:
-        return self._strategy._worker_index == 0
+        return self._strategy.worker_index == 0
 
 
 class _DefaultStrategy(Strategy):
@@ -246,7 +264,7 @@ class _DefaultStrategy(Strategy):
         with distribution_context.variable_creation_paused():
             return Variable(*args, **kwargs)
 
-    def _reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
+    def reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
         return [ops.convert_to_tensor(values[0])]
 
     def run(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,

@@ -75,19 +75,19 @@ class DistributedDataset(_Distributed):
             raise ValueError(f"experimental_distribute_dataset needs a dt.data.Dataset, got "
                              f"{type(dataset).__name__}")
         self._strategy = strategy
-        self._steps = rebatch_and_shard(dataset, strategy._num_workers, strategy._worker_index,
-                                        len(strategy._devices))
+        self._steps = rebatch_and_shard(dataset, strategy.num_workers, strategy.worker_index,
+                                        len(strategy.replica_devices))
 
 
 class DistributedDatasetsFromFunction(_Distributed):
     """``dataset_fn(input_context)`` once for this worker, split between its replicas."""
 
     def __init__(self, strategy: Any, dataset_fn: Callable[[Any], Dataset]) -> None:
-        context = InputContext(strategy._num_workers, strategy._worker_index,
+        context = InputContext(strategy.num_workers, strategy.worker_index,
                                strategy.num_replicas_in_sync)
         dataset = dataset_fn(context)
         if not isinstance(dataset, Dataset):
             raise ValueError("dataset_fn must return a dt.data.Dataset, got "
                              f"{type(dataset).__name__}")
         self._strategy = strategy
-        self._steps = rebatch_and_shard(dataset, 1, 0, len(strategy._devices))
+        self._steps = rebatch_and_shard(dataset, 1, 0, len(strategy.replica_devices))

@@ -35,7 +35,7 @@ def default_target() -> str:
     """The target a ``dt.function`` runs on outside every strategy's scope: the
     server a strategy set while it runs, else this process's local server."""
     server = _default
-    if server is not None and not server._stopped.is_set():
+    if server is not None and not server.is_stopped:
         return server.target
     return local_server().target
 

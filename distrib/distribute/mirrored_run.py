@@ -96,7 +96,7 @@ def run_replicas(strategy: Any, contexts: list[Any], fn: Callable[..., Any],
                for i, (ctx, a, k, dev) in enumerate(zip(contexts, args_per_replica,
                                                           kwargs_per_replica, devices))]
     for ctx, t in zip(contexts, threads):
-        ctx._thread = t
+        ctx.replica_thread = t
         t.start()
     try:
         for t in threads:
@@ -126,7 +126,7 @@ def run_replicas(strategy: Any, contexts: list[Any], fn: Callable[..., Any],
                 t.abandoned = True
                 t.step()
         for ctx in contexts:
-            ctx._thread = None
+            ctx.replica_thread = None
 
 
 def _gather(values: list[Any], per_replica: type) -> Any:

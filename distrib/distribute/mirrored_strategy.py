@@ -53,7 +53,9 @@ def _canonical(device: str) -> str:
     return spec.to_string()
 
 
-def _variable_args(args: tuple, kwargs: dict) -> dict[str, Any]:
+def variable_args(args: tuple, kwargs: dict) -> dict[str, Any]:
+    """``dt.Variable(*args, **kwargs)``'s arguments by name, less the two (synchronization,
+    aggregation) that the strategies decide themselves."""
     names = ("initial_value", "trainable", "collections", "validate_shape", "caching_device",
              "name", "dtype", "expected_shape", "shape")
     out = dict(zip(names, args))
@@ -66,7 +68,7 @@ def _variable_args(args: tuple, kwargs: dict) -> dict[str, Any]:
 def make_variable(devices: Sequence[str], args: tuple, kwargs: dict) -> MirroredVariable:
     """A MirroredVariable with one copy per device of ``devices`` (the first
     copy's initial value initializes every copy)."""
-    spec = _variable_args(args, kwargs)
+    spec = variable_args(args, kwargs)
     graph = get_default_graph()
     components: list[Variable] = []
     with distribution_context.variable_creation_paused():
@@ -81,14 +83,14 @@ def make_variable(devices: Sequence[str], args: tuple, kwargs: dict) -> Mirrored
                 components.append(Variable(**kw))
     mirrored = MirroredVariable(components, aggregation=kwargs.get("aggregation"))
     for c in components:
-        c._distributed_container = mirrored
+        c.distributed_container = mirrored
     for c in components[1:]:
-        c._mirror_primary = components[0]   # a Saver saves the first copy, restores every one
+        c.mirror_primary = components[0]   # a Saver saves the first copy, restores every one
     graph.add_to_collection("mirrored_variables", mirrored)
     return mirrored
 
 
-class _Mirroring(Strategy):
+class MirroringStrategy(Strategy):
     """What MirroredStrategy and MultiWorkerMirroredStrategy share: mirrored
     variables and the cross-replica application of gradients."""
 
@@ -120,7 +122,7 @@ class _Mirroring(Strategy):
         finally:
             self._made_in_run = {}
 
-    def _reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
+    def reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
         return self._cross_device.reduce(reduce_op, values, self._devices,
                                          self.num_replicas_in_sync)
 
@@ -142,7 +144,7 @@ class _Mirroring(Strategy):
                 pairs = [(reduced[j][r], lists[r][k][1]) for j, k in enumerate(positions)]
                 ctx = ReplicaContext(self, r, self._worker_index * len(self._devices) + r)
                 with graph.device(device), distribution_context.enter(self, ctx):
-                    train_ops.append(optimizer._apply_gradients_here(pairs, steps[r], name))
+                    train_ops.append(optimizer.apply_gradients_here(pairs, steps[r], name))
         return Mirrored(train_ops)
 
 
@@ -150,7 +152,7 @@ def _per_replica(value: Any) -> list[Any]:
     return list(value.values) if isinstance(value, DistributedValues) else [value]
 
 
-class MirroredStrategy(_Mirroring):
+class MirroredStrategy(MirroringStrategy):
     """``dt.distribute.MirroredStrategy(devices=None, cross_device_ops=None)``."""
 
     def __init__(self, devices: Sequence[str] | None = None,
@@ -188,9 +190,9 @@ class CentralStorageStrategy(Strategy):
         graph = get_default_graph()
         with distribution_context.variable_creation_paused(), \
                 graph.device(self._parameter_device):
-            return Variable(**_variable_args(args, kwargs))
+            return Variable(**variable_args(args, kwargs))
 
-    def _reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
+    def reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
         return self._cross_device.reduce(reduce_op, values, self._devices,
                                          self.num_replicas_in_sync)
 
@@ -210,4 +212,4 @@ class CentralStorageStrategy(Strategy):
             else global_step
         with distribution_context.variable_creation_paused(), \
                 graph.device(self._parameter_device):
-            return optimizer._apply_gradients_here(pairs, step, name)
+            return optimizer.apply_gradients_here(pairs, step, name)

@@ -23,10 +23,11 @@ import logging
 import math
 from typing import Any, Sequence
 
+from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.cluster.resolvers import ClusterResolver
 from distrib.distribute.distribute_lib import Strategy
 from distrib.distribute.local_target import set_default_target
-from distrib.distribute.mirrored_strategy import _variable_args
+from distrib.distribute.mirrored_strategy import variable_args
 from distrib.distribute.values import DistributedValues, tensor_operator
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import get_default_graph
@@ -127,7 +128,7 @@ class ShardedVariable(DistributedValues):
         return TensorShape([rows, *self._values[0].shape.dims[1:]])
 
     def _as_tensor(self) -> Any:
-        return concat([v._as_tensor() for v in self._values], axis=0)
+        return concat([v._as_tensor() for v in self._values], axis=0)  # noqa: SLF001 - the hook
 
     def _as_graph_element(self) -> Any:
         return self._as_tensor()
@@ -185,6 +186,7 @@ class ParameterServerStrategy(Strategy):
         self._ps = [f"/job:ps/task:{i}" for i in cluster.task_indices("ps")]
         self._workers = [f"/job:worker/task:{i}" for i in cluster.task_indices("worker")]
         self._next_ps = 0
+        self.coordinator: Any = None   # the ClusterCoordinator made for it (it sets itself)
         task_type, task_id = cluster_resolver.task_type, cluster_resolver.task_id
         self._server: Server | None = None
         if task_type in ("chief", "worker", "ps") and task_id is not None:
@@ -208,6 +210,16 @@ class ParameterServerStrategy(Strategy):
     def worker_devices(self) -> list[str]:
         return list(self._workers)
 
+    @property
+    def ps_devices(self) -> list[str]:
+        """The ps tasks variables are placed on, round robin."""
+        return list(self._ps)
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        """The cluster the strategy runs on (its resolver's, read once)."""
+        return self._cluster
+
     def run(self, fn: Any, args: tuple = (), kwargs: dict | None = None, options: Any = None
             ) -> Any:
         """``fn`` built once, on the worker that runs the step (one replica per worker:
@@ -221,7 +233,7 @@ class ParameterServerStrategy(Strategy):
         return device
 
     def create_variable(self, *args: Any, **kwargs: Any) -> Any:
-        spec = _variable_args(args, kwargs)
+        spec = variable_args(args, kwargs)
         graph = get_default_graph()
         with distribution_context.variable_creation_paused():
             if self._partitioner is not None:
@@ -256,7 +268,7 @@ class ParameterServerStrategy(Strategy):
             begin += size
         return ShardedVariable(shards, name)
 
-    def _reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
+    def reduce_to_replicas(self, reduce_op: str, values: list[Any]) -> list[Any]:
         return [ops.convert_to_tensor(values[0])]
 
     def apply_gradients_across_replicas(self, optimizer: Any, grads_and_vars: Any,
@@ -265,7 +277,7 @@ class ParameterServerStrategy(Strategy):
         pairs = list(grads_and_vars.values[0] if isinstance(grads_and_vars, DistributedValues)
                      else grads_and_vars)
         with distribution_context.variable_creation_paused():
-            return optimizer._apply_gradients_here(pairs, global_step, name)
+            return optimizer.apply_gradients_here(pairs, global_step, name)
 
 
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",

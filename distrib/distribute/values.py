@@ -84,14 +84,16 @@ class MirroredVariable(DistributedValues):
         index = replica_index()
         return self._values[0 if index is None else index]
 
+    # the variable hooks (conversion, fetch, gradients' reads: private by design, as
+    # TF's _as_graph_element) answered by the replica's copy
     def _as_tensor(self) -> Any:
-        return self._component()._as_tensor()
+        return self._component()._as_tensor()  # noqa: SLF001 - a variable hook
 
     def _as_graph_element(self) -> Any:
-        return self._component()._as_graph_element()
+        return self._component()._as_graph_element()  # noqa: SLF001 - a variable hook
 
     def _reads(self) -> list[Any]:
-        return self._component()._reads()
+        return self._component()._reads()  # noqa: SLF001 - a variable hook
 
     def value(self) -> Any:
         return self._component().value()
@@ -125,7 +127,7 @@ class MirroredVariable(DistributedValues):
                 combined = [values[0]] * len(self._values)
             else:
                 op = "SUM" if how == VariableAggregation.SUM else "MEAN"
-                combined = strategy._reduce_to_replicas(op, values)
+                combined = strategy.reduce_to_replicas(op, values)
             return Mirrored(list(self._update_all(method, combined, kwargs, each=True)))
         return replica.merge_call(merge, args=(value,))
 

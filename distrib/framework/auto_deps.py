@@ -18,12 +18,13 @@ import contextlib
 import threading
 from typing import Any, Iterator, Sequence
 
-__all__ = ["tracing", "trace", "order", "WRITE_OPS"]
+from distrib.framework.op_def import op_defs
 
-# ops that write a variable (its "var" attr; the optimizers' slots in the others)
-WRITE_OPS = frozenset({"Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent",
-                       "ApplyMomentum", "ApplyAdagrad", "ApplyAdam"})
-_SLOT_ATTRS = ("accum", "m", "v")
+__all__ = ["tracing", "trace", "order"]
+
+# ops that write a variable (its "var" attr), each with the attrs naming the
+# slots it writes too (the op catalogue's is_update and slot_attrs)
+_WRITE_SLOTS = {d.name: d.slot_attrs for d in op_defs() if d.is_update}
 
 _lock = threading.Lock()
 _depth = 0   # traces in progress (a trace's replica threads build on its behalf)
@@ -63,16 +64,17 @@ def order(ops: Sequence[Any], skip: Any = frozenset()) -> int:
         if op.type == "VariableV2":
             write = last_write.get(var)
             if write is not None and write not in op.control_inputs:
-                op._add_control_input(write)
+                op.add_control_input(write)
                 added += 1
             reads.setdefault(var, []).append(op)
-        elif op.type in WRITE_OPS:
-            names = [var] + [attrs[k] for k in _SLOT_ATTRS if isinstance(attrs.get(k), str)]
+        elif op.type in _WRITE_SLOTS:
+            names = [var] + [attrs[k] for k in _WRITE_SLOTS[op.type]
+                             if isinstance(attrs.get(k), str)]
             for name in names:
                 before = ([last_write[name]] if name in last_write else []) + reads.pop(name, [])
                 for dep in before:
                     if dep is not op and dep not in op.control_inputs:
-                        op._add_control_input(dep)
+                        op.add_control_input(dep)
                         added += 1
                 last_write[name] = op
     return added

@@ -107,8 +107,15 @@ class Graph:
             raise RuntimeError("Graph is finalized and cannot be modified (a Supervisor or "
                                "MonitoredSession finalized it: build every op before that)")
 
-    def _bump(self) -> None:
+    def bump_version(self) -> None:
+        """Count one change: an op added, or an op's device, attr or control inputs
+        changed (a Session sends a graph again when its version moved)."""
         self._version += 1
+
+    def adopt_version(self, version: int) -> None:
+        """Take the version a GraphDef carried (``graph_from_def``: a graph read back
+        is at the version it was written at, not at its count of imported ops)."""
+        self._version = int(version)
 
     def get_operations(self) -> list[Operation]:
         return list(self._ops)
@@ -210,7 +217,7 @@ class Graph:
         for fn in reversed(self._local.device_stack):
             if fn is None:
                 break
-            op._device = check_device_string(fn(op))
+            op._device = check_device_string(fn(op))  # noqa: SLF001 - see _place
 
     @contextlib.contextmanager
     def colocate_with(self, op: Any, ignore_existing: bool = False) -> Iterator[None]:
@@ -251,12 +258,15 @@ class Graph:
     def create_op(self, op_type: str, inputs: Sequence[Tensor] = (), attrs: dict | None = None,
                   name: str | None = None, *, output_specs: Sequence[OutputSpec] | None = None,
                   infer: Callable[[str, list[Tensor], dict], Sequence[OutputSpec]] | None = None,
+                  device: str | None = None, control_inputs: Sequence[Operation] = (),
                   ) -> Operation:
         """Add an op. ``name`` is uniquified under the scope unless it ends with ``/``.
 
         Outputs come from ``output_specs`` or from ``infer(name, inputs, attrs)``,
         which may raise a shape/dtype error naming the (final) op name. Attr values
-        that are DTypes are stored by name (the GraphDef form).
+        that are DTypes are stored by name (the GraphDef form). ``device`` and
+        ``control_inputs`` (a GraphDef's import) are taken as they are: the device
+        replaces the scopes' choice, the control inputs follow the scopes' ones.
         """
         self._check_not_finalized()
         inputs = list(inputs)
@@ -268,8 +278,13 @@ class Graph:
         op = Operation(self, op_type, full, inputs, attrs,
                        [(dtypes.as_dtype(d), as_shape(s)) for d, s in specs])
         input_ops = {t.op for t in inputs}
-        op._control_inputs = [c for c in self._current_control_inputs() if c not in input_ops]
+        controls = [c for c in self._current_control_inputs() if c not in input_ops]
+        if control_inputs:
+            controls.extend(control_inputs)
+        op._control_inputs = controls  # noqa: SLF001 - see _place
         self._place(op)
+        if device is not None:
+            op._device = device  # noqa: SLF001 - see _place
         self._add(op)
         return op
 
@@ -286,11 +301,15 @@ class Graph:
         return name
 
     def _place(self, op: Operation) -> None:
+        # The graph fills in the fields of the op it is building (its device, control
+        # inputs): Graph and Operation are one data model in two modules, and only a
+        # Graph creates an op (operation.py); a method call per field would cost on
+        # every op built.
         self._apply_device_functions(op)
         for target in self._local.colocation_stack:  # innermost last, so it wins
-            op._colocation_op = target
+            op._colocation_op = target  # noqa: SLF001 - see above
             if target.device:
-                op._device = target.device
+                op._device = target.device  # noqa: SLF001 - see above
 
     def _add(self, op: Operation) -> None:
         with self._lock:
@@ -299,7 +318,7 @@ class Graph:
             self._names_in_use.setdefault(op.name.lower(), 1)
             self._ops.append(op)
             self._by_name[op.name] = op
-            self._bump()
+            self.bump_version()
 
     def _check_own(self, t: Any, op_type: str) -> None:
         if not isinstance(t, Tensor):
@@ -339,7 +358,9 @@ class Graph:
                          allow_operation: bool = True) -> Tensor | Operation:
         """Resolve a fetch: a Tensor, Operation, name, or object with ``_as_graph_element``."""
         if hasattr(obj, "_as_graph_element") and not isinstance(obj, (Tensor, Operation)):
-            obj = obj._as_graph_element()
+            # TF's fetch hook, private by design: any object (a Variable, a mirrored one)
+            # converts itself, and no public attribute of an unrelated object is taken for it
+            obj = obj._as_graph_element()  # noqa: SLF001 - TF's hook, see above
         if isinstance(obj, str):
             obj = self.get_tensor_by_name(obj) if ":" in obj else self.get_operation_by_name(obj)
         if isinstance(obj, (Tensor, Operation)):
@@ -392,7 +413,7 @@ class Graph:
 
 def _as_operation(obj: Any) -> Operation:
     if hasattr(obj, "_as_graph_element") and not isinstance(obj, (Tensor, Operation)):
-        obj = obj._as_graph_element()
+        obj = obj._as_graph_element()  # noqa: SLF001 - TF's fetch hook (Graph.as_graph_element)
     if isinstance(obj, Tensor):
         return obj.op
     if isinstance(obj, Operation):

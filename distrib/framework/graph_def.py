@@ -21,7 +21,7 @@ def graph_from_def(graph_def: dict[str, Any]) -> Graph:
     """A new graph with exactly these nodes; its version is the GraphDef's."""
     graph = Graph()
     _import_nodes(graph, graph_def, prefix="", input_map={})
-    graph._version = int(graph_def.get("version", graph.version))
+    graph.adopt_version(graph_def.get("version", graph.version))
     return graph
 
 
@@ -61,10 +61,10 @@ def _import_nodes(graph: Graph, graph_def: dict[str, Any], prefix: str,
         # an exact name ("name/"): imports bypass name uniquifying and the building scopes
         with graph.control_dependencies(None), graph.device(None):
             op = graph.create_op(node["op"], inputs, dict(node.get("attrs") or {}),
-                                 name=prefix + node["name"] + "/", output_specs=specs)
-        op._device = node.get("device") or ""
-        for c in control:
-            op._control_inputs.append(_resolve_op(created, c, node["name"]))
+                                 name=prefix + node["name"] + "/", output_specs=specs,
+                                 device=node.get("device") or "",
+                                 control_inputs=[_resolve_op(created, c, node["name"])
+                                                 for c in control])
         created[node["name"]] = op
     return created
 

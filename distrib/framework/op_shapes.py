@@ -1,10 +1,15 @@
-"""Static shape and dtype inference, one function per op type.
+"""Static shape and dtype inference: the shape functions of the op catalogue.
 
-Each function takes the op's final name, its input tensors and attrs (GraphDef
-form) and returns its outputs as (dtype, TensorShape) pairs, or raises
-InvalidArgumentError naming the op and the shapes or dtypes that disagree, at
-build time, as TF does. Unknown dims (None) and unknown ranks pass silently:
-only two known, conflicting facts are an error.
+Each function takes the op's type, its final name, its input tensors and attrs
+(GraphDef form) and returns its outputs as (dtype, TensorShape) pairs, or
+raises InvalidArgumentError naming the op and the shapes or dtypes that
+disagree, at build time, as TF does. Unknown dims (None) and unknown ranks
+pass silently: only two known, conflicting facts are an error.
+
+Which op type uses which function is a fact of its catalogue entry
+(``shape_fn`` in :mod:`distrib.framework.op_def`, TF's ``SetShapeFn``), not
+kept here, so that one file says everything about an op type; one function
+serves every op type with the same rule (``binary``: Add, Sub, Mul ...).
 """
 from __future__ import annotations
 
@@ -17,23 +22,17 @@ from distrib.framework import dtypes
 from distrib.framework.dtypes import DType
 from distrib.framework.tensor_shape import TensorShape, unknown_shape
 
-__all__ = ["infer", "INFER", "broadcast_shape", "reduced_shape", "normalize_axis"]
+__all__ = [
+    "Spec", "ShapeFn", "broadcast_shape", "reduced_shape", "normalize_axis", "check_shape_arg",
+    "binary", "compare", "logical", "logical_not", "float_unary", "numeric_unary", "unchanged",
+    "cast", "activation_grad", "const", "from_attrs", "no_outputs", "matmul", "bias_add",
+    "bias_add_grad", "cross_entropy", "reduction", "argmax", "reshape", "transpose",
+    "shape_vector", "to_shape_of", "concat", "slice_axis",
+]
 
 Spec = tuple[DType, TensorShape]
-InferFn = Callable[[str, str, list, dict], list[Spec]]
-INFER: dict[str, InferFn] = {}
-
-
-def infer(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
-    return INFER[op_type](op_type, name, inputs, attrs)
-
-
-def _rule(*op_types: str) -> Callable[[InferFn], InferFn]:
-    def register(fn: InferFn) -> InferFn:
-        for t in op_types:
-            INFER[t] = fn
-        return fn
-    return register
+# fn(op_type, name, inputs, attrs) -> the outputs' (dtype, shape)
+ShapeFn = Callable[[str, str, list, dict], list[Spec]]
 
 
 def _fail(op_type: str, name: str, detail: str) -> InvalidArgumentError:
@@ -80,59 +79,50 @@ def broadcast_shape(a: TensorShape, b: TensorShape, op_type: str = "", name: str
 
 
 # -- elementwise ---------------------------------------------------------------
-@_rule("Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "Pow")
-def _binary(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def binary(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     dtype = _same_dtype(op_type, name, inputs)
     if dtype == dtypes.string or dtype == dtypes.bool:
         raise _fail(op_type, name, f"{op_type} needs numeric tensors, got {dtype.name}")
     return [(dtype, broadcast_shape(inputs[0].shape, inputs[1].shape, op_type, name))]
 
 
-@_rule("Equal", "NotEqual", "Less", "Greater")
-def _compare(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def compare(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     _same_dtype(op_type, name, inputs)
     return [(dtypes.bool, broadcast_shape(inputs[0].shape, inputs[1].shape, op_type, name))]
 
 
-@_rule("LogicalAnd")
-def _logical(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def logical(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     for t in inputs:
         _need(op_type, name, t, lambda d: d.is_bool, "bool")
     return [(dtypes.bool, broadcast_shape(inputs[0].shape, inputs[1].shape, op_type, name))]
 
 
-@_rule("LogicalNot")
-def _logical_not(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def logical_not(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     _need(op_type, name, inputs[0], lambda d: d.is_bool, "bool")
     return [(dtypes.bool, inputs[0].shape)]
 
 
-@_rule("Log", "Exp", "Sqrt", "Sigmoid", "Tanh", "Softmax", "LogSoftmax")
-def _float_unary(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def float_unary(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     _need(op_type, name, inputs[0], lambda d: d.is_floating, "floating-point")
     if op_type in ("Softmax", "LogSoftmax") and inputs[0].shape.rank == 0:
         raise _fail(op_type, name, "logits must have rank >= 1, got a scalar")
     return [(inputs[0].dtype, inputs[0].shape)]
 
 
-@_rule("Neg", "Square", "Abs", "Relu", "Sign")
-def _numeric_unary(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def numeric_unary(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     _need(op_type, name, inputs[0], lambda d: d.is_numeric, "numeric")
     return [(inputs[0].dtype, inputs[0].shape)]
 
 
-@_rule("Identity", "StopGradient", "ZerosLike", "OnesLike")
-def _same(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def unchanged(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(inputs[0].dtype, inputs[0].shape)]
 
 
-@_rule("Cast")
-def _cast(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def cast(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(dtypes.as_dtype(attrs["dtype"]), inputs[0].shape)]
 
 
-@_rule("ReluGrad", "SigmoidGrad", "TanhGrad")
-def _act_grad(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def activation_grad(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     dtype = _same_dtype(op_type, name, inputs)
     try:
         shape = inputs[0].shape.merge_with(inputs[1].shape)
@@ -142,24 +132,20 @@ def _act_grad(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
 
 
 # -- sources ---------------------------------------------------------------------
-@_rule("Const")
-def _const(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def const(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(dtypes.as_dtype(attrs["dtype"]), TensorShape(np.shape(attrs["value"])))]
 
 
-@_rule("Placeholder", "Zeros", "Ones", "RandomStandardNormal", "RandomUniform")
-def _from_attrs(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def from_attrs(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(dtypes.as_dtype(attrs["dtype"]), TensorShape(attrs["shape"]))]
 
 
-@_rule("NoOp")
-def _nothing(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def no_outputs(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return []
 
 
 # -- linear algebra / nn -----------------------------------------------------------
-@_rule("MatMul")
-def _matmul(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def matmul(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     a, b = inputs
     dtype = _same_dtype(op_type, name, inputs)
     _need(op_type, name, a, lambda d: d.is_numeric, "numeric")
@@ -178,8 +164,7 @@ def _matmul(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(dtype, TensorShape([m, n]))]
 
 
-@_rule("BiasAdd")
-def _bias_add(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def bias_add(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     x, bias = inputs
     dtype = _same_dtype(op_type, name, inputs)
     if bias.shape.rank is not None and bias.shape.rank != 1:
@@ -194,14 +179,12 @@ def _bias_add(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(dtype, x.shape)]
 
 
-@_rule("BiasAddGrad")
-def _bias_add_grad(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def bias_add_grad(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     dy = inputs[0]
     return [(dy.dtype, TensorShape([None if dy.shape.rank is None else dy.shape.dims[-1]]))]
 
 
-@_rule("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits")
-def _xent(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def cross_entropy(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     logits, labels = inputs
     _need(op_type, name, logits, lambda d: d.is_floating, "floating-point")
     if logits.shape.rank is not None and logits.shape.rank != 2:
@@ -247,16 +230,14 @@ def reduced_shape(shape: TensorShape, axis: Any, keepdims: bool) -> TensorShape:
     return TensorShape([d for i, d in enumerate(shape.dims) if i not in axes])
 
 
-@_rule("Sum", "Mean", "Min", "Max", "Prod")
-def _reduce(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def reduction(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     x = inputs[0]
     _need(op_type, name, x, lambda d: d.is_numeric or (d.is_bool and op_type in ("Min", "Max")),
           "numeric")
     return [(x.dtype, reduced_shape(x.shape, attrs.get("axis"), bool(attrs.get("keepdims"))))]
 
 
-@_rule("ArgMax")
-def _argmax(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def argmax(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     x = inputs[0]
     _need(op_type, name, x, lambda d: d.is_numeric, "numeric")
     return [(dtypes.as_dtype(attrs.get("output_type", "int64")),
@@ -264,8 +245,7 @@ def _argmax(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
 
 
 # -- shape ops -------------------------------------------------------------------------
-@_rule("Reshape")
-def _reshape(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def reshape(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     x, target = inputs[0], list(attrs["shape"])
     if sum(1 for d in target if d == -1) > 1:
         raise _fail(op_type, name, f"shape {target} has more than one -1")
@@ -282,8 +262,7 @@ def _reshape(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(x.dtype, TensorShape(target))]
 
 
-@_rule("Transpose")
-def _transpose(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def transpose(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     x, perm = inputs[0], attrs.get("perm")
     if x.shape.rank is None:
         return [(x.dtype, unknown_shape(None if perm is None else len(perm)))]
@@ -295,14 +274,55 @@ def _transpose(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]
     return [(x.dtype, TensorShape([dims[p] for p in perm]))]
 
 
-@_rule("Shape")
-def _shape(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def shape_vector(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(dtypes.as_dtype(attrs.get("out_type", "int32")), TensorShape([inputs[0].shape.rank]))]
 
 
-@_rule("SumToShapeOf", "BroadcastToShapeOf")
-def _to_shape_of(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+def to_shape_of(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return [(inputs[0].dtype, inputs[1].shape)]
+
+
+def concat(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+    """ConcatV2: every input of one dtype and rank, equal off ``axis``."""
+    dtype = inputs[0].dtype
+    if any(t.dtype != dtype for t in inputs):
+        raise _fail(op_type, name, f"every input must have dtype {dtype.name}, got "
+                    f"{[t.dtype.name for t in inputs]}")
+    ranks = {t.shape.rank for t in inputs if t.shape.rank is not None}
+    if not ranks:
+        return [(dtype, TensorShape(None))]
+    if len(ranks) > 1:
+        raise _fail(op_type, name, f"inputs of different ranks {[str(t.shape) for t in inputs]}")
+    rank = ranks.pop()
+    axis = int(attrs.get("axis", 0))
+    if not -rank <= axis < rank:
+        raise _fail(op_type, name, f"axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    dims: list[int | None] = [None] * rank
+    total: int | None = 0
+    for t in inputs:
+        if t.shape.rank is None:
+            total = None
+            continue
+        for i, d in enumerate(t.shape.dims):
+            if i == axis:
+                total = None if total is None or d is None else total + d
+            elif d is not None:
+                if dims[i] is not None and dims[i] != d:
+                    raise _fail(op_type, name, f"dimension {i} differs between inputs "
+                                f"{[str(x.shape) for x in inputs]}")
+                dims[i] = d
+    dims[axis] = total
+    return [(dtype, TensorShape(dims))]
+
+
+def slice_axis(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+    x = inputs[0]
+    if x.shape.rank is None:
+        return [(x.dtype, TensorShape(None))]
+    dims = list(x.shape.dims)
+    dims[int(attrs["axis"]) % len(dims)] = int(attrs["size"])
+    return [(x.dtype, TensorShape(dims))]
 
 
 def check_shape_arg(op_type: str, shape: Sequence[Any]) -> list[int]:

@@ -210,20 +210,26 @@ class Operation:
 
     def _set_device(self, device: str | DeviceSpec | None) -> None:
         self._device = check_device_string(device)
-        self._graph._bump()
+        self._graph.bump_version()
 
     def _set_attr(self, name: str, value: Any) -> None:
         self._attrs[name] = value.name if isinstance(value, dtypes.DType) else value
-        self._graph._bump()
+        self._graph.bump_version()
 
-    def _add_control_input(self, op: Operation) -> None:
+    def add_control_input(self, op: Operation) -> None:
+        """Run this op after ``op`` (once; never after itself); a change of the graph."""
         if op is not self and op not in self._control_inputs:
             self._control_inputs.append(op)
-            self._graph._bump()
+            self._graph.bump_version()
 
-    def _add_control_inputs(self, ops: Sequence[Operation]) -> None:
+    def add_control_inputs(self, ops: Sequence[Operation]) -> None:
+        """:meth:`add_control_input` for each of ``ops``."""
         for op in ops:
-            self._add_control_input(op)
+            self.add_control_input(op)
+
+    # TF's private names, which TF scripts call
+    _add_control_input = add_control_input
+    _add_control_inputs = add_control_inputs
 
     def __repr__(self) -> str:
         device = f" device={self._device!r}" if self._device else ""

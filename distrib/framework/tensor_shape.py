@@ -19,7 +19,9 @@ class TensorShape:
 
     def __init__(self, dims: Any = None) -> None:
         if isinstance(dims, TensorShape):
-            self._dims = dims._dims
+            # TensorShape reads other TensorShapes' dims directly (same class), here and
+            # in is_compatible_with / merge_with: shape inference runs on every op built
+            self._dims = dims._dims  # noqa: SLF001 - same class
         elif dims is None:
             self._dims = None
         elif isinstance(dims, (int,)) and not isinstance(dims, bool):
@@ -57,11 +59,12 @@ class TensorShape:
 
     def is_compatible_with(self, other: Any) -> bool:
         other = as_shape(other)
-        if self._dims is None or other._dims is None:
+        if self._dims is None or other._dims is None:  # noqa: SLF001 - same class
             return True
-        if len(self._dims) != len(other._dims):
+        if len(self._dims) != len(other._dims):  # noqa: SLF001 - same class
             return False
-        return all(a is None or b is None or a == b for a, b in zip(self._dims, other._dims))
+        return all(a is None or b is None or a == b
+                   for a, b in zip(self._dims, other._dims))  # noqa: SLF001 - same class
 
     def merge_with(self, other: Any) -> TensorShape:
         """The most specific shape compatible with both; ValueError if they conflict."""
@@ -70,9 +73,10 @@ class TensorShape:
             raise ValueError(f"shapes {self} and {other} are not compatible")
         if self._dims is None:
             return other
-        if other._dims is None:
+        if other._dims is None:  # noqa: SLF001 - same class
             return self
-        return TensorShape([a if a is not None else b for a, b in zip(self._dims, other._dims)])
+        return TensorShape([a if a is not None else b
+                            for a, b in zip(self._dims, other._dims)])  # noqa: SLF001 - same class
 
     def with_rank(self, rank: int) -> TensorShape:
         return self.merge_with(unknown_shape(rank))

@@ -61,7 +61,7 @@ class Sequential(Model):
         with self.function_scope():
             for layer in self._stack:
                 self._adopt(layer)
-                layer._maybe_build(shape)
+                layer._maybe_build(shape)  # noqa: SLF001 - a Layer's step, called by a Layer
                 shape = layer.compute_output_shape(shape)
         self.built = True
 

@@ -163,7 +163,7 @@ class CoordinatorLoop:
     def coordinator(self) -> ClusterCoordinator:
         """The strategy's coordinator (made now when the program made none)."""
         if self._coordinator is None:
-            made = getattr(self._strategy, "_coordinator", None)
+            made = getattr(self._strategy, "coordinator", None)
             if made is None:
                 made = ClusterCoordinator(self._strategy)
                 _MADE_BY_FIT.add(made)
@@ -182,8 +182,9 @@ class CoordinatorLoop:
 
     def check_callbacks(self, callbacks: Any) -> None:
         """Refuse the program's callbacks that need train batch hooks (TF's rule)."""
+        # Keras's private Callback hook (TF's CallbackList asks it; subclasses override it)
         unsupported = [cb for cb in callbacks.callbacks if not isinstance(cb, ProgbarLogger)
-                       and cb._implements_train_batch_hooks()]
+                       and cb._implements_train_batch_hooks()]  # noqa: SLF001 - Keras's hook
         if unsupported:
             raise ValueError("Batch-level `Callback`s are not supported with "
                              "`ParameterServerStrategy`: the steps run asynchronously on the "

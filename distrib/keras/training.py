@@ -75,8 +75,9 @@ class Model(Layer):
         return self._strategy
 
     def _adopt(self, layer: Layer) -> None:
-        layer._strategy = self._strategy
-        layer._graph = self._graph
+        # a Model is a Layer: it gives its layers its own Layer state (same class family)
+        layer._strategy = self._strategy  # noqa: SLF001 - a Layer's state, set by a Layer
+        layer._graph = self._graph  # noqa: SLF001 - a Layer's state, set by a Layer
 
     def _all_weights(self, which: str) -> list[Any]:
         out: list[Any] = []
@@ -126,7 +127,7 @@ class Model(Layer):
 
     def __call__(self, inputs: Any, training: Any = None, **kwargs: Any) -> Any:
         for layer in self.layers:
-            if layer._graph is None:
+            if layer._graph is None:  # noqa: SLF001 - a Layer's state, read by a Layer (_adopt)
                 self._adopt(layer)
         return super().__call__(inputs, training=training, **kwargs)
 

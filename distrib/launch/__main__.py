@@ -32,14 +32,15 @@ import asyncio
 import os
 import shutil
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from distrib.cluster import ClusterSpec
 from distrib.cluster.resolvers import detect_scheduler, no_cluster, resolver_from_environment
 from distrib.cluster.tf_config import split_command
 from distrib.launch.launcher import LaunchConfig, Launcher
 from distrib.launch.tasks import loopback_cluster, select_tasks
+from distrib.settings import LAUNCH_SETTINGS, SettingError
 
 EXIT_USAGE = 2
 PROG = "python -m distrib.launch"
@@ -75,22 +76,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {message} (see {PROG} --help)\n")
 
 
-def _env(flag: str, default: object = None) -> object:
-    return os.environ.get("DISTRIB_LAUNCH_" + flag.upper(), default)
+def _env(flag: str) -> Any:
+    """The flag's default: its twin ``DISTRIB_LAUNCH_<FLAG>`` as set, which
+    argparse parses as if it were given on the command line (so a bad one is
+    a usage error naming the flag, and is not read when the flag is given);
+    else the declared default."""
+    setting = LAUNCH_SETTINGS[flag]
+    text = setting.text()
+    return setting.default if text is None else text
 
 
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+def _typed(flag: str) -> Callable[[str], Any]:
+    """The flag's type: its text parsed as its twin's is (one rule for both)."""
+    setting = LAUNCH_SETTINGS[flag]
+
+    def convert(text: str) -> Any:
+        try:
+            return setting.parse(text.strip())
+        except SettingError as e:
+            raise argparse.ArgumentTypeError(f"must be {e.allowed}, not {text!r}") from None
+    return convert
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
+def _chief_default(p: argparse.ArgumentParser) -> bool:
+    try:
+        return bool(LAUNCH_SETTINGS["chief"].get())
+    except SettingError as e:
+        p.error(str(e))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -99,33 +111,33 @@ def parser() -> argparse.ArgumentParser:
                 description="Run one process per task of a distrib cluster on this host.")
     p.add_argument("--cluster", metavar="FILE", default=_env("cluster"),
                    help='cluster file {"job": ["host:port", ...]}')
-    p.add_argument("--ps", type=_count, metavar="N", default=_env("ps"),
+    p.add_argument("--ps", type=_typed("ps"), metavar="N", default=_env("ps"),
                    help="N ps tasks on free loopback ports (with --workers)")
-    p.add_argument("--workers", type=_count, metavar="M", default=_env("workers"),
+    p.add_argument("--workers", type=_typed("workers"), metavar="M", default=_env("workers"),
                    help="M worker tasks on free loopback ports (with --ps)")
-    p.add_argument("--chief", action="store_true", default=_env("chief", "") not in ("", "0"),
+    p.add_argument("--chief", action="store_true", default=_chief_default(p),
                    help="one chief task too (with --ps/--workers): the coordinator of "
                         "ParameterServerStrategy training")
     p.add_argument("--only", metavar="NAMES", default=_env("only"),
                    help="start only these tasks: comma-separated job (all its tasks) or "
                         "job:index, e.g. ps,worker:1")
-    p.add_argument("--max_restarts", type=_count, metavar="N", default=_env("max_restarts", 3),
+    p.add_argument("--max_restarts", type=_typed("max_restarts"), metavar="N", default=_env("max_restarts"),
                    help="restarts allowed per task (default 3)")
-    p.add_argument("--restart_backoff", type=_seconds, metavar="S",
-                   default=_env("restart_backoff", 1.0),
+    p.add_argument("--restart_backoff", type=_typed("restart_backoff"), metavar="S",
+                   default=_env("restart_backoff"),
                    help="seconds before the first restart, doubled each time (default 1)")
-    p.add_argument("--max_backoff", type=_seconds, metavar="S", default=_env("max_backoff", 60.0),
+    p.add_argument("--max_backoff", type=_typed("max_backoff"), metavar="S", default=_env("max_backoff"),
                    help="the longest wait before a restart (default 60)")
-    p.add_argument("--ps_grace", type=_seconds, metavar="S", default=_env("ps_grace", 5.0),
+    p.add_argument("--ps_grace", type=_typed("ps_grace"), metavar="S", default=_env("ps_grace"),
                    help="after training, seconds the ps tasks get to stop when told, "
                         "before SIGTERM (default 5)")
-    p.add_argument("--stop_timeout", type=_seconds, metavar="S",
-                   default=_env("stop_timeout", 30.0),
+    p.add_argument("--stop_timeout", type=_typed("stop_timeout"), metavar="S",
+                   default=_env("stop_timeout"),
                    help="seconds a task gets after SIGTERM, before SIGKILL (default 30)")
-    p.add_argument("--tail_lines", type=_count, metavar="N", default=_env("tail_lines", 20),
+    p.add_argument("--tail_lines", type=_typed("tail_lines"), metavar="N", default=_env("tail_lines"),
                    help="last output lines kept per task, shown when it fails (default 20)")
-    p.add_argument("--threads_per_task", type=_count, metavar="N",
-                   default=_env("threads_per_task", 0),
+    p.add_argument("--threads_per_task", type=_typed("threads_per_task"), metavar="N",
+                   default=_env("threads_per_task"),
                    help="OMP/OPENBLAS/MKL_NUM_THREADS for each task where unset "
                         "(default 0: the cores shared out among the tasks)")
     p.add_argument("--logdir", metavar="DIR", default=_env("logdir"),

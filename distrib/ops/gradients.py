@@ -1,9 +1,11 @@
 """Reverse-mode differentiation over the graph: ``dt.gradients(ys, xs)``.
 
-One table maps an op type to its gradient function, as in micrograd and TF:
+Each op type's gradient function, as in micrograd and TF:
 ``@register_gradient("MatMul")`` functions take the forward op and the
 gradients of its outputs and return the gradients of its inputs, built from
-ordinary ops. ``gradients`` walks the ops between ``xs`` and ``ys`` in reverse
+ordinary ops. They are written here, beside the builders they use, into the
+op type's entry of the op catalogue (:mod:`distrib.framework.op_def`), where
+they are looked up. ``gradients`` walks the ops between ``xs`` and ``ys`` in reverse
 creation order (creation order is topological: an op's inputs exist before
 it), sums the gradients that reach a tensor along several paths with Adds, and
 builds every gradient op colocated with its forward op, so the backward pass
@@ -24,6 +26,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from distrib.errors import InvalidArgumentError, NotFoundError
+from distrib.framework import op_def as catalogue
 from distrib.framework.graph import Operation, Tensor, name_scope
 from distrib.ops import math_ops as ops
 
@@ -31,32 +34,41 @@ __all__ = ["gradients", "register_gradient", "no_gradient", "NotDifferentiable",
            "get_gradient_function"]
 
 GradFn = Callable[..., Sequence[Any]]
-_GRADIENTS: dict[str, GradFn | None] = {}
 
 
 def register_gradient(op_type: str) -> Callable[[GradFn], GradFn]:
-    """Decorator: ``fn(op, *output_grads) -> [input_grad or None, ...]`` for ``op_type``."""
+    """Decorator: ``fn(op, *output_grads) -> [input_grad or None, ...]`` for
+    ``op_type``, written into its op catalogue entry (``NotFoundError`` for a
+    type the catalogue does not have)."""
     def register(fn: GradFn) -> GradFn:
-        _GRADIENTS[op_type] = fn
+        catalogue.set_gradient(op_type, fn)
         return fn
     return register
 
 
 def no_gradient(op_type: str) -> None:
     """Declare ``op_type`` not differentiable: gradients stop there (inputs get None)."""
-    _GRADIENTS[op_type] = None
+    catalogue.set_gradient(op_type, None, no_gradient=True)
 
 
 NotDifferentiable = no_gradient
 
 
 def get_gradient_function(op: Operation) -> GradFn | None:
-    if op.type not in _GRADIENTS:
+    """The gradient of ``op``'s type from its catalogue entry; None where it
+    is declared not differentiable."""
+    entry = catalogue.find_op_def(op.type)
+    if entry is None or (entry.gradient is None and not entry.no_gradient):
         raise NotFoundError(
             f"no gradient is defined for op {op.name!r} (type {op.type}), which lies between "
             "ys and xs; register one with @dt.register_gradient(\"" + op.type + "\") "
             "or keep the op off the differentiated path")
-    return _GRADIENTS[op.type]
+    return entry.gradient
+
+
+def _stops_gradients(op_type: str) -> bool:
+    entry = catalogue.find_op_def(op_type)
+    return entry is not None and entry.no_gradient
 
 
 # -- the walk -------------------------------------------------------------------
@@ -69,9 +81,11 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
     at their ``VariableV2`` output, i.e. through every read of them.
     """
     ys = [ops.convert_to_tensor(y) for y in _as_list(ys)]
-    # a variable is every VariableV2 node reading it (its snapshot and fresh reads)
-    groups = [x._reads() if hasattr(x, "_reads") else [ops.convert_to_tensor(x)]
-              for x in _as_list(xs)]
+    # a variable is every VariableV2 node reading it (its snapshot and fresh reads);
+    # ``_reads`` is a hook any variable-like object (a mirrored one) has, named
+    # privately as TF's ``_as_graph_element``, so no unrelated attribute matches it
+    groups = [x._reads() if hasattr(x, "_reads")  # noqa: SLF001 - the variables' hook
+              else [ops.convert_to_tensor(x)] for x in _as_list(xs)]
     xs = [t for group in groups for t in group]
     grad_ys = [None] * len(ys) if grad_ys is None else _as_list(grad_ys)
     if len(grad_ys) != len(ys):
@@ -118,7 +132,7 @@ def _ops_between(graph: Any, xs: list[Tensor], ys: list[Tensor], stops: set) -> 
     frontier = [c for x in xs for c in consumers.get(x, ())]
     while frontier:
         op = frontier.pop()
-        if op in reached or op in stops or _GRADIENTS.get(op.type, _GRADIENTS) is None:
+        if op in reached or op in stops or _stops_gradients(op.type):
             continue
         reached.add(op)
         frontier.extend(c for t in op.outputs for c in consumers.get(t, ()))
@@ -173,7 +187,7 @@ def _sum_to(grad: Tensor, ref: Tensor, other: Tensor | None = None) -> Tensor:
         return grad
     if other is not None and _keeps_shape(ref, other):
         return grad   # a dense layer's x + bias: nothing to sum, no op
-    return ops._out("SumToShapeOf", [grad, ref], None, "SumToShapeOf")
+    return ops.op_output("SumToShapeOf", [grad, ref], None, "SumToShapeOf")
 
 
 def _keeps_shape(ref: Tensor, other: Tensor) -> bool:
@@ -194,7 +208,7 @@ def _broadcast_to(grad: Tensor, ref: Tensor, axis: Any, keepdims: bool,
     ``mean``: also divided by how many elements each output reduced (one op
     where the count would otherwise take ten when the shape is known only at
     run time)."""
-    return ops._out("BroadcastToShapeOf", [grad, ref],
+    return ops.op_output("BroadcastToShapeOf", [grad, ref],
                     {"axis": axis, "keepdims": keepdims, "mean": mean}, "BroadcastToShapeOf")
 
 
@@ -297,17 +311,17 @@ def _abs_grad(op: Operation, g: Tensor) -> list:
 
 @register_gradient("Relu")
 def _relu_grad(op: Operation, g: Tensor) -> list:
-    return [ops._out("ReluGrad", [g, op.outputs[0]], None, "ReluGrad")]
+    return [ops.op_output("ReluGrad", [g, op.outputs[0]], None, "ReluGrad")]
 
 
 @register_gradient("Sigmoid")
 def _sigmoid_grad(op: Operation, g: Tensor) -> list:
-    return [ops._out("SigmoidGrad", [op.outputs[0], g], None, "SigmoidGrad")]
+    return [ops.op_output("SigmoidGrad", [op.outputs[0], g], None, "SigmoidGrad")]
 
 
 @register_gradient("Tanh")
 def _tanh_grad(op: Operation, g: Tensor) -> list:
-    return [ops._out("TanhGrad", [op.outputs[0], g], None, "TanhGrad")]
+    return [ops.op_output("TanhGrad", [op.outputs[0], g], None, "TanhGrad")]
 
 
 @register_gradient("Cast")
@@ -336,7 +350,7 @@ def _matmul_grad(op: Operation, g: Tensor) -> list:
 
 @register_gradient("BiasAdd")
 def _bias_add_grad(op: Operation, g: Tensor) -> list:
-    return [g, ops._out("BiasAddGrad", [g], None, "BiasAddGrad")]
+    return [g, ops.op_output("BiasAddGrad", [g], None, "BiasAddGrad")]
 
 
 @register_gradient("Softmax")
@@ -447,7 +461,7 @@ def _sum_to_shape_of_grad(op: Operation, g: Tensor) -> list:
 def _broadcast_to_shape_of_grad(op: Operation, g: Tensor) -> list:
     axis, keep = op.get_attr("axis"), bool(op.get_attr("keepdims"))
     # (graphs from before the attr have no "mean": theirs are sums)
-    reduce = ops.reduce_mean if op._attrs.get("mean") else ops.reduce_sum
+    reduce = ops.reduce_mean if op.attrs.get("mean") else ops.reduce_sum
     return [_sum_to(reduce(g, axis=axis, keepdims=keep), op.inputs[0]), None]
 
 
@@ -461,7 +475,7 @@ def _sign_grad(op: Operation, g: Tensor) -> list:
 @register_gradient("ReluGrad")
 def _relu_grad_grad(op: Operation, g: Tensor) -> list:
     # dy * (y > 0): linear in dy, piecewise constant in y
-    return [ops._out("ReluGrad", [g, op.inputs[1]], None, "ReluGrad"), None]
+    return [ops.op_output("ReluGrad", [g, op.inputs[1]], None, "ReluGrad"), None]
 
 
 @register_gradient("SigmoidGrad")
@@ -470,7 +484,7 @@ def _sigmoid_grad_grad(op: Operation, g: Tensor) -> list:
     y, dy = op.inputs
     g_dy = ops.multiply(g, dy)
     return [ops.subtract(g_dy, ops.multiply(ops.multiply(g_dy, y), 2.0)),
-            ops._out("SigmoidGrad", [y, g], None, "SigmoidGrad")]
+            ops.op_output("SigmoidGrad", [y, g], None, "SigmoidGrad")]
 
 
 @register_gradient("TanhGrad")
@@ -478,7 +492,7 @@ def _tanh_grad_grad(op: Operation, g: Tensor) -> list:
     # dy * (1 - y^2)
     y, dy = op.inputs
     return [ops.multiply(ops.multiply(g, dy), ops.multiply(y, -2.0)),
-            ops._out("TanhGrad", [y, g], None, "TanhGrad")]
+            ops.op_output("TanhGrad", [y, g], None, "TanhGrad")]
 
 
 @register_gradient("BiasAddGrad")

@@ -3,8 +3,9 @@
 Every builder converts its arguments with :func:`convert_to_tensor`, adds one
 op of a type from ``docs/ops.md`` to the default graph, and returns its output
 (or the op, for ``group``/``no_op``). Shapes and dtypes are checked when the
-op is built (:mod:`distrib.framework.op_shapes`), so a mismatch fails at the line that
-made it, naming the op and both shapes.
+op is built (by its shape function in the op catalogue,
+:mod:`distrib.framework.op_def`), so a mismatch fails at the line that made it,
+naming the op and both shapes.
 
 Conversion follows TF: a Python value next to a tensor takes the tensor's
 dtype (``2.0 * x`` is float64 when x is), a bare Python float is float32 and a
@@ -18,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from distrib.errors import InvalidArgumentError
-from distrib.framework import dtypes, op_shapes
+from distrib.framework import dtypes, op_def, op_shapes
 from distrib.framework.dtypes import DType
 from distrib.framework.graph import Graph, Operation, Tensor, get_default_graph, name_scope
 from distrib.framework.operation import bind_operators
@@ -35,17 +36,21 @@ __all__ = [
 ]
 
 
-def _make(op_type: str, inputs: Sequence[Tensor], attrs: dict | None, name: str | None,
-          graph: Graph | None = None) -> Operation:
+# The builders' shared steps (make_op ... convert_operand) are public names because
+# the sibling builder modules (array_ops, nn, gradients) build their ops with them;
+# they stay out of __all__, so they are not part of ``dt.*``.
+def make_op(op_type: str, inputs: Sequence[Tensor], attrs: dict | None, name: str | None,
+            graph: Graph | None = None) -> Operation:
     """Add one op with inferred outputs to the inputs' graph (else the default graph)."""
     if graph is None:
         graph = inputs[0].graph if inputs else get_default_graph()
     return graph.create_op(op_type, inputs, attrs, name,
-                           infer=lambda n, i, a: op_shapes.infer(op_type, n, i, a))
+                           infer=lambda n, i, a: op_def.infer(op_type, n, i, a))
 
 
-def _out(op_type: str, inputs: Sequence[Tensor], attrs: dict | None, name: str | None) -> Tensor:
-    return _make(op_type, inputs, attrs, name).outputs[0]
+def op_output(op_type: str, inputs: Sequence[Tensor], attrs: dict | None, name: str | None) -> Tensor:
+    """Add one op (as :func:`make_op`) and return its first output."""
+    return make_op(op_type, inputs, attrs, name).outputs[0]
 
 
 # -- conversion ---------------------------------------------------------------
@@ -60,7 +65,9 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None,
     anything else becomes a Const (``dtype`` requested, else inferred as TF does)."""
     want = None if dtype is None else dtypes.as_dtype(dtype)
     if hasattr(value, "_as_tensor") and not isinstance(value, Tensor):
-        value = value._as_tensor()
+        # the conversion hook of variable-like objects, private by design as TF's
+        # ``_as_graph_element``: no unrelated object's public attribute is taken for it
+        value = value._as_tensor()  # noqa: SLF001 - the conversion hook
     if isinstance(value, Tensor):
         if want is not None and value.dtype != want:
             raise InvalidArgumentError(
@@ -139,7 +146,7 @@ def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None 
     if shape is not None:
         dims = op_shapes.check_shape_arg("Const", shape)
         arr = _fit(arr, dims, verify_shape, name)
-    return _out("Const", [], {"value": arr, "dtype": dt}, name or "Const")
+    return op_output("Const", [], {"value": arr, "dtype": dt}, name or "Const")
 
 
 def _fit(arr: np.ndarray, dims: list[int], verify_shape: bool, name: str | None) -> np.ndarray:
@@ -158,11 +165,11 @@ def _fit(arr: np.ndarray, dims: list[int], verify_shape: bool, name: str | None)
 def placeholder(dtype: Any, shape: Any = None, name: str | None = None) -> Tensor:
     """A value fed at run time; ``shape`` may hold None dims, or be None (any rank)."""
     dims = None if shape is None else TensorShape(shape).as_list()
-    return _out("Placeholder", [], {"dtype": dtypes.as_dtype(dtype), "shape": dims},
+    return op_output("Placeholder", [], {"dtype": dtypes.as_dtype(dtype), "shape": dims},
                 name or "Placeholder")
 
 
-def _pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:
+def convert_pair(x: Any, y: Any) -> tuple[Tensor, Tensor]:
     """Convert two operands; a non-tensor takes the other's dtype (TF's rule).
 
     Constants are made in the graph of the tensor operand, not the default graph.
@@ -189,15 +196,18 @@ def _graph_of(*values: Any) -> Graph:
 def _binary(op_type: str, x: Any, y: Any, name: str | None) -> Tensor:
     # TF's layout: constants made from Python operands live under the op's scope ("add/y")
     with name_scope(name, op_type, [x, y]) as scope:
-        x, y = _pair(x, y)
-        return _out(op_type, [x, y], None, scope)
+        x, y = convert_pair(x, y)
+        return op_output(op_type, [x, y], None, scope)
 
 
-def _unary(op_type: str, x: Any, name: str | None) -> Tensor:
-    return _out(op_type, [_convert(x)], None, name or op_type)
+def unary_op(op_type: str, x: Any, name: str | None) -> Tensor:
+    """An op of ``op_type`` on one operand, converted in its own graph; its output."""
+    return op_output(op_type, [convert_operand(x)], None, name or op_type)
 
 
-def _convert(x: Any) -> Tensor:
+def convert_operand(x: Any) -> Tensor:
+    """``x`` as a Tensor; a constant made from it goes in the graph of ``x``
+    (a tensor's, a variable's), not the default graph."""
     with _graph_of(x).as_default():
         return convert_to_tensor(x)
 
@@ -218,11 +228,11 @@ def multiply(x: Any, y: Any, name: str | None = None) -> Tensor:
 def divide(x: Any, y: Any, name: str | None = None) -> Tensor:
     """``x / y`` with TF's truediv rule: integers are cast to float first."""
     with name_scope(name, "truediv", [x, y]) as scope:
-        x, y = _pair(x, y)
+        x, y = convert_pair(x, y)
         if x.dtype.is_integer and y.dtype == x.dtype:
             fdt = dtypes.float64 if x.dtype in (dtypes.int32, dtypes.int64) else dtypes.float32
             x, y = cast(x, fdt), cast(y, fdt)
-        return _out("RealDiv", [x, y], None, scope)
+        return op_output("RealDiv", [x, y], None, scope)
 
 
 truediv = divide
@@ -241,56 +251,56 @@ def pow(x: Any, y: Any, name: str | None = None) -> Tensor:  # noqa: A001 - TF's
 
 
 def log(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Log", x, name)
+    return unary_op("Log", x, name)
 
 
 def exp(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Exp", x, name)
+    return unary_op("Exp", x, name)
 
 
 def square(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Square", x, name)
+    return unary_op("Square", x, name)
 
 
 def sqrt(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Sqrt", x, name)
+    return unary_op("Sqrt", x, name)
 
 
 def negative(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Neg", x, name)
+    return unary_op("Neg", x, name)
 
 
 def abs(x: Any, name: str | None = None) -> Tensor:  # noqa: A001 - TF's name
-    return _unary("Abs", x, name)
+    return unary_op("Abs", x, name)
 
 
 def sign(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Sign", x, name)
+    return unary_op("Sign", x, name)
 
 
 def sigmoid(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Sigmoid", x, name)
+    return unary_op("Sigmoid", x, name)
 
 
 def tanh(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Tanh", x, name)
+    return unary_op("Tanh", x, name)
 
 
 def identity(x: Any, name: str | None = None) -> Tensor:
-    return _unary("Identity", x, name)
+    return unary_op("Identity", x, name)
 
 
 def stop_gradient(input: Any, name: str | None = None) -> Tensor:  # noqa: A002 (TF's name)
     """``input`` as it is, but a constant to ``gradients`` and ``GradientTape``
     (TF's ``StopGradient``: no gradient flows back through it)."""
-    return _unary("StopGradient", input, name)
+    return unary_op("StopGradient", input, name)
 
 
 def add_n(inputs: Sequence[Any], name: str | None = None) -> Tensor:
     """The sum of same-shaped tensors, as a chain of Adds."""
     if not inputs:
         raise InvalidArgumentError("add_n needs at least one tensor")
-    tensors = [_convert(t) for t in inputs]
+    tensors = [convert_operand(t) for t in inputs]
     if len(tensors) == 1:
         return identity(tensors[0], name=name or "AddN")
     total = tensors[0]
@@ -332,13 +342,13 @@ def logical_and(x: Any, y: Any, name: str | None = None) -> Tensor:
 
 
 def logical_not(x: Any, name: str | None = None) -> Tensor:
-    return _unary("LogicalNot", x, name)
+    return unary_op("LogicalNot", x, name)
 
 
 def logical_or(x: Any, y: Any, name: str | None = None) -> Tensor:
     """``x or y`` as ``not (not x and not y)`` (no LogicalOr op in the catalogue)."""
     with name_scope(name, "LogicalOr", [x, y]) as scope:
-        x, y = _pair(x, y)
+        x, y = convert_pair(x, y)
         return logical_not(logical_and(logical_not(x), logical_not(y)), name=scope)
 
 
@@ -346,15 +356,15 @@ def logical_or(x: Any, y: Any, name: str | None = None) -> Tensor:
 def cast(x: Any, dtype: Any, name: str | None = None) -> Tensor:
     """``x`` as ``dtype``; a tensor that already has it is returned unchanged (TF)."""
     want = dtypes.as_dtype(dtype)
-    x = _convert(x)
+    x = convert_operand(x)
     if x.dtype == want:
         return x
-    return _out("Cast", [x], {"dtype": want}, name or "Cast")
+    return op_output("Cast", [x], {"dtype": want}, name or "Cast")
 
 
 def reshape(tensor: Any, shape: Any, name: str | None = None) -> Tensor:
     """Reshape to ``shape`` (ints, at most one -1), or to a runtime int32 shape tensor."""
-    x = _convert(tensor)
+    x = convert_operand(tensor)
     if isinstance(shape, Tensor):
         # dynamic form: the kernel takes the shape from a second input (docs/ops.md)
         n = shape.shape[0] if shape.shape.rank == 1 else None
@@ -364,35 +374,35 @@ def reshape(tensor: Any, shape: Any, name: str | None = None) -> Tensor:
     if isinstance(shape, TensorShape):
         shape = shape.as_list()
     dims = [-1 if d is None else int(d) for d in np.atleast_1d(np.asarray(shape, dtype=object))]
-    return _out("Reshape", [x], {"shape": dims}, name or "Reshape")
+    return op_output("Reshape", [x], {"shape": dims}, name or "Reshape")
 
 
 def transpose(a: Any, perm: Sequence[int] | None = None, name: str | None = "transpose") -> Tensor:
     perm = None if perm is None else [int(p) for p in perm]
-    return _out("Transpose", [_convert(a)], {"perm": perm}, name or "transpose")
+    return op_output("Transpose", [convert_operand(a)], {"perm": perm}, name or "transpose")
 
 
 def shape(input: Any, name: str | None = None, out_type: Any = dtypes.int32) -> Tensor:  # noqa: A002
     attrs = {} if dtypes.as_dtype(out_type) == dtypes.int32 else {"out_type": out_type}
-    return _out("Shape", [_convert(input)], attrs, name or "Shape")
+    return op_output("Shape", [convert_operand(input)], attrs, name or "Shape")
 
 
 def matmul(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False,
            name: str | None = None) -> Tensor:
     with name_scope(name, "MatMul", [a, b]) as scope:
-        a, b = _pair(a, b)
-        return _out("MatMul", [a, b], {"transpose_a": bool(transpose_a),
+        a, b = convert_pair(a, b)
+        return op_output("MatMul", [a, b], {"transpose_a": bool(transpose_a),
                                        "transpose_b": bool(transpose_b)}, scope)
 
 
 # -- reductions --------------------------------------------------------------------
 def _reduce(op_type: str, x: Any, axis: Any, keepdims: Any, name: str | None,
             reduction_indices: Any = None, keep_dims: Any = None) -> Tensor:
-    x = _convert(x)
+    x = convert_operand(x)
     axis = reduction_indices if axis is None else axis  # TF1's old argument names
     keep = bool(keep_dims if keepdims is None else keepdims)
     axis = op_shapes.normalize_axis(axis, x.shape.rank, op_type, name or op_type, x.shape)
-    return _out(op_type, [x], {"axis": axis, "keepdims": keep}, name or op_type)
+    return op_output(op_type, [x], {"axis": axis, "keepdims": keep}, name or op_type)
 
 
 def reduce_sum(input_tensor: Any, axis: Any = None, keepdims: Any = None, name: str | None = None,
@@ -423,18 +433,18 @@ def reduce_prod(input_tensor: Any, axis: Any = None, keepdims: Any = None, name:
 def argmax(input: Any, axis: Any = None, name: str | None = None,  # noqa: A002
            dimension: Any = None, output_type: Any = dtypes.int64) -> Tensor:
     """Index of the largest value along ``axis`` (default 0, as TF1's tf.argmax)."""
-    x = _convert(input)
+    x = convert_operand(input)
     axis = dimension if axis is None else axis
     axis = op_shapes.normalize_axis(0 if axis is None else int(axis), x.shape.rank, "ArgMax",
                                     name or "ArgMax", x.shape)
-    return _out("ArgMax", [x], {"axis": axis, "output_type": dtypes.as_dtype(output_type)},
+    return op_output("ArgMax", [x], {"axis": axis, "output_type": dtypes.as_dtype(output_type)},
                 name or "ArgMax")
 
 
 # -- sources ---------------------------------------------------------------------------
 def _filled(op_type: str, shape: Any, dtype: Any, name: str | None) -> Tensor:
     dims = op_shapes.check_shape_arg(op_type, shape)
-    return _out(op_type, [], {"shape": dims, "dtype": dtypes.as_dtype(dtype)}, name or op_type)
+    return op_output(op_type, [], {"shape": dims, "dtype": dtypes.as_dtype(dtype)}, name or op_type)
 
 
 def zeros(shape: Any, dtype: Any = dtypes.float32, name: str | None = None) -> Tensor:
@@ -446,12 +456,12 @@ def ones(shape: Any, dtype: Any = dtypes.float32, name: str | None = None) -> Te
 
 
 def zeros_like(tensor: Any, dtype: Any = None, name: str | None = None) -> Tensor:
-    out = _out("ZerosLike", [_convert(tensor)], None, name or "zeros_like")
+    out = op_output("ZerosLike", [convert_operand(tensor)], None, name or "zeros_like")
     return out if dtype is None else cast(out, dtype)
 
 
 def ones_like(tensor: Any, dtype: Any = None, name: str | None = None) -> Tensor:
-    out = _out("OnesLike", [_convert(tensor)], None, name or "ones_like")
+    out = op_output("OnesLike", [convert_operand(tensor)], None, name or "ones_like")
     return out if dtype is None else cast(out, dtype)
 
 
@@ -474,7 +484,7 @@ def random_normal(shape: Any, mean: float = 0.0, stddev: float = 1.0, dtype: Any
     dims = op_shapes.check_shape_arg("RandomStandardNormal", shape)
     attrs = {"shape": dims, "dtype": dtypes.as_dtype(dtype), "mean": float(mean),
              "stddev": float(stddev), "seed": _seed(seed)}
-    return _out("RandomStandardNormal", [], attrs, name or "random_normal")
+    return op_output("RandomStandardNormal", [], attrs, name or "random_normal")
 
 
 def random_uniform(shape: Any, minval: Any = 0, maxval: Any = None, dtype: Any = dtypes.float32,
@@ -486,12 +496,12 @@ def random_uniform(shape: Any, minval: Any = 0, maxval: Any = None, dtype: Any =
     conv = float if dt.is_floating else int
     attrs = {"shape": op_shapes.check_shape_arg("RandomUniform", shape), "dtype": dt,
              "minval": conv(minval), "maxval": conv(maxval), "seed": _seed(seed)}
-    return _out("RandomUniform", [], attrs, name or "random_uniform")
+    return op_output("RandomUniform", [], attrs, name or "random_uniform")
 
 
 # -- grouping --------------------------------------------------------------------------
 def no_op(name: str | None = None) -> Operation:
-    return _make("NoOp", [], None, name or "NoOp")
+    return make_op("NoOp", [], None, name or "NoOp")
 
 
 def group(*inputs: Any, name: str | None = None) -> Operation:
@@ -501,7 +511,7 @@ def group(*inputs: Any, name: str | None = None) -> Operation:
         flat.extend(item if isinstance(item, (list, tuple)) else [item])
     graph = next((x.graph for x in flat if hasattr(x, "graph")), None) or get_default_graph()
     with graph.as_default(), graph.control_dependencies(flat):
-        return _make("NoOp", [], None, name or "group_deps", graph=graph)
+        return make_op("NoOp", [], None, name or "group_deps", graph=graph)
 
 
 # a + b, x @ w, -t ... on any tensor build the ops of this module

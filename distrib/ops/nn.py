@@ -24,7 +24,7 @@ __all__ = [
 
 
 def relu(features: Any, name: str | None = None) -> Tensor:
-    return ops._unary("Relu", features, name)
+    return ops.unary_op("Relu", features, name)
 
 
 def _last_axis_only(op: str, logits: Tensor, axis: Any) -> None:
@@ -36,15 +36,15 @@ def _last_axis_only(op: str, logits: Tensor, axis: Any) -> None:
 
 
 def softmax(logits: Any, axis: Any = None, name: str | None = None, dim: Any = None) -> Tensor:
-    logits = ops._convert(logits)
+    logits = ops.convert_operand(logits)
     _last_axis_only("softmax", logits, dim if axis is None else axis)
-    return ops._out("Softmax", [logits], None, name or "Softmax")
+    return ops.op_output("Softmax", [logits], None, name or "Softmax")
 
 
 def log_softmax(logits: Any, axis: Any = None, name: str | None = None, dim: Any = None) -> Tensor:
-    logits = ops._convert(logits)
+    logits = ops.convert_operand(logits)
     _last_axis_only("log_softmax", logits, dim if axis is None else axis)
-    return ops._out("LogSoftmax", [logits], None, name or "LogSoftmax")
+    return ops.op_output("LogSoftmax", [logits], None, name or "LogSoftmax")
 
 
 def bias_add(value: Any, bias: Any, data_format: str | None = None,
@@ -52,8 +52,8 @@ def bias_add(value: Any, bias: Any, data_format: str | None = None,
     if data_format not in (None, "NHWC", "N...C"):
         raise InvalidArgumentError(f"bias_add: data_format {data_format!r} is not supported; "
                                    "bias is added over the last axis (NHWC)")
-    value, bias = ops._pair(value, bias)
-    return ops._out("BiasAdd", [value, bias], None, name or "BiasAdd")
+    value, bias = ops.convert_pair(value, bias)
+    return ops.op_output("BiasAdd", [value, bias], None, name or "BiasAdd")
 
 
 def _keywords_only(fn: str, sentinel: Any, labels: Any, logits: Any) -> None:
@@ -70,11 +70,11 @@ def softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
     """Per-example loss ``-sum(labels * log_softmax(logits), -1)``, shape [batch]."""
     fn = "softmax_cross_entropy_with_logits"
     _keywords_only(fn, _sentinel, labels, logits)
-    logits = ops._convert(logits)
+    logits = ops.convert_operand(logits)
     _last_axis_only(fn, logits, dim if axis is None else axis)
     with logits.graph.as_default():
         labels = ops.convert_to_tensor(labels, dtype=logits.dtype)
-    op = ops._make("SoftmaxCrossEntropyWithLogits", [logits, labels], None,
+    op = ops.make_op("SoftmaxCrossEntropyWithLogits", [logits, labels], None,
                    name or "SoftmaxCrossEntropyWithLogits")
     return op.outputs[0]
 
@@ -83,17 +83,17 @@ def sparse_softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any 
                                              logits: Any = None, name: str | None = None) -> Tensor:
     """Per-example loss with integer class labels (shape [batch]); returns shape [batch]."""
     _keywords_only("sparse_softmax_cross_entropy_with_logits", _sentinel, labels, logits)
-    logits = ops._convert(logits)
+    logits = ops.convert_operand(logits)
     with logits.graph.as_default():
         labels = ops.convert_to_tensor(labels)
-    op = ops._make("SparseSoftmaxCrossEntropyWithLogits", [logits, labels], None,
+    op = ops.make_op("SparseSoftmaxCrossEntropyWithLogits", [logits, labels], None,
                    name or "SparseSoftmaxCrossEntropyWithLogits")
     return op.outputs[0]
 
 
 def l2_loss(t: Any, name: str | None = None) -> Tensor:
     """``sum(t ** 2) / 2``."""
-    t = ops._convert(t)
+    t = ops.convert_operand(t)
     with name_scope(name, "L2Loss", [t]) as scope:
         return ops.multiply(ops.reduce_sum(ops.square(t)), 0.5, name=scope)
 
@@ -107,10 +107,10 @@ def compute_average_loss(per_example_loss: Any, sample_weight: Any = None,
     the strategy sums the replicas' gradients, so each replica divides by the
     *global* batch size; ``global_batch_size=None`` takes this replica's batch
     (the first dimension of ``per_example_loss``) times the replicas in sync."""
-    loss = ops._convert(per_example_loss)
+    loss = ops.convert_operand(per_example_loss)
     with name_scope(None, "compute_average_loss", [loss]) as scope:
         if sample_weight is not None:
-            loss = ops.multiply(loss, ops.cast(ops._convert(sample_weight), loss.dtype))
+            loss = ops.multiply(loss, ops.cast(ops.convert_operand(sample_weight), loss.dtype))
         total = ops.reduce_sum(loss)
         if global_batch_size is None:
             replicas = distribution_context.num_replicas_in_sync()
@@ -130,6 +130,6 @@ def compute_average_loss(per_example_loss: Any, sample_weight: Any = None,
                 raise InvalidArgumentError(f"global_batch_size must be positive, got "
                                            f"{global_batch_size}")
             global_batch_size = float(global_batch_size)
-        return ops.divide(total, ops.cast(ops._convert(global_batch_size), loss.dtype)
+        return ops.divide(total, ops.cast(ops.convert_operand(global_batch_size), loss.dtype)
                           if not isinstance(global_batch_size, float) else global_batch_size,
                           name=scope)

@@ -59,6 +59,15 @@ class Variable(TensorOperators):
     for the mirrored strategies), as TF's variable creator scopes do.
     """
 
+    # Set by the strategies and the Saver on the copies they make or restore:
+    # the distributed variable this one is a copy of (TF's _distributed_container)
+    distributed_container: Any = None
+    # the first copy of a mirrored variable: the one a checkpoint names; this
+    # copy is saved as it and restored from its entry
+    mirror_primary: Variable | None = None
+    # restored by a Saver: a dt.function's first-use initialization leaves it alone
+    restored_from_checkpoint: bool = False
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         strategy = distribution_context.creating_variable() if cls is Variable else None
         if strategy is not None:

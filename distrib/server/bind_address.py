@@ -42,10 +42,12 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from distrib.settings import BIND_ADDRESS
+
 __all__ = ["BIND_ADDRESS_ENV", "BindPlan", "bind_error_reason", "bind_override",
            "choose_bind_host", "fallback_host", "is_loopback_host", "plan_bind"]
 
-BIND_ADDRESS_ENV = "DISTRIB_BIND_ADDRESS"
+BIND_ADDRESS_ENV = BIND_ADDRESS.name
 WILDCARD_V4, WILDCARD_V6 = "0.0.0.0", "::"
 _LOCALHOST = "127.0.0.1"
 # bind errors that mean "this host has no such address", which the wildcard
@@ -93,8 +95,7 @@ def bind_override(flag: str | None = None, env: Mapping[str, str] | None = None)
     """The host every server of this process listens on when one is forced:
     ``flag`` (``--bind``), else ``DISTRIB_BIND_ADDRESS``; None when neither is
     set. A value with a port is a ``ValueError``: the port is the cluster's."""
-    environ = os.environ if env is None else env
-    text = (flag if flag is not None else environ.get(BIND_ADDRESS_ENV, "")).strip()
+    text = (flag if flag is not None else BIND_ADDRESS.get(env)).strip()
     if not text:
         return None
     source = "--bind" if flag is not None else BIND_ADDRESS_ENV

@@ -29,6 +29,7 @@ from distrib.runtime.step import master_channel  # noqa: F401  (sessions reach m
 from distrib.runtime.step.master import MasterService
 from distrib.runtime.step.worker import WorkerService
 from distrib.server.bind_address import bind_error_reason, bind_override, choose_bind_host, fallback_host
+from distrib.server.doors import ServerDoor
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,14 @@ class ServerCore:
         assert self._stop_requested is not None
         await self._stop_requested.wait()
 
+    def note_stop_request(self) -> None:
+        """A peer asked this task to stop (``request_stop``): wake whoever waits
+        in ``wait_stop_requested`` and run ``on_stop_requested``."""
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+        if self.on_stop_requested is not None:
+            self.on_stop_requested()
+
 
 class _ServerControl:
     """Actor "server": lets a peer tell a task that training is over, and
@@ -197,10 +206,7 @@ class _ServerControl:
         self._steps = _StepRate()
 
     def request_stop(self) -> bool:
-        if self._core._stop_requested is not None:
-            self._core._stop_requested.set()
-        if self._core.on_stop_requested is not None:
-            self._core.on_stop_requested()
+        self._core.note_stop_request()
         return True
 
     def task(self) -> str:
@@ -275,7 +281,7 @@ async def request_stop(target: str, timeout: float = 10.0) -> None:
     chief worker releases the ps tasks, which otherwise serve forever."""
     system = await ActorSystem(client_name(), listen=False).start()
     try:
-        await system.ref(parse_target(target), "server").call("request_stop", timeout=timeout)
+        await ServerDoor.at(system, parse_target(target)).request_stop(timeout=timeout)
     finally:
         await system.shutdown()
 
@@ -327,6 +333,11 @@ class Server:
     @property
     def cluster(self) -> ClusterSpec:
         return self._core.cluster
+
+    @property
+    def is_stopped(self) -> bool:
+        """Whether ``stop()`` has run (a stopped server is not started again)."""
+        return self._stopped.is_set()
 
     def start(self) -> None:
         with self._lock:

@@ -1,5 +1,5 @@
 """``python -m distrib.status``: every task of a cluster, one row each
-(DESIGN.md, "Status"). Re-exports only; the CLI is ``__main__``."""
+(docs/CONTRACT.md, "Command lines"). Re-exports only; the CLI is ``__main__``."""
 from __future__ import annotations
 
 from distrib.status.query import DEFAULT_TIMEOUT_S, StatusClient, TaskStatus, query_cluster

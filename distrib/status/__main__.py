@@ -12,10 +12,10 @@ Without ``--cluster`` the cluster is the one the tasks themselves resolve
 it sees the training step's layout: in the batch script of a step that uses
 the whole allocation, or as that step's own task.
 
-One row per task (DESIGN.md, "Status"): up or down and why, incarnation,
-uptime, chief role and term, global step and steps/s, last checkpoint
-(with ``--checkpoint_dir``), open sessions, connections by transport,
-memory. ``--json`` prints one object ``{"tasks": [...]}`` (one per line
+One row per task (docs/CONTRACT.md, "Command lines"): up or down and why,
+incarnation, uptime, chief role and term, global step and steps/s, last
+checkpoint (with ``--checkpoint_dir``), open sessions, connections by
+transport, memory. ``--json`` prints one object ``{"tasks": [...]}`` (one per line
 under ``--watch``). Exit code 0 when every task is up, 1 otherwise (under
 ``--watch``: that of the last refresh, after Ctrl-C), 2 for a usage error
 (no cluster, a malformed cluster file), as one line on stderr.

@@ -3,7 +3,7 @@
 Each server's "server" actor answers ``status()`` from its own view
 (``distrib.server.server_lib``); :class:`StatusClient` asks every task at
 once and combines the answers into :class:`TaskStatus` rows, the shape of
-``python -m distrib.status --json`` (DESIGN.md, "Status").
+``python -m distrib.status --json`` (its keys: docs/CONTRACT.md).
 
 Two rules keep a status fast whatever state the cluster is in:
 - Every task is asked concurrently, each under its own deadline (2 s by
@@ -42,6 +42,7 @@ from typing import Any
 from distrib.cluster import ClusterSpec
 from distrib.errors import DeadlineExceededError, NotFoundError, UnauthenticatedError, UnavailableError
 from distrib.runtime.actors.system import ActorSystem, client_name, default_transport_config
+from distrib.server.doors import ServerDoor
 
 __all__ = ["TaskStatus", "StatusClient", "query_cluster", "DEFAULT_TIMEOUT_S"]
 
@@ -151,7 +152,7 @@ class StatusClient:
         """The task's ``status()`` answer, or why there is none; never raises."""
         try:
             answer = await asyncio.wait_for(
-                self._system.ref(address, "server").call("status", timeout=timeout), timeout)
+                ServerDoor.at(self._system, address).status(timeout=timeout), timeout)
         except asyncio.TimeoutError:
             return None, "timed out"
         except UnauthenticatedError:

@@ -5,18 +5,18 @@ Beside the checkpoints, the file ``chief_term`` holds the highest chief term
 (``distrib.runtime.chief.lease``) whose chief saved into the folder. Before
 each save, the chief checks it under an exclusive lock on the folder (one
 chief's check-and-write never interleaves with another's) and raises it to
-its own term; a lower term is refused with ``AbortedError``, so a chief that
-was paused and woke up after another was elected cannot write a checkpoint
-over the newer chief's, even if its own clock has not told it yet. A folder
-without the file (a cluster without elections) accepts any term.
+its own term; a lower term is refused with ``FencedError`` (an
+``AbortedError``), so a chief that was paused and woke up after another was
+elected cannot write a checkpoint over the newer chief's, even if its own
+clock has not told it yet. A folder without the file (a cluster without
+elections) accepts any term.
 """
 from __future__ import annotations
 
 import fcntl
 import os
 
-from distrib.errors import AbortedError
-from distrib.runtime.chief.fencing import FENCED
+from distrib.errors import FencedError
 
 __all__ = ["FENCE_FILE", "fence_directory", "directory_term"]
 
@@ -33,7 +33,7 @@ def directory_term(directory: str) -> int:
 
 
 def fence_directory(directory: str, term: int) -> None:
-    """Let a chief of ``term`` save into ``directory``, or raise AbortedError
+    """Let a chief of ``term`` save into ``directory``, or raise FencedError
     when a newer chief has saved there."""
     os.makedirs(directory, exist_ok=True)
     fd = os.open(directory, os.O_RDONLY)
@@ -41,8 +41,8 @@ def fence_directory(directory: str, term: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)   # released when fd closes
         seen = directory_term(directory)
         if term < seen:
-            raise AbortedError(
-                f"checkpoint {FENCED}: {directory} holds checkpoints of chief term {seen}, "
+            raise FencedError(
+                f"checkpoint fenced off: {directory} holds checkpoints of chief term {seen}, "
                 f"newer than this chief's term {term}: a newer chief was elected, so this "
                 "task is no longer chief and must not save")
         if term > seen:

@@ -1,10 +1,10 @@
 """The chief's periodic checkpoints, for a Supervisor.
 
 Like TF's SVTimerCheckpointThread: a save at once, then one every
-``save_secs``; and, a distrib extension that DESIGN.md's fault tolerance
-counts on, one every ``save_steps`` global steps (the global step is read
-twice a second for it), whichever comes first. The progress a ps restart
-loses is at most one such interval.
+``save_secs``; and, a distrib extension that the contract's fault tolerance
+(docs/CONTRACT.md) counts on, one every ``save_steps`` global steps (the
+global step is read twice a second for it), whichever comes first. The
+progress a ps restart loses is at most one such interval.
 
 A save runs only while this task is chief, carries the chief's term to the
 checkpoint folder (``checkpoint_fence``: an older chief's save is refused),
@@ -23,8 +23,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from distrib.errors import AbortedError, OpError
-from distrib.runtime.chief.fencing import FENCED
+from distrib.errors import FencedError, OpError
 from distrib.train.checkpoint_fence import fence_directory
 from distrib.train.chief_role import ChiefRole
 from distrib.train.ps_recovery import recoverable
@@ -122,7 +121,7 @@ class CheckpointService:
             await self.save(sess)
             return True
         except OpError as exc:
-            if isinstance(exc, AbortedError) and FENCED in exc.message:
+            if isinstance(exc, FencedError):
                 logger.warning("no longer chief, checkpoints stop: %s", exc)
                 return None
             if not recoverable(exc):

@@ -25,6 +25,7 @@ from distrib.errors import OpError
 from distrib.runtime.actors.system import ActorSystem, client_name
 from distrib.runtime.chief.election import ChiefElection
 from distrib.runtime.chief.lease import lease_seconds
+from distrib.runtime.step.doors import MasterDoor, WorkerDoor
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +69,7 @@ class ChiefRole:
         if self._system is not None:
             return self.is_chief
         self._system = await ActorSystem(client_name(), listen=False).start()
-        info = await self._system.ref(parse_target(target), "master").call(
-            "cluster_info", timeout=30.0)
+        info = await MasterDoor.at(self._system, parse_target(target)).cluster_info(timeout=30.0)
         self.task = info["task"]
         cluster: dict[str, dict[str, str]] = info["cluster"]
         ps = cluster.get("ps") or {}
@@ -93,8 +93,7 @@ class ChiefRole:
         assert self._system is not None
         async def one(address: str) -> int | None:
             try:
-                status = await self._system.ref(address, "worker").call("get_status",
-                                                                        timeout=5.0)
+                status = await WorkerDoor.at(self._system, address).get_status(timeout=5.0)
                 return int(status["incarnation"])
             except OpError:
                 return None
@@ -104,7 +103,7 @@ class ChiefRole:
     async def fence(self, task: str) -> None:
         """Announce the chief's term to ``task`` (a restarted ps has seen none)."""
         if self.term is not None and self._system is not None:
-            await self._system.ref(self.ps[task], "worker").call("fence", self.term, timeout=5.0)
+            await WorkerDoor.at(self._system, self.ps[task]).fence(self.term, timeout=5.0)
 
     async def stop(self) -> None:
         """End the campaign (a chief resigns: a successor takes over at once)."""

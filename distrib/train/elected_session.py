@@ -1,7 +1,7 @@
 """A ``MonitoredTrainingSession`` with the Supervisor's chief election and recovery.
 
 ``MonitoredTrainingSession(is_chief=...)`` names the *preferred* chief, as
-``Supervisor(is_chief=...)`` does (see DESIGN.md "Fault tolerance"). In a
+``Supervisor(is_chief=...)`` does (docs/CONTRACT.md, "Fault tolerance"). In a
 training cluster (a ps job and two or more workers) the role is elected
 (:class:`~distrib.train.chief_role.ChiefRole`) and can move during training;
 anywhere else it is fixed, as in TF. Two pieces carry that into the
@@ -42,9 +42,8 @@ import logging
 from typing import Any
 
 from distrib.client.session import ConfigProto, Session
-from distrib.errors import AbortedError, OpError
+from distrib.errors import AbortedError, FencedError
 from distrib.runtime.actors.failure_detector import heartbeat_s
-from distrib.runtime.chief.fencing import FENCED
 from distrib.train.checkpoint_fence import fence_directory
 from distrib.train.chief_role import ChiefRole
 from distrib.train.ps_recovery import PsRecovery
@@ -192,13 +191,11 @@ class ChiefOnlyHook(SessionRunHook):
     async def _guard(self, fn: Any, *args: Any) -> Any:
         try:
             return await call_hook(fn, *args)
-        except OpError as exc:
-            if FENCED not in exc.message:
-                raise
+        except FencedError as exc:
             self._step_down(exc)
             return None
 
-    def _step_down(self, exc: OpError) -> None:
+    def _step_down(self, exc: FencedError) -> None:
         self._fenced_term = self.role.term or 0
         self._started = False
         logger.warning("a newer chief was elected: %s stops writing (%s)",
@@ -207,7 +204,7 @@ class ChiefOnlyHook(SessionRunHook):
 
 class _FenceListener(CheckpointSaverListener):
     """Before each of the chief's saves: the folder accepts this chief's term,
-    or refuses it with ``AbortedError`` (a newer chief was elected)."""
+    or refuses it with ``FencedError`` (a newer chief was elected)."""
 
     def __init__(self, role: ChiefRole, directory: str) -> None:
         self.role = role

@@ -379,7 +379,7 @@ class MonitoredSession:
         except Exception as exc:
             logger.warning("stopping the local server failed: %s", exc)
         if not self._graph_was_finalized and self._graph.finalized:
-            self._graph._unsafe_unfinalize()
+            self._graph._unsafe_unfinalize()  # noqa: SLF001 - TF's own name for it
 
 
 def MonitoredTrainingSession(master: str = "", is_chief: bool = True,  # noqa: N802 (TF's name)

@@ -51,7 +51,7 @@ class OptimizerArgumentError(InvalidArgumentError, ValueError):
 def _resolve(var: Any) -> Any:
     """A distributed variable (or the first copy of one, as the trainable
     collection holds it) as the copy of the replica being built."""
-    container = getattr(var, "_distributed_container", None)
+    container = getattr(var, "distributed_container", None)
     if container is not None and _replica_index() is not None:
         var = container
     component = getattr(var, "_component", None)
@@ -148,12 +148,14 @@ class Optimizer:
                 global_step = _resolve(global_step)
             return replica.merge_call(_apply_across_replicas,
                                       args=(self, grads_and_vars, global_step, name))
-        return self._apply_gradients_here(grads_and_vars, global_step, name)
+        return self.apply_gradients_here(grads_and_vars, global_step, name)
 
-    def _apply_gradients_here(self, grads_and_vars: Sequence[tuple[Any, Variable]],
-                              global_step: Any = None, name: str | None = None) -> Operation:
-        """``apply_gradients`` of these gradients to these (plain) variables."""
-        pairs = _checked_pairs(grads_and_vars)
+    def apply_gradients_here(self, grads_and_vars: Sequence[tuple[Any, Variable]],
+                             global_step: Any = None, name: str | None = None) -> Operation:
+        """``apply_gradients`` of these gradients to these (plain) variables, with
+        no strategy's cross-replica step around it: what a strategy calls once it
+        has aggregated the gradients (TF's ``_distributed_apply``)."""
+        pairs = checked_pairs(grads_and_vars)
         var_list = [v for g, v in pairs if g is not None]
         graph = var_list[0].graph
         with graph.as_default():
@@ -204,7 +206,7 @@ class Optimizer:
     # -- building blocks ----------------------------------------------------------------
     def _update_one(self, grad: Any, var: Variable) -> Operation:
         graph = var.graph
-        grad = _gradient_tensor(grad, var)
+        grad = gradient_tensor(grad, var)
         with graph.name_scope("update_" + var.op.name), graph.colocate_with(var.op):
             return self._apply_dense(grad, var)
 
@@ -249,12 +251,12 @@ class Optimizer:
         named = self._slots.setdefault(slot_name, {})
         if var.op not in named:
             slot = named[var.op] = _create_slot(var, op_name, initial_value)
-            primary = getattr(var, "_mirror_primary", None)
+            primary = getattr(var, "mirror_primary", None)
             # (replica 0 applies first: apply_gradients_across_replicas goes in order)
             if primary is not None and primary.op in named:
                 # the slot of a mirrored copy mirrors the first copy's slot (one
                 # checkpoint entry, as TF's mirrored slots)
-                slot._mirror_primary = named[primary.op]
+                slot.mirror_primary = named[primary.op]
         return named[var.op]
 
     def _get_non_slot_variable(self, name: str, graph: Any) -> Variable | None:
@@ -272,7 +274,7 @@ class Optimizer:
                     lambda: self._hyper(initial_value, colocate_with, name + "_initial"),
                     trainable=False, name=name)
             if key[2]:                           # saved once, as the first replica's
-                var._mirror_primary = self._non_slot_dict.get((name, graph, 0))
+                var.mirror_primary = self._non_slot_dict.get((name, graph, 0))
         return self._non_slot_dict[key]
 
 
@@ -312,7 +314,7 @@ def _gradients(loss: Any, var_list: list[Variable], grad_loss: Any) -> list[Tens
     return list(gradients(loss, var_list, grad_ys=grad_loss))
 
 
-def _checked_pairs(grads_and_vars: Sequence[tuple[Any, Variable]]) -> list[tuple[Any, Variable]]:
+def checked_pairs(grads_and_vars: Sequence[tuple[Any, Variable]]) -> list[tuple[Any, Variable]]:
     pairs = [tuple(p) for p in grads_and_vars]
     if not pairs:
         raise OptimizerArgumentError("No variables provided.")
@@ -333,7 +335,7 @@ def _checked_pairs(grads_and_vars: Sequence[tuple[Any, Variable]]) -> list[tuple
     return pairs  # type: ignore[return-value]
 
 
-def _gradient_tensor(grad: Any, var: Variable) -> Tensor:
+def gradient_tensor(grad: Any, var: Variable) -> Tensor:
     with var.graph.as_default():
         grad = ops.convert_to_tensor(grad)
     if grad.dtype != var.dtype:

@@ -12,8 +12,9 @@ their initializers where there is none. The progress lost is what that ps
 learnt since the checkpoint: at most one checkpoint interval.
 
 Meanwhile the workers' steps fail: ``UnavailableError`` (the ps was down),
-``AbortedError`` (it restarted during the step) or ``FailedPreconditionError``
-(its variables are not restored yet). ``RecoveringSession``, the session a
+``AbortedError`` (it restarted during the step) or
+``UninitializedVariableError`` (a ``FailedPreconditionError``: its variables
+are not restored yet). ``RecoveringSession``, the session a
 ``Supervisor.managed_session`` hands out, catches these, lets the chief
 recover when it is the chief, waits until the model is ready again and
 retries the step, as TF's MonitoredTrainingSession does; it gives up with
@@ -26,8 +27,15 @@ import logging
 import time
 from typing import Any, Awaitable, Callable
 
-from distrib.errors import AbortedError, DataLossError, FailedPreconditionError, OpError, UnavailableError
-from distrib.runtime.chief.fencing import FENCED
+from distrib.errors import (
+    AbortedError,
+    DataLossError,
+    FailedPreconditionError,
+    FencedError,
+    OpError,
+    UnavailableError,
+    UninitializedVariableError,
+)
 from distrib.train import checkpoint
 from distrib.train.chief_role import ChiefRole
 from distrib.train.readiness import ReadyCheck, run_fetches
@@ -39,9 +47,9 @@ __all__ = ["PsRecovery", "RecoveringSession", "recoverable"]
 
 def recoverable(e: BaseException) -> bool:
     """Whether a failed step may succeed once the cluster has recovered."""
-    if isinstance(e, (AbortedError, UnavailableError)):
-        return FENCED not in e.message   # a fenced chief-only write is final
-    return isinstance(e, FailedPreconditionError) and "uninitialized" in e.message
+    if isinstance(e, FencedError):
+        return False   # a fenced chief-only write is final
+    return isinstance(e, (AbortedError, UnavailableError, UninitializedVariableError))
 
 
 class PsRecovery:

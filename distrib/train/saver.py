@@ -110,7 +110,7 @@ def _fold_mirrors(named: dict[str, Variable]) -> dict[int, list[Variable]]:
     kept = {id(v) for v in named.values()}
     mirrors: dict[int, list[Variable]] = {}
     for name, var in list(named.items()):
-        primary = getattr(var, "_mirror_primary", None)
+        primary = getattr(var, "mirror_primary", None)
         if primary is not None and id(primary) in kept:
             del named[name]
             mirrors.setdefault(id(primary), []).append(var)
@@ -326,9 +326,9 @@ class Saver:
                    options=options)
         for var in self._named.values():
             # a dt.function's first-use initialization leaves a restored variable alone
-            var._restored_from_checkpoint = True
+            var.restored_from_checkpoint = True
             for copy in self._mirrors.get(id(var), ()):
-                copy._restored_from_checkpoint = True
+                copy.restored_from_checkpoint = True
         logger.info("restored %d variables from %s", len(values), save_path)
 
     def variables_on(self, task: str) -> dict[str, Variable]:

@@ -91,7 +91,7 @@ class Scaffold:
 
             init_op = pick(init_op, base.init_op)
             init_feed_dict = pick(init_feed_dict, base.init_feed_dict)
-            init_fn = pick(init_fn, base._user_init_fn)
+            init_fn = pick(init_fn, base._user_init_fn)  # noqa: SLF001 - a Scaffold copying another
             ready_op = pick(ready_op, base.ready_op)
             ready_for_local_init_op = pick(ready_for_local_init_op, base.ready_for_local_init_op)
             local_init_op = pick(local_init_op, base.local_init_op)

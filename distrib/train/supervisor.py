@@ -49,6 +49,7 @@ from distrib.errors import (
     DataLossError,
     DeadlineExceededError,
     FailedPreconditionError,
+    FencedError,
     InvalidArgumentError,
     OpError,
     OutOfRangeError,
@@ -57,7 +58,6 @@ from distrib.errors import (
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
 from distrib.ops.variables import global_variables_initializer, local_variables_initializer
 from distrib.runtime.actors.failure_detector import heartbeat_s
-from distrib.runtime.chief.fencing import FENCED
 from distrib.train import checkpoint
 from distrib.train.checkpoint_service import CheckpointService
 from distrib.train.chief_role import ChiefRole
@@ -485,21 +485,17 @@ class Supervisor:
         return task
 
     def _runner_done(self, task: asyncio.Task) -> None:
-        if task.cancelled():
+        if task.cancelled() or task.exception() is None:
             return
         exc = task.exception()
-        if exc is None:
-            return
         chief_runner = next((r for r, t in self._running_chief_runners.items() if t is task), None)
-        if chief_runner is not None and isinstance(exc, OpError) \
-                and (recoverable(exc) or FENCED in exc.message):
+        if chief_runner is not None and (recoverable(exc) or isinstance(exc, FencedError)):
             # a ps restarting, or this task lost the role (fenced): not a reason to
             # stop training; whoever is chief runs it again (see _role_changed)
             logger.warning("chief queue runner stopped: %s", exc)
             del self._running_chief_runners[chief_runner]
             if self.is_chief and self._sess is not None and not self._stop_requested:
-                asyncio.get_running_loop().call_later(
-                    1.0, lambda: self._resume_chief_runners(self._sess))
+                asyncio.get_running_loop().call_later(1.0, lambda: self._resume_chief_runners(self._sess))
             return
         logger.error("queue runner failed: %s", exc)
         self.request_stop(exc)

@@ -47,20 +47,19 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from distrib.errors import OpError
+from distrib.errors import FencedError
 from distrib.framework import dtypes
 from distrib.framework.device import DeviceSpec
 from distrib.framework.graph import GraphKeys, Operation, Tensor
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, global_variables, is_variable_initialized
-from distrib.runtime.chief.fencing import FENCED
 from distrib.runtime.state.resources import stall_s
 from distrib.train.optimizers import (
     GradsAndVars,
     Optimizer,
     OptimizerArgumentError,
-    _checked_pairs,
-    _gradient_tensor,
+    checked_pairs,
+    gradient_tensor,
 )
 from distrib.train.session_run_hooks import SessionRunHook
 
@@ -271,7 +270,7 @@ class SyncReplicasOptimizer(Optimizer):
         if self._chief_queue_runner is not None:
             raise OptimizerArgumentError("apply_gradients was already called on this "
                                          "SyncReplicasOptimizer; build one per train op")
-        pairs = _checked_pairs(grads_and_vars)
+        pairs = checked_pairs(grads_and_vars)
         graph = global_step.graph
         self._global_step = global_step
         with graph.as_default():
@@ -306,7 +305,7 @@ class SyncReplicasOptimizer(Optimizer):
             if grad is None:
                 aggregated.append(None)
                 continue
-            grad = _gradient_tensor(grad, var)
+            grad = gradient_tensor(grad, var)
             shape = var.shape.as_list() if var.shape.rank is not None else None
             acc = _Accumulator(var, var.dtype, shape)
             self._accumulators.append(acc)
@@ -351,8 +350,13 @@ class SyncReplicasOptimizer(Optimizer):
             self.ready_for_local_init_op = [is_variable_initialized(v) for v in global_variables()]
 
     # -- the chief's side -----------------------------------------------------------------
+    @property
+    def applied(self) -> bool:
+        """Whether ``apply_gradients`` has built the aggregation (the hook needs it)."""
+        return self._chief_queue_runner is not None
+
     def _check_applied(self, what: str) -> None:
-        if self._chief_queue_runner is None:
+        if not self.applied:
             raise OptimizerArgumentError(f"{what} should be called after apply_gradients()")
 
     @property
@@ -435,7 +439,7 @@ class _SyncReplicasOptimizerHook(SessionRunHook):
 
     def begin(self) -> None:
         opt = self._opt
-        if opt._chief_queue_runner is None:
+        if not opt.applied:
             raise OptimizerArgumentError("SyncReplicasOptimizer.apply_gradients should be "
                                          "called before using the hook")
         self._local_init_op = opt.local_step_init_op
@@ -491,8 +495,6 @@ class _SyncReplicasOptimizerHook(SessionRunHook):
         try:
             await self._runner.run(session, lambda: coord.should_stop() or not role.is_chief,
                                    role.run_options)
-        except OpError as exc:
-            if FENCED not in exc.message:
-                raise
+        except FencedError as exc:
             logger.warning("chief queue runner stops: a newer chief was elected (%s)",
                            exc.message)

@@ -5,10 +5,12 @@ clients, both ways) a heartbeat every ``DISTRIB_HEARTBEAT_S`` seconds
 (default 1). A peer from which nothing has arrived for three of them (no
 message, no heartbeat, not one byte of a frame still in flight) is declared
 dead: its connection is dropped with a reason that names it, so every call
-pending on it fails with ``UnavailableError``, and with it every step that
+pending on it fails with ``UnavailableError`` whose ``peer`` is that task
+(set by the actor system's close of the connection), and with it every step that
 needs the peer, with or without ``operation_timeout_s``. A killed process
 closes its sockets at once; this finds the stopped or hung one (SIGSTOP, a
-frozen VM, a partition) within 3 to 3.25 heartbeats, as DESIGN.md asks.
+frozen VM, a partition) within 3 to 3.25 heartbeats (docs/CONTRACT.md,
+"Fault tolerance").
 
 Two rules keep it from blaming the innocent:
 - Liveness is bytes received, not messages: a 1 GiB tensor that takes longer
@@ -23,30 +25,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any, Callable
 
 import transports
+from distrib.settings import HEARTBEAT_S
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["MISSED_HEARTBEATS", "heartbeat_s", "FailureDetector"]
 
-# heartbeats missed before a peer is declared dead (DESIGN.md: three)
+# heartbeats missed before a peer is declared dead (the contract's three)
 MISSED_HEARTBEATS = 3
 
 
 def heartbeat_s() -> float:
     """``DISTRIB_HEARTBEAT_S``: seconds between heartbeats on every connection
-    (default 1; 0 turns failure detection off, for benchmarks)."""
-    raw = os.environ.get("DISTRIB_HEARTBEAT_S") or "1"
-    try:
-        every = float(raw)
-    except ValueError:
-        every = -1.0
-    if not 0 <= every < float("inf"):
-        raise ValueError(f"DISTRIB_HEARTBEAT_S must be a number of seconds >= 0, not {raw!r}")
-    return every
+    (default 1; 0 turns failure detection off, for benchmarks). Read on
+    each call; a bad value is a ``SettingError`` (a ``ValueError``)."""
+    return HEARTBEAT_S.get()
 
 
 class FailureDetector:

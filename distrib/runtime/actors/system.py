@@ -17,7 +17,7 @@ Design choices, each for a measured reason:
   semantics: the same typed errors, the same timeouts. (Arguments are passed
   by reference then: callers must not mutate what they sent.)
 - One pooled connection per peer; a lost connection fails every call pending
-  on it with UnavailableError naming the peer, and the next call reconnects.
+  on it with UnavailableError naming the peer (``peer``), and the next call reconnects.
 - Every connection carries heartbeats both ways; one silent for three of
   them is dropped as dead, which fails the calls pending on it
   (:mod:`distrib.runtime.actors.failure_detector`).
@@ -46,6 +46,7 @@ from distrib.errors import (
     UnavailableError,
 )
 from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, FailureDetector, heartbeat_s
+from distrib.settings import CONNECT_TIMEOUT_S, SESSION_GC_S, TRANSPORT
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,10 @@ _SHUTDOWN_WAIT_S = 5.0
 
 
 class ActorRef:
-    """A handle on an actor, local or remote."""
+    """A handle on an actor, local or remote. It is the system's own front
+    door: it calls the system's private send paths directly (one module, one
+    idea; each reach is marked SLF001) rather than through a public layer
+    that would cost every message one more call."""
 
     __slots__ = ("system", "address", "name", "_local", "peer")
 
@@ -77,38 +81,39 @@ class ActorRef:
 
     async def call(self, method: str, *args: Any, timeout: float | None = DEFAULT_TIMEOUT_S) -> Any:
         if self._local or self.address == self.system.address:
-            return await self.system._call_local(self.name, method, args, timeout)
+            return await self.system._call_local(self.name, method, args, timeout)  # noqa: SLF001
         near = in_process_system(self.address)
         if near is not None:
-            return await near._call_local(self.name, method, args, timeout)
-        return await self.system._call_remote(self.address, self.name, method, args, timeout)
+            return await near._call_local(self.name, method, args, timeout)  # noqa: SLF001
+        return await self.system._call_remote(self.address, self.name, method, args, timeout)  # noqa: SLF001
 
     def request(self, method: str, *args: Any,
                 timeout: float | None = DEFAULT_TIMEOUT_S) -> asyncio.Future:
         """Send a call now and return the future of its reply, without a task per
         call when the connection is already open (the step fan-out uses this to
         start every partition at once)."""
-        fut = self.system._request_nowait(self.address, self.name, method, args, timeout)
+        fut = self.system._request_nowait(self.address, self.name, method, args, timeout)  # noqa: SLF001
         if fut is None:
             fut = asyncio.ensure_future(self.call(method, *args, timeout=timeout))
         return fut
 
     async def tell(self, method: str, *args: Any) -> None:
         if self._local or self.address == self.system.address:
-            self.system._tell_local(self.name, method, args)
+            self.system._tell_local(self.name, method, args)  # noqa: SLF001
             return
         near = in_process_system(self.address)
         if near is not None:
-            near._tell_local(self.name, method, args)
+            near._tell_local(self.name, method, args)  # noqa: SLF001
             return
-        conn = await self.system._connection(self.address, self.peer)
+        conn = await self.system._connection(self.address, self.peer)  # noqa: SLF001
         try:
             await conn.send([TELL, self.name, method, list(args)])
         except transports.FrameError as e:
             raise _too_big(method, self.address, e) from e
         except transports.ConnectionClosed as e:   # lost between lookup and send
             raise UnavailableError(f"message {self.name}.{method} to {self.address} not "
-                                   f"sent: {e}; the task may have stopped or crashed") from None
+                                   f"sent: {e}; the task may have stopped or crashed",
+                                   peer=task_name(conn.peer.name)) from None
 
 
 # The peer (its handshake identity) whose call a method is serving; None for
@@ -129,7 +134,13 @@ def session_gc_s() -> float:
     """How long state tied to a peer outlives its connection
     (``DISTRIB_SESSION_GC_S``, default 60 s): a peer that comes back in time
     keeps it; past that it is freed, as TF's session GC does."""
-    return float(os.environ.get("DISTRIB_SESSION_GC_S") or 60.0)
+    return SESSION_GC_S.get()
+
+
+def task_name(name: str | None) -> str | None:
+    """``name`` if a task's (``/job:J/task:T``, a server's system), else None
+    (a client's system): what an error's ``peer`` may hold."""
+    return name if name is not None and name.startswith("/job:") else None
 
 
 def _too_big(method: str, address: str, e: Exception) -> errors.InvalidArgumentError:
@@ -174,6 +185,7 @@ class ActorSystem:
         self._actors: dict[str, Any] = {}
         self._out: dict[str, _Peer] = {}
         self._connecting: dict[str, asyncio.Future] = {}
+        self._tasks_at: dict[str, str] = {}   # address -> the task last found there
         self._inbound: set[_Peer] = set()
         self._inbound_by_name: dict[str, _Peer] = {}   # the latest one from each system
         self._ids = itertools.count(1)
@@ -196,7 +208,7 @@ class ActorSystem:
         every = heartbeat_s()
         if every > 0:
             detector = FailureDetector(self.name, self.connections, [HEARTBEAT], every)
-            self._spawn_task(detector.run(), "heartbeats")
+            self.spawn_task(detector.run(), "heartbeats")
         return self
 
     def connections(self) -> list[transports.Connection]:
@@ -233,7 +245,8 @@ class ActorSystem:
         peers = list(self._out.values()) + list(self._inbound)
         for peer in peers:
             self._fail_pending(peer, UnavailableError(
-                f"call to {peer.name} abandoned: the actor system of {self.name} shut down"))
+                f"call to {peer.name} abandoned: the actor system of {self.name} shut down",
+                peer=task_name(self.name)))
             await peer.conn.close()
         self._out.clear()
         self._inbound.clear()
@@ -261,6 +274,10 @@ class ActorSystem:
             raise ValueError(f"an actor named {name!r} already exists in {self.name}")
         self._actors[name] = actor
         return ActorRef(self, self.address, name)
+
+    def actor(self, name: str) -> Any:
+        """The local actor spawned as ``name`` (KeyError if none)."""
+        return self._actors[name]
 
     def ref(self, address: str, name: str, peer: tuple[str, int] | None = None) -> ActorRef:
         """A handle on actor ``name`` at ``address``; ``peer``: the (name,
@@ -300,9 +317,11 @@ class ActorSystem:
             logger.exception("tell %s.%s failed", actor, method)
             return
         if inspect.isawaitable(res):
-            self._spawn_task(res, f"tell {actor}.{method}")
+            self.spawn_task(res, f"tell {actor}.{method}")
 
-    def _spawn_task(self, coro: Any, what: str) -> asyncio.Task:
+    def spawn_task(self, coro: Any, what: str) -> asyncio.Task:
+        """Run ``coro`` as a task of this system: logged if it fails with a
+        non-distrib error, cancelled (boundedly awaited) at shutdown."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(lambda t: self._task_done(t, what))
@@ -354,7 +373,8 @@ class ActorSystem:
         if peer is not None and not peer.conn.closed:
             return peer
         if self._closed:
-            raise UnavailableError(f"the actor system of {self.name} is shut down")
+            raise UnavailableError(f"the actor system of {self.name} is shut down",
+                                   peer=task_name(self.name))
         fut = self._connecting.get(address)
         if fut is None:
             fut = asyncio.ensure_future(self._open(address))
@@ -368,9 +388,12 @@ class ActorSystem:
         except transports.AuthError as e:
             raise UnauthenticatedError(str(e)) from None
         except transports.ConnectTimeout as e:  # its message names the address
-            raise UnavailableError(str(e)) from None
+            raise UnavailableError(str(e), peer=self._tasks_at.get(address)) from None
         except (transports.TransportError, OSError) as e:
-            raise UnavailableError(f"cannot reach {address}: {e}") from None
+            raise UnavailableError(f"cannot reach {address}: {e}",
+                                   peer=self._tasks_at.get(address)) from None
+        if task_name(conn.peer.name) is not None:   # reaching it fails later: name it
+            self._tasks_at[address] = conn.peer.name
         peer = _Peer(conn)
         self._out[address] = peer
         conn.start(lambda msg: self._on_message(peer, msg),
@@ -395,7 +418,7 @@ class ActorSystem:
             except transports.ConnectionClosed as e:   # lost between lookup and send
                 raise UnavailableError(f"call {actor}.{method} to {peer.name} at {address} "
                                        f"not sent: {e}; the task may have stopped or "
-                                       "crashed") from None
+                                       "crashed", peer=task_name(peer.name)) from None
             return await fut
         finally:
             peer.pending.pop(req, None)
@@ -455,7 +478,7 @@ class ActorSystem:
                 raise ValueError(f"unknown message kind {kind!r}")
         except Exception as e:  # a malformed message closes only this connection
             logger.warning("closing connection from %s: bad actor message (%s)", peer.name, e)
-            self._spawn_task(peer.conn.close(), "close")
+            self.spawn_task(peer.conn.close(), "close")
 
     def _serve_call(self, peer: _Peer, req: int, actor: str, method: str, args: list) -> None:
         # the method (and the task that finishes it) sees who called: CALLER
@@ -473,7 +496,7 @@ class ActorSystem:
                 self._reply_error(peer, req, e)
                 return
             if inspect.isawaitable(res):
-                self._spawn_task(self._finish_call(peer, req, res), f"{actor}.{method}")
+                self.spawn_task(self._finish_call(peer, req, res), f"{actor}.{method}")
             else:
                 self._reply(peer, [OK, req, res])
         finally:
@@ -513,7 +536,8 @@ class ActorSystem:
             del self._inbound_by_name[peer.name]
         self._fail_pending(peer, UnavailableError(
             f"connection to {peer.name} at {address or 'peer'} was lost"
-            + (f" ({exc})" if exc else "") + "; the task may have stopped or crashed"))
+            + (f" ({exc})" if exc else "") + "; the task may have stopped or crashed",
+            peer=task_name(peer.name)))
         for cb in self.on_peer_lost:
             try:
                 cb(address or "", peer.conn.peer)
@@ -545,13 +569,13 @@ def in_process_system(address: str) -> ActorSystem | None:
     if not _IN_PROCESS:
         return None
     system = _IN_PROCESS.get(_norm(address))
-    if system is None or system._closed:
+    if system is None or system._closed:  # noqa: SLF001
         return None
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return None
-    return system if system._loop is loop else None
+    return system if system._loop is loop else None  # noqa: SLF001
 
 
 def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: float) -> None:
@@ -566,18 +590,9 @@ def default_transport_config() -> transports.TransportConfig:
     ``DISTRIB_CONNECT_TIMEOUT_S`` is the deadline for reaching a peer (default 10).
     A peer that accepts the connection but does not answer the handshake
     within three heartbeats is hung, as one that goes silent later is."""
-    mode = os.environ.get("DISTRIB_TRANSPORT", "auto") or "auto"
-    if mode not in ("auto", "tcp", "shm"):
-        raise ValueError(f"DISTRIB_TRANSPORT must be auto, tcp or shm, not {mode!r}")
-    deadline = os.environ.get("DISTRIB_CONNECT_TIMEOUT_S")
-    try:
-        connect_timeout = float(deadline) if deadline else 10.0
-    except ValueError:
-        raise ValueError(f"DISTRIB_CONNECT_TIMEOUT_S must be a number of seconds, "
-                         f"not {deadline!r}") from None
     every = heartbeat_s()
     handshake = 5.0 if every == 0 else min(5.0, MISSED_HEARTBEATS * every)
-    return transports.TransportConfig(mode=mode, connect_timeout_s=connect_timeout,
+    return transports.TransportConfig(mode=TRANSPORT.get(), connect_timeout_s=CONNECT_TIMEOUT_S.get(),
                                       handshake_timeout_s=handshake)
 
 

@@ -28,6 +28,7 @@ from typing import Awaitable, Callable
 from distrib.errors import AbortedError, OpError
 from distrib.runtime.actors.failure_detector import heartbeat_s
 from distrib.runtime.actors.system import ActorSystem
+from distrib.runtime.chief.doors import Campaign, ChiefLeaseDoor, FenceDoor
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ class ChiefElection:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.system = system
         self.task = task
-        self.arbiter = system.ref(arbiter, "chief_lease")
-        self.ps = {t: system.ref(a, "worker") for t, a in ps_addresses.items()}
+        self.arbiter = ChiefLeaseDoor.at(system, arbiter)
+        self.ps = {t: FenceDoor.at(system, a) for t, a in ps_addresses.items()}
         self.preferred = preferred
         self.on_change = on_change
         self.every = every if every is not None else (heartbeat_s() or 1.0)
@@ -74,8 +75,8 @@ class ChiefElection:
             await asyncio.gather(task, return_exceptions=True)
         if self._chief:
             try:
-                await self.arbiter.call("resign", self.task, self.system.incarnation,
-                                        timeout=self.every * 2)
+                await self.arbiter.resign(self.task, self.system.incarnation,
+                                          timeout=self.every * 2)
             except OpError as e:
                 logger.debug("%s: could not resign: %s", self.task, e)
             await self._set(False)
@@ -96,9 +97,10 @@ class ChiefElection:
         """Ask the arbiter once; returns ``is_chief`` afterwards."""
         sent = self._clock()
         try:
-            state = await self.arbiter.call(
-                "campaign", self.task, self.system.incarnation, self.term,
-                self._chief, self.preferred, timeout=self.every * 2)
+            state = await self.arbiter.campaign(
+                Campaign(candidate=self.task, incarnation=self.system.incarnation,
+                         known_term=self.term, was_holder=self._chief,
+                         preferred=self.preferred), timeout=self.every * 2)
         except OpError as e:   # the arbiter is down or slow: the lease runs out by our clock
             logger.debug("%s: campaign failed: %s", self.task, e)
             if self._chief and not self.is_chief:
@@ -134,7 +136,7 @@ class ChiefElection:
 
     async def _fence(self, term: int) -> bool:
         """Announce ``term`` to every ps task; False if one has seen a newer one."""
-        calls = [ref.call("fence", term, timeout=self.every * 3) for ref in self.ps.values()]
+        calls = [ps.fence(term, timeout=self.every * 3) for ps in self.ps.values()]
         for task, res in zip(self.ps, await asyncio.gather(*calls, return_exceptions=True)):
             if isinstance(res, AbortedError):
                 logger.warning("%s: not chief in term %d: %s", self.task, term, res)

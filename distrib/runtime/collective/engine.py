@@ -1,5 +1,6 @@
 """The collective engine of a task: actor ``collective``, and the entry point
-the executor calls for the collective ops (``COLLECTIVE_OPS``).
+the executor calls for the collective ops (``is_collective`` in the op
+catalogue, :mod:`distrib.framework.op_def`).
 
 One run of a collective op on a device goes:
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 from collections import OrderedDict
 from typing import Any
 
@@ -49,7 +49,8 @@ from distrib.errors import (
     OpError,
     UnavailableError,
 )
-from distrib.runtime.actors.system import ActorRef, ActorSystem, in_process_system
+from distrib.runtime.actors.system import ActorSystem, in_process_system, task_name
+from distrib.runtime.collective.doors import CollectiveDoor
 from distrib.runtime.collective.group import Group, GroupLeader, Member, leader_task
 from distrib.runtime.collective.instance import (
     FINAL_OPS,
@@ -61,50 +62,34 @@ from distrib.runtime.collective.instance import (
     check_dtype,
 )
 from distrib.runtime.collective.ring import ring_all_gather, ring_all_reduce
-from distrib.runtime.collective.small import DIRECT_MAX_BYTES, exchange_headers, gather_direct, reduce_direct
+from distrib.runtime.collective.small import exchange_headers, gather_direct, reduce_direct
 from distrib.runtime.core.step_waits import abort_signal, retrieve
+from distrib.settings import COLLECTIVE_DIRECT_BYTES, COLLECTIVE_SEGMENT_BYTES, COLLECTIVE_STALL_S
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["COLLECTIVE_OPS", "CollectiveEngine", "CollectiveSpec", "run_collective",
+__all__ = ["CollectiveEngine", "CollectiveSpec", "run_collective",
            "stall_s", "segment_bytes"]
 
-COLLECTIVE_OPS = frozenset({"CollectiveReduce", "CollectiveGather", "CollectiveBcastSend",
-                            "CollectiveBcastRecv"})
-DEFAULT_STALL_S = 60.0
 _MAX_COUNTERS = 1 << 16
-
-
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a positive number, not {raw!r}")
-    return value
 
 
 def stall_s() -> float:
     """``DISTRIB_COLLECTIVE_STALL_S``: how often a collective without a
     timeout says whom it waits for (default 60 s)."""
-    return _env_float("DISTRIB_COLLECTIVE_STALL_S", DEFAULT_STALL_S)
+    return COLLECTIVE_STALL_S.get()
 
 
 def segment_bytes() -> int:
     """``DISTRIB_COLLECTIVE_SEGMENT_BYTES``: the ring's segment; 0 (unset):
     at least 1 MiB, and a quarter of a chunk for bigger ones (collective.ring)."""
-    return int(_env_float("DISTRIB_COLLECTIVE_SEGMENT_BYTES", math.inf)) \
-        if os.environ.get("DISTRIB_COLLECTIVE_SEGMENT_BYTES", "").strip() else 0
+    return COLLECTIVE_SEGMENT_BYTES.get()
 
 
 def direct_max_bytes() -> int:
     """``DISTRIB_COLLECTIVE_DIRECT_BYTES``: up to this size a reduce or gather
     takes the one-round algorithm (collective_small)."""
-    return int(_env_float("DISTRIB_COLLECTIVE_DIRECT_BYTES", DIRECT_MAX_BYTES))
+    return COLLECTIVE_DIRECT_BYTES.get()
 
 
 class CollectiveSpec:
@@ -165,7 +150,7 @@ class CollectiveEngine:
         self.groups: dict[int, Group] = {}
         self.table = InstanceTable()
         self._counters: OrderedDict[tuple, int] = OrderedDict()
-        self._refs: dict[tuple[str, str, int], ActorRef] = {}
+        self._refs: dict[tuple[str, str, int], CollectiveDoor] = {}
         system.on_peer_lost.append(self._peer_lost)
 
     # -- messages from peers -----------------------------------------------------
@@ -184,9 +169,10 @@ class CollectiveEngine:
             err = UnavailableError(
                 f"collective group {gk}: {self.task} restarted (incarnation "
                 f"{self.system.incarnation:x}, the group knew {dst_incarnation:x}); the "
-                "collective fails and the next one forms the group again", task=self.task)
-            self._spawn_tell(Member(src_device, src_task, src_address, src_inc), "abort_instance",
-                             [gk, sig, ik, seq, src_device], errors.to_wire(err))
+                "collective fails and the next one forms the group again", task=self.task,
+                peer=self.task)
+            self._spawn_abort(Member(src_device, src_task, src_address, src_inc),
+                              [gk, sig, ik, seq, src_device], errors.to_wire(err))
             return
         group = self.groups.get(gk)
         if group is not None:
@@ -195,7 +181,7 @@ class CollectiveEngine:
                 self._drop_group(gk, UnavailableError(
                     f"collective group {gk}: {src_task} restarted (incarnation {src_inc:x}, "
                     f"was {known.incarnation:x}); the collective fails and the next one "
-                    "forms the group again", task=self.task))
+                    "forms the group again", task=self.task, peer=src_task))
         self.table.get((gk, sig, ik, seq, device)).put(rank, tag, payload)
 
     def abort_instance(self, key: list, error: dict) -> None:
@@ -214,7 +200,7 @@ class CollectiveEngine:
                 self._drop_group(gk, UnavailableError(
                     f"collective group {gk}: lost the connection to member {peer.name} "
                     f"(incarnation {peer.incarnation:x}); it stopped, crashed or missed "
-                    "3 heartbeats", task=self.task))
+                    "3 heartbeats", task=self.task, peer=task_name(peer.name)))
 
     def _drop_group(self, gk: int, err: OpError) -> None:
         group = self.groups.pop(gk, None)
@@ -257,8 +243,10 @@ class CollectiveEngine:
                 if work in done:
                     return [work.result()]
                 if abort is not None and abort in done:
+                    cause = abort.exception()
                     raise AbortedError(f"{spec.op} {spec.name} on {spec.device} stopped: "
-                                       f"{abort.exception()}", task=self.task, op=spec.name)
+                                       f"{cause}", task=self.task, op=spec.name,
+                                       peer=getattr(cause, "peer", None))
                 now = loop.time()
                 if deadline is not None and now >= deadline:
                     raise DeadlineExceededError(
@@ -311,7 +299,7 @@ class CollectiveEngine:
         wire = errors.to_wire(err, task=self.task)
         for m in group.members:
             if m.device != spec.device:
-                self._spawn_tell(m, "abort_instance", [gk, sig, ik, seq, m.device], wire)
+                self._spawn_abort(m, [gk, sig, ik, seq, m.device], wire)
 
     async def _collective(self, spec: CollectiveSpec, value: np.ndarray | None,
                           watch: _Watch) -> np.ndarray:
@@ -341,14 +329,14 @@ class CollectiveEngine:
             me = Member(spec.device, self.task, self.system.address, self.system.incarnation)
             if spec.group_size == 1:
                 return Group(gk, [me])
-            leader = self.system.ref(self.leader_address, "collective")
+            leader = CollectiveDoor.at(self.system, self.leader_address)
             try:
-                members = await leader.call("join_group", gk, spec.group_size, me.as_wire(),
-                                            timeout=None)
+                members = await leader.join_group(gk, spec.group_size, me.as_wire(), timeout=None)
             except UnavailableError as e:
                 raise UnavailableError(
                     f"collective group {gk}: cannot reach the group leader {self.leader_task} "
-                    f"at {self.leader_address}: {e}", task=self.task, op=spec.name) from None
+                    f"at {self.leader_address}: {e}", task=self.task, op=spec.name,
+                    peer=e.peer or self.leader_task) from None
             group = Group(gk, [Member.from_wire(m) for m in members])
             if spec.device not in group.ranks:
                 raise InvalidArgumentError(f"collective group {gk} formed without "
@@ -368,8 +356,8 @@ class CollectiveEngine:
 
         def send(dst: int, tag: int, payload: Any) -> Any:
             m = group.members[dst]
-            return self._ref(m).tell("deliver", [gk, sig, ik, seq, m.device], m.incarnation,
-                                     src, tag, payload)
+            return self._door(m).deliver([gk, sig, ik, seq, m.device], m.incarnation, src, tag,
+                                         payload)
         return send
 
     def _linker(self, group: Group) -> Any:
@@ -381,22 +369,23 @@ class CollectiveEngine:
             return "shm" if shm else "tcp"
         return link
 
-    def _ref(self, m: Member) -> ActorRef:
+    def _door(self, m: Member) -> CollectiveDoor:
         k = (m.address, m.task, m.incarnation)
-        ref = self._refs.get(k)
-        if ref is None:
+        door = self._refs.get(k)
+        if door is None:
             if len(self._refs) > 1024:
                 self._refs.clear()
-            ref = self._refs[k] = self.system.ref(m.address, "collective",
-                                                  (m.task, m.incarnation))
-        return ref
+            door = self._refs[k] = CollectiveDoor.at(self.system, m.address,
+                                                     (m.task, m.incarnation))
+        return door
 
-    def _spawn_tell(self, m: Member, method: str, *args: Any) -> None:
+    def _spawn_abort(self, m: Member, key: list, error: dict) -> None:
+        """Tell member ``m`` that instance ``key`` failed, without waiting."""
         async def tell() -> None:
             try:
-                await self._ref(m).tell(method, *args)
+                await self._door(m).abort_instance(key, error)
             except OpError as e:   # that member is gone: nothing to tell
-                logger.debug("%s to %s not sent: %s", method, m.device, e)
+                logger.debug("abort_instance to %s not sent: %s", m.device, e)
         asyncio.ensure_future(tell()).add_done_callback(retrieve)
 
     async def _algorithm(self, spec: CollectiveSpec, value: np.ndarray | None, ex: Exchange,

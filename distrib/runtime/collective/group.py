@@ -190,7 +190,8 @@ class GroupLeader:
         err = UnavailableError(
             f"collective group {group_key}: member {gone} stopped, crashed or missed 3 "
             f"heartbeats and did not come back within {rejoin_grace_s():g}s; the collective "
-            "fails (a restarted process of that task joins the next one)", task=self.task)
+            "fails (a restarted process of that task joins the next one)", task=self.task,
+            peer=next(iter(forming.departed.values())))
         waiters, forming.waiters = forming.waiters, []
         for w in waiters:
             if not w.done():

@@ -36,6 +36,7 @@ import numpy as np
 from distrib.errors import InvalidArgumentError
 from distrib.runtime.collective.instance import HEADER_TAG, MERGE, Exchange, finalize, header_mismatch
 from distrib.runtime.core.kernel_pool import spin_until
+from distrib.settings import COLLECTIVE_DIRECT_BYTES
 
 __all__ = ["exchange_headers", "reduce_direct", "gather_direct", "DIRECT_MAX_BYTES"]
 
@@ -43,7 +44,7 @@ __all__ = ["exchange_headers", "reduce_direct", "gather_direct", "DIRECT_MAX_BYT
 # (DISTRIB_COLLECTIVE_DIRECT_BYTES overrides it). Not tuned yet: a ring step
 # costs about one message latency, so the round wins while (n-1) x size moves
 # faster than 2(n-1) latencies; bench/allreduce.py measures both sides.
-DIRECT_MAX_BYTES = 64 * 1024
+DIRECT_MAX_BYTES: int = COLLECTIVE_DIRECT_BYTES.default   # 64 KiB
 
 # how long the last header round that had to wait waited (see spin_until)
 _WAITED: list[float | None] = [None]

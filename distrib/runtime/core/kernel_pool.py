@@ -28,6 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+from distrib.settings import INTER_OP_THREADS
+
 __all__ = ["SPIN_S", "spin_until", "spare_core", "core_idle_while_waiting", "runnable_threads",
            "inter_op_threads", "parallel_slots", "thread_pool", "timed_kernel",
            "running_on_pool", "may_offload", "span_union", "pick_heavy", "weigh"]
@@ -55,7 +57,8 @@ _CORES = os.cpu_count() or 1   # a system call each time it is asked: once, here
 
 
 def inter_op_threads() -> int:
-    return max(1, int(os.environ.get("DISTRIB_INTER_OP_THREADS") or 0) or _CORES)
+    """``DISTRIB_INTER_OP_THREADS``, read on each call; 0 (unset): the cores."""
+    return max(1, INTER_OP_THREADS.get() or _CORES)
 
 
 def parallel_slots() -> int:
@@ -194,16 +197,17 @@ def pick_heavy(heavy_ready: list[int], priority: list[float], cost: list[float],
     return best
 
 
-def weigh(op: str, args: list[Any], attrs: dict[str, Any]) -> tuple[int, float]:
+def weigh(flops_of: Callable[[list, dict], int | None] | None, args: list[Any],
+          attrs: dict[str, Any]) -> tuple[int, float]:
     """(0: light; 1: heavy, worth a thread beside other heavy work; 2: too long
     for the event loop's thread) and the cost in units of the heavy threshold
-    (to order heavy kernels, see PartitionGraph._priorities)."""
-    if op == "MatMul" and len(args) == 2:
-        a, b = args
-        sa, sb = getattr(a, "shape", ()), getattr(b, "shape", ())
-        if len(sa) == 2 and len(sb) == 2:
-            # (m x k) @ (k x n): m * k * n multiply-adds, whichever operand is transposed
-            flops = sa[0] * sa[1] * (sb[0] if attrs.get("transpose_b") else sb[1])
+    (to order heavy kernels, see PartitionGraph._priorities). ``flops_of``:
+    the op type's multiply-adds from its inputs (``heavy`` in the op
+    catalogue, looked up once per node when the partition is compiled), or
+    None: the op is weighed by its inputs' bytes."""
+    if flops_of is not None:
+        flops = flops_of(args, attrs)
+        if flops is not None:
             return (2 if flops > _INLINE_MAX_FLOPS else 1 if flops >= _OFFLOOP_FLOPS else 0,
                     flops / _OFFLOOP_FLOPS)
     total = 0

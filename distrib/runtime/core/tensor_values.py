@@ -3,8 +3,9 @@ inputs read only for their shape, and which inputs a kernel may overwrite.
 
 Memory: a value is dropped as soon as its last consumer has started, so big
 activations do not live for the whole step; an input read only for its shape
-(a gradient's ``SumToShapeOf`` reference) gets a stand-in (``shape_stand_in``)
-and does not keep the tensor alive. Bias adds, relu and its gradient write
+(a gradient's ``SumToShapeOf`` reference: ``shape_only_inputs`` in the op
+catalogue) gets a stand-in (``shape_stand_in``) and does not keep the tensor
+alive. Bias adds, relu and its gradient write
 into an input that nothing else holds any more (``exclusive``, checked by
 reference count: never a feed, a variable, a fetched or a received tensor),
 as TensorFlow's kernels forward their input buffers.
@@ -16,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Node", "host_array", "args_to_device", "ARENA_OUT_OPS", "SHAPE_ONLY", "shape_stand_in",
-           "exclusive"]
+__all__ = ["Node", "host_array", "args_to_device", "shape_stand_in", "exclusive"]
 
 # A GraphDef node as the runtime sees it: the plain dict of docs/ops.md
 Node = dict[str, Any]
@@ -37,15 +37,6 @@ def args_to_device(args: list[Any], dev: tuple[str, int]) -> list[Any]:
     from kernels import devices
     return [a if devices.is_device_array(a) else devices.to_device(np.asarray(a), dev[1])
             for a in args]
-
-
-# ops whose CPU kernel can write its result where ``attrs["_alloc"]`` says
-ARENA_OUT_OPS = frozenset({"MatMul"})
-
-
-# (op, input index) read only for shape and dtype
-SHAPE_ONLY = frozenset({("SumToShapeOf", 1), ("BroadcastToShapeOf", 1), ("Shape", 0),
-                         ("ZerosLike", 0), ("OnesLike", 0)})
 
 
 _STAND_INS: dict[tuple[Any, tuple[int, ...]], np.ndarray] = {}

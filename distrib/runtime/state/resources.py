@@ -25,16 +25,14 @@ accumulator remembers every replica it has heard from, so a replica that
 stopped, or restarted and has not sent again yet, is named.
 
 Closing a session aborts its steps (the master tells their tasks, as when a
-peer fails), with :data:`SESSION_CLOSED` in the reason: a waiting op then
-fails with ``UnavailableError`` saying so, not with the ``AbortedError`` of a
-failed peer, and its place in the queue is given up.
+peer fails), with a ``SessionClosedError`` as the reason: a waiting op then
+fails with ``SessionClosedError`` (an ``UnavailableError``), not with the
+``AbortedError`` of a failed peer, and its place in the queue is given up.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -47,21 +45,19 @@ from distrib.errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     OutOfRangeError,
-    UnavailableError,
+    SessionClosedError,
 )
 from distrib.runtime.core.step_waits import abort_signal
+from distrib.settings import STALL_S
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ConditionalAccumulator", "FIFOQueue", "ResourceStore", "run_resource_op",
-           "SESSION_CLOSED", "stall_s"]
+           "stall_s"]
 
-# The reason a master gives when it aborts the steps of a session being closed
-# (runtime.master); a waiting op that sees it in its abort names the close.
-SESSION_CLOSED = "the session was closed while the step waited"
-
-# DESIGN.md's default: a waiting op (take_grad, dequeue) says what it waits for this often
-DEFAULT_STALL_S = 30.0
+# the contract's default (docs/CONTRACT.md, "Fault tolerance"): a waiting op
+# (take_grad, dequeue) says what it waits for this often
+DEFAULT_STALL_S: float = STALL_S.default
 
 
 def stall_s() -> float:
@@ -69,16 +65,7 @@ def stall_s() -> float:
     dequeue (default 30; a positive, finite float). Read when a wait starts, so
     a server picks up its environment; a bad value is a ``ValueError`` naming
     the variable rather than a silently ignored setting."""
-    raw = os.environ.get("DISTRIB_STALL_S")
-    if raw is None or raw.strip() == "":
-        return DEFAULT_STALL_S
-    try:
-        every = float(raw)
-    except ValueError:
-        every = math.nan
-    if not 0 < every < math.inf:
-        raise ValueError(f"DISTRIB_STALL_S must be a positive number of seconds, not {raw!r}")
-    return every
+    return STALL_S.get()
 
 
 class ConditionalAccumulator:
@@ -334,6 +321,18 @@ def _describe_dequeue(queue: FIFOQueue, store: ResourceStore) -> str:
     return f"an element of queue {queue.name}, empty{why}"
 
 
+def _session_closed(cause: BaseException | None) -> bool:
+    """Whether a step's abort comes of its session's close: the master's
+    ``SessionClosedError``, which a worker's abort keeps as its ``__cause__``."""
+    for _ in range(4):   # the abort, what it wraps, ...
+        if cause is None:
+            return False
+        if isinstance(cause, SessionClosedError):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str,
                 describe: Callable[[], str], every: float, channel: Any, task: str,
                 give_back: FIFOQueue | None = None) -> list[Any]:
@@ -357,12 +356,14 @@ async def _wait(fut: asyncio.Future, node: dict[str, Any], what: str,
                 return [fut.result()]
             if abort is not None and abort in done:
                 cause = abort.exception()
-                if SESSION_CLOSED in str(cause):
-                    raise UnavailableError(
-                        f"{node['op']} stopped waiting for {what}: {SESSION_CLOSED}; open a "
-                        "new session to run more steps", task=task or None, op=node["name"])
+                if _session_closed(cause):
+                    raise SessionClosedError(
+                        f"{node['op']} stopped waiting for {what}: the session was closed "
+                        "while the step waited; open a new session to run more steps",
+                        task=task or None, op=node["name"])
                 raise AbortedError(f"{node['op']} stopped waiting for {what}: {cause}",
-                                   task=task or None, op=node["name"])
+                                   task=task or None, op=node["name"],
+                                   peer=getattr(cause, "peer", None))
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlineExceededError(
                     f"{node['op']} timed out after {timeout:g}s waiting for {describe()} "

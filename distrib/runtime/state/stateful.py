@@ -7,7 +7,8 @@ fetch or send still holds a read of it), so a read is always a snapshot and a
 training step whose reads are done before its updates copies nothing.
 Updates run on the event loop, so they are atomic with respect to reads and
 to each other (no lost updates between asynchronous replicas). The ops on
-accumulators and queues (``RESOURCE_OPS``) are in :mod:`distrib.runtime.state.resources`.
+accumulators and queues (``is_resource`` in the op catalogue,
+:mod:`distrib.framework.op_def`) are in :mod:`distrib.runtime.state.resources`.
 """
 from __future__ import annotations
 
@@ -17,29 +18,13 @@ import numpy as np
 
 import kernels
 from distrib.errors import InvalidArgumentError
+from distrib.framework.op_def import op_defs
 from distrib.runtime.core.tensor_values import Node, host_array
 from distrib.runtime.state.variable_store import VariableStore
 from kernels import cpu_update
 from transports.shm import shared_empty
 
-__all__ = ["RESOURCE_OPS", "STATEFUL_OPS", "UPDATE_OPS", "run_stateful"]
-
-
-# ops on the task's accumulators and queues, run by distrib.runtime.state.resources.run_resource_op
-RESOURCE_OPS = frozenset({
-    "AccumulatorApplyGradient", "AccumulatorTakeGradient", "AccumulatorSetGlobalStep",
-    "AccumulatorNumAccumulated", "QueueEnqueueMany", "QueueDequeue", "QueueSize", "QueueClose",
-})
-
-
-STATEFUL_OPS = frozenset({
-    "VariableV2", "Assign", "AssignAdd", "AssignSub", "IsVariableInitialized",
-    "ApplyGradientDescent", "ApplyMomentum", "ApplyAdagrad", "ApplyAdam",
-}) | RESOURCE_OPS
-
-
-UPDATE_OPS = frozenset({"Assign", "AssignAdd", "AssignSub", "ApplyGradientDescent",
-                         "ApplyMomentum", "ApplyAdagrad", "ApplyAdam"})
+__all__ = ["run_stateful"]
 
 
 def _as_var_value(value: Any, attrs: dict[str, Any], name: str, dev: tuple[str, int]) -> Any:
@@ -97,9 +82,5 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
     return [var if wanted else None]
 
 
-_SLOTS = {
-    "ApplyGradientDescent": (),
-    "ApplyMomentum": ("accum",),
-    "ApplyAdagrad": ("accum",),
-    "ApplyAdam": ("m", "v"),
-}
+# each update's slot variables, by the attrs that name them (ApplyAdam: m, v)
+_SLOTS = {d.name: d.slot_attrs for d in op_defs() if d.is_update}

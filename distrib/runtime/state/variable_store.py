@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from distrib.errors import FailedPreconditionError
+from distrib.errors import UninitializedVariableError
 from distrib.runtime.state.resources import ResourceStore
 from transports.shm import ARENA, shared_empty
 
@@ -53,7 +53,7 @@ class VariableStore:
         try:
             return self._values[name]
         except KeyError:
-            raise FailedPreconditionError(
+            raise UninitializedVariableError(
                 f"attempting to use uninitialized value {name}: run its initializer "
                 "(e.g. dt.global_variables_initializer()) or restore a checkpoint first",
                 task=self.task or None, op=op) from None

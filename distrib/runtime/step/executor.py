@@ -35,12 +35,13 @@ from typing import Any, Awaitable, NoReturn
 
 import kernels
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
-from distrib.runtime.collective.engine import COLLECTIVE_OPS, run_collective
+from distrib.framework.op_def import op_types
+from distrib.runtime.collective.engine import run_collective
 from distrib.runtime.core import kernel_pool
 from distrib.runtime.core.step_waits import Pending, StepChannel, flush_channel
 from distrib.runtime.core.tensor_values import args_to_device, exclusive, host_array, shape_stand_in
 from distrib.runtime.state.resources import run_resource_op
-from distrib.runtime.state.stateful import RESOURCE_OPS, run_stateful
+from distrib.runtime.state.stateful import run_stateful
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.partition_graph import PartitionGraph
 
@@ -48,13 +49,14 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["CompiledPartition", "RunStats"]
 
+# ops without a kernel that the run loop hands to the task's collective engine
+# and resource store (facts of the op catalogue, derived once: a set test per op)
+_COLLECTIVE_OPS = op_types(lambda d: d.is_collective)
+_RESOURCE_OPS = op_types(lambda d: d.is_resource)
+
 
 class CompiledPartition(PartitionGraph):
     """A compiled partition that runs steps (the dataflow loop)."""
-
-    def _kernel(self, node: dict, dev: tuple[str, int]) -> Any:
-        # collective ops run on the task's collective engine, not a kernel
-        return None if node["op"] in COLLECTIVE_OPS else super()._kernel(node, dev)
 
     async def run(self, feeds: dict[str, Any], variables: VariableStore,
                   channel: StepChannel | None = None, stats: RunStats | None = None) -> list[Any]:
@@ -113,7 +115,7 @@ class CompiledPartition(PartitionGraph):
                             out = []
                         else:   # a heavy kernel now on the pool, or a waiting resource op
                             pending.add(out, i)
-                            if self.nodes[i]["op"] in COLLECTIVE_OPS:
+                            if self.nodes[i]["op"] in _COLLECTIVE_OPS:
                                 collectives.append(out)
                             pooled[0] += self.kernels[i] is not None
                             continue
@@ -282,7 +284,7 @@ class CompiledPartition(PartitionGraph):
                 args = (args_to_device(args, dev) if dev[0] != "CPU"
                         else [host_array(a) for a in args])
                 attrs = self.kernel_attrs[i]
-                weight, cost = kernel_pool.weigh(op, args, attrs)
+                weight, cost = kernel_pool.weigh(self.flops_of[i], args, attrs)
                 self.heavy[i] = cost if weight > 0 else 0.0
                 if weight == 2 or (weight == 1 and on_pool is not None and heavy_ready
                                    and kernel_pool.may_offload(on_pool)):
@@ -321,10 +323,10 @@ class CompiledPartition(PartitionGraph):
                 res = channel.send(attrs["key"], attrs["dst_task"],  # type: ignore[union-attr]
                                    host_array(args[0]))
                 return [] if res is None else res
-            if op in COLLECTIVE_OPS:
+            if op in _COLLECTIVE_OPS:
                 # a future, pending like a receive (collective.engine)
                 return run_collective(node, [host_array(a) for a in args], channel, self.task)
-            if op in RESOURCE_OPS:
+            if op in _RESOURCE_OPS:
                 # a waiting one (take, dequeue) returns a future, pending like a receive
                 return run_resource_op(node, [host_array(a) for a in args], variables.resources,
                                        channel, self.task)

@@ -10,7 +10,8 @@ uses are contacted: a dead task that the step does not touch cannot hang it.
 
 When any partition fails, the master tells every other involved worker to
 abort the step (their pending receives fail at once) and raises the first
-error, which names the task and op.
+error, which names the task and op, and as its ``peer`` the task whose
+failure caused it (one it could not reach or lost, say) when known.
 
 Counters for benchmarks (``stats`` / ``reset_stats``): steps run, partition
 calls to other tasks (each one request and one reply message), bytes fed and
@@ -29,13 +30,20 @@ from typing import Any
 
 from distrib import errors
 from distrib.client.fetches import check_feed
-from distrib.errors import AbortedError, InvalidArgumentError, NotFoundError, OpError, UnavailableError
-from distrib.runtime.actors.system import ActorRef, ActorSystem, caller_key, session_gc_s
+from distrib.errors import (
+    AbortedError,
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+    PartitionUnregisteredError,
+    PeerRestartedError,
+    SessionClosedError,
+    UnavailableError,
+)
+from distrib.runtime.actors.system import ActorSystem, caller_key, session_gc_s
 from distrib.runtime.core.kernel_pool import spin_until
-from distrib.runtime.state.resources import SESSION_CLOSED
+from distrib.runtime.step.doors import RegisterPartition, WorkerDoor
 from distrib.runtime.step.plan import Partition, partition, place, prune, tensor_op
-from distrib.runtime.step.rendezvous import RESTARTED
-from distrib.runtime.step.worker import UNREGISTERED
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +103,7 @@ class MasterService:
         self._sessions: dict[str, _SessionState] = {}
         self._tasks: dict[str, _TaskState] = {}
         self._status_locks: dict[str, asyncio.Lock] = {}
+        self._workers: dict[str, WorkerDoor] = {}   # task -> the door of its worker
         self._plan_ids = itertools.count(1)
         self._valid = {j: list(cluster.task_indices(j)) for j in cluster.jobs}
         system.on_peer_lost.append(self._peer_lost)
@@ -122,8 +131,11 @@ class MasterService:
         job, idx = _split_task(task)
         return self.cluster.task_address(job, idx)
 
-    def worker(self, task: str) -> ActorRef:
-        return self.system.ref(self.address_of(task), "worker")
+    def worker(self, task: str) -> WorkerDoor:
+        door = self._workers.get(task)
+        if door is None:
+            door = self._workers[task] = WorkerDoor.at(self.system, self.address_of(task))
+        return door
 
     def _peer_lost(self, address: str, peer: Any) -> None:
         for task, st in list(self._tasks.items()):
@@ -143,7 +155,7 @@ class MasterService:
             return
         logger.info("%s: closing session %s: its client %s has been gone for %gs",
                     self.task, handle, s.owner[0] if s.owner else "?", session_gc_s())
-        self.system._spawn_task(self.close_session(handle), "close_session")
+        self.system.spawn_task(self.close_session(handle), "close_session")
 
     # -- sessions --------------------------------------------------------------
     def create_session(self, graph_def: dict[str, Any], config: dict[str, Any] | None = None) -> str:
@@ -174,7 +186,7 @@ class MasterService:
                 continue
             st.registered.difference_update(keys)
             try:
-                await self.worker(task).call("deregister_partitions", handle, timeout=5)
+                await self.worker(task).deregister_partitions(handle, timeout=5)
             except OpError as e:
                 logger.debug("could not deregister on %s: %s", task, e)
         return True
@@ -187,8 +199,9 @@ class MasterService:
         s.closed = True
         if s.runs == 0:
             return
-        wire = errors.to_wire(UnavailableError(
-            f"{SESSION_CLOSED} (session {s.handle})", task=self.task))
+        wire = errors.to_wire(SessionClosedError(
+            f"the session was closed while the step waited (session {s.handle})",
+            task=self.task))
         await asyncio.gather(*(self._tell_abort(t, step, wire)
                                for step, tasks in list(s.steps.items()) for t in tasks))
         s.drained = asyncio.Event()
@@ -227,7 +240,7 @@ class MasterService:
 
     async def _status_or_none(self, task: str) -> dict[str, Any] | None:
         try:
-            return await self.worker(task).call("get_status", timeout=2.0)
+            return await self.worker(task).get_status(timeout=2.0)
         except OpError as e:
             logger.info("list_devices: %s unreachable (%s)", task, e)
             return None
@@ -255,8 +268,9 @@ class MasterService:
             if not s.closed or isinstance(e, UnavailableError):
                 raise
             # whatever the step saw first (an aborted receive, say), the cause is the close
-            raise UnavailableError(f"{SESSION_CLOSED}: {e.message}", task=e.task,
-                                   op=e.op) from None
+            raise SessionClosedError("the session was closed while the step waited: "
+                                     f"{e.message}", task=e.task, op=e.op,
+                                     peer=e.peer) from None
         finally:
             s.runs -= 1
             if s.runs == 0 and s.drained is not None:
@@ -270,17 +284,16 @@ class MasterService:
                 out = await self._run_step(s, plan, feeds, opts)
                 c["fetch_bytes"] += sum(getattr(v, "nbytes", 0) for v in out)
                 return out
-            except NotFoundError as e:
-                if UNREGISTERED not in e.message or attempt:
+            except PartitionUnregisteredError as e:
+                if attempt:
                     raise
                 # a worker restarted since we registered: forget it and register again
                 self._tasks.pop(e.task or "", None)
-            except AbortedError as e:
-                if RESTARTED in e.message:
-                    # our view of some task's incarnation is stale: contact the step's
-                    # tasks afresh next time, or every retry would abort the same way
-                    for t in plan.parts:
-                        self._tasks.pop(t, None)
+            except PeerRestartedError:
+                # our view of some task's incarnation is stale: contact the step's
+                # tasks afresh next time, or every retry would abort the same way
+                for t in plan.parts:
+                    self._tasks.pop(t, None)
                 raise
         raise AssertionError("unreachable")
 
@@ -325,7 +338,7 @@ class MasterService:
 
     async def _contact(self, task: str, limit: float | None) -> dict[str, Any]:
         addr = self.address_of(task)
-        call = asyncio.ensure_future(self.worker(task).call("get_status", timeout=limit or 30.0))
+        call = asyncio.ensure_future(self.worker(task).get_status(timeout=limit or 30.0))
         # a session waits only for the tasks its graph uses; when it waits, say for whom
         done, _ = await asyncio.wait([call], timeout=_WAIT_LOG_S)
         if not done:
@@ -334,14 +347,20 @@ class MasterService:
             return await call
         except UnavailableError as e:
             raise UnavailableError(f"{task} is unavailable: {e.message}",
-                                   task=self.task) from None
+                                   task=self.task, peer=task) from None
 
     async def _prepare(self, task: str, plan: _StepPlan, soft: bool, limit: float | None) -> int:
         st = await self._ensure_task(task, limit)
         if plan.key not in st.registered:
             part = plan.parts[task]
-            await self.worker(task).call("register_partition", plan.key, part.nodes,
-                                         part.fetches, soft, timeout=limit or 60.0)
+            try:
+                await self.worker(task).register_partition(
+                    RegisterPartition(key=plan.key, nodes=part.nodes, fetches=part.fetches,
+                                      soft_placement=soft), timeout=limit or 60.0)
+            except OpError as e:
+                if task != self.task:
+                    _blame(e, task)
+                raise
             st.registered.add(plan.key)
         return st.incarnation
 
@@ -358,7 +377,8 @@ class MasterService:
             incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout) for t in tasks))
             incarnations = dict(zip(tasks, incs))
         if s.closed:   # closed while this step was being prepared: nobody would end it
-            raise UnavailableError(f"{SESSION_CLOSED} (session {s.handle})", task=self.task)
+            raise SessionClosedError("the session was closed while the step waited "
+                                     f"(session {s.handle})", task=self.task)
         step = random.getrandbits(62)
         s.steps[step] = tasks
         try:
@@ -387,17 +407,23 @@ class MasterService:
                     plan.key, step, local_feeds, incarnations, plan.peers, timeout, term))
             else:
                 self.counters["remote_calls"] += 1
-                calls[t] = self.worker(t).request(
-                    "run_partition", plan.key, step, local_feeds, incarnations, plan.peers,
-                    timeout, term, timeout=call_timeout)
+                calls[t] = self.worker(t).run_partition(
+                    plan.key, step, local_feeds, incarnations, plan.peers, timeout, term,
+                    timeout=call_timeout)
         if len(calls) == 1:
             (t, fut), = calls.items()
-            return self._collect(plan, feeds, {t: await fut})
+            try:
+                out = await fut
+            except OpError as e:
+                if t != self.task:
+                    _blame(e, t)
+                raise
+            return self._collect(plan, feeds, {t: out})
         return self._collect(plan, feeds, await self._gather_step(step, calls, plan))
 
     @property
     def _local_worker(self) -> Any:
-        return self.system._actors["worker"]
+        return self.system.actor("worker")
 
     def _ready_incarnations(self, plan: _StepPlan) -> dict[str, int] | None:
         """The incarnations of the step's tasks when all are known and hold the
@@ -432,6 +458,9 @@ class MasterService:
                 plan.tail_s = time.perf_counter() - tail_from
             failed = [f for f in done if f.exception() is not None]
             if failed:
+                for t, fut in calls.items():
+                    if fut in failed and t != self.task:
+                        _blame(fut.exception(), t)
                 first = _primary_error(failed)
                 wire = errors.to_wire(first, task=self.task)
                 for t, fut in calls.items():
@@ -441,7 +470,7 @@ class MasterService:
                         fut.add_done_callback(_discard)
                         # fire and forget: telling a task whose connection is gone
                         # means reconnecting, which must not delay the error either
-                        self.system._spawn_task(self._tell_abort(t, step, wire),
+                        self.system.spawn_task(self._tell_abort(t, step, wire),
                                                 f"abort_step on {t}")
                 # Raise now, not after the other partitions return: a task that is
                 # stuck (not dead) would otherwise hold the step for its call timeout,
@@ -451,7 +480,7 @@ class MasterService:
 
     async def _tell_abort(self, task: str, step: int, wire: dict[str, Any]) -> None:
         try:
-            await self.worker(task).tell("abort_step", step, wire)
+            await self.worker(task).abort_step(step, wire)
         except OpError as e:
             logger.debug("could not abort step on %s: %s", task, e)
 
@@ -463,6 +492,14 @@ def _zero_counters() -> dict[str, int]:
 def _discard(fut: asyncio.Future) -> None:
     if not fut.cancelled():
         fut.exception()
+
+
+def _blame(e: BaseException | None, task: str) -> None:
+    """Name ``task`` as ``e``'s failed peer when ``e`` is the failure of a call
+    to it raised here, not there (no ``task``: it could not be reached, say):
+    the actor system knows only the address it dialed, the master whose it is."""
+    if isinstance(e, UnavailableError) and e.peer is None and e.task is None:
+        e.peer = task
 
 
 def _primary_error(failed: list[asyncio.Future]) -> BaseException:

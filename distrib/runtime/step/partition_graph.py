@@ -21,8 +21,8 @@ import numpy as np
 
 import kernels
 from distrib.errors import InvalidArgumentError, NotFoundError
-from distrib.runtime.core.tensor_values import ARENA_OUT_OPS, SHAPE_ONLY, shape_stand_in
-from distrib.runtime.state.stateful import STATEFUL_OPS, UPDATE_OPS
+from distrib.framework.op_def import op_defs, op_types
+from distrib.runtime.core.tensor_values import shape_stand_in
 from distrib.runtime.step.plan import Node, tensor_op
 from kernels import cpu as cpu_kernels
 from transports.shm import shared_empty
@@ -30,6 +30,16 @@ from transports.shm import shared_empty
 logger = logging.getLogger(__name__)
 
 __all__ = ["PartitionGraph"]
+
+# The op catalogue's facts this module tests per node (distrib.framework.op_def),
+# derived once: ops the runtime runs itself (no kernel here), updates of a
+# variable, CPU kernels that can write into the arena, (op, input) pairs read
+# only for shape and dtype, and the multiply-adds of a heavy op's run
+_NO_KERNEL = op_types(lambda d: not d.runs_kernel)
+_UPDATE_OPS = op_types(lambda d: d.is_update)
+_ARENA_OUT_OPS = op_types(lambda d: d.arena_out)
+_SHAPE_ONLY = frozenset((d.name, k) for d in op_defs() for k in d.shape_only_inputs)
+_FLOPS = {d.name: d.heavy for d in op_defs() if d.heavy is not None}
 
 
 def _device_of(node: Node) -> tuple[str, int]:
@@ -84,7 +94,7 @@ class PartitionGraph:
         # inputs read only for their shape and dtype (the reference of a gradient's
         # SumToShapeOf, say): they get a stand-in, so the tensor itself can go
         # (and be overwritten in place, see exclusive) once its real readers ran
-        self.shape_only = [[self.devices[i][0] == "CPU" and (node["op"], k) in SHAPE_ONLY
+        self.shape_only = [[self.devices[i][0] == "CPU" and (node["op"], k) in _SHAPE_ONLY
                             and type(ref) is not str for k, ref in enumerate(self.inputs[i])]
                            for i, node in enumerate(nodes)]
         # data uses of each node's outputs; a fetched node is never released
@@ -120,7 +130,7 @@ class PartitionGraph:
         fetched = {i for i, _ in self.fetch_refs}
         self.kernel_attrs = [node["attrs"] for node in self.nodes]
         for i, node in enumerate(self.nodes):
-            if node["op"] in ARENA_OUT_OPS and self.devices[i][0] == "CPU" \
+            if node["op"] in _ARENA_OUT_OPS and self.devices[i][0] == "CPU" \
                     and i not in fetched and self.consumers[i] \
                     and all(self.nodes[c]["op"] == "_Send"
                             and self.nodes[c]["attrs"].get("dst_task") != task
@@ -131,8 +141,10 @@ class PartitionGraph:
         self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]
                         and not self.folded[i]]
         # the cost of each node's kernel if it was heavy in the last step, else 0
-        # (see the executor's _run_node and kernel_pool.weigh)
+        # (see the executor's _run_node and kernel_pool.weigh, which weighs a
+        # node by flops_of when its op type has a cost, else by its bytes)
         self.heavy = [0.0] * n
+        self.flops_of = [_FLOPS.get(node["op"]) for node in nodes]
         # each node's heavy work from it to the end of the step, its own
         # included (by the costs in self.heavy; see _priorities)
         self.priority = [0.0] * n
@@ -161,7 +173,7 @@ class PartitionGraph:
                     elif self._reads(c, i):
                         found.append(c)
         for i, node in enumerate(self.nodes):
-            if node["op"] not in UPDATE_OPS or not readers.get(node["attrs"].get("var")):
+            if node["op"] not in _UPDATE_OPS or not readers.get(node["attrs"].get("var")):
                 continue
             after = self._descendants(i)
             for r in set(readers[node["attrs"]["var"]]):
@@ -295,7 +307,7 @@ class PartitionGraph:
 
     def _kernel(self, node: Node, dev: tuple[str, int]) -> Callable | None:
         op = node["op"]
-        if op in STATEFUL_OPS or op in ("_Send", "_Recv", "Placeholder", "NoOp"):
+        if op in _NO_KERNEL:   # a feed, a send or receive, a stateful op, a collective
             return None
         if dev[0] != "CPU" and kernels.has_kernel(op, dev[0]):
             return kernels.get_kernel(op, dev[0])

@@ -4,7 +4,7 @@
 A ``_Recv`` awaits its tensor here; a ``recv_tensors`` message from another
 task's worker fills it. Every pushed tensor carries its sender's
 incarnation: a tensor from a task that restarted since the step began fails
-the step instead of being mixed in. An aborted step fails every receive of
+the step (``PeerRestartedError``) instead of being mixed in. An aborted step fails every receive of
 it at once and drops whatever arrives for it later; tensors that come before
 their step starts here are kept a bounded time.
 """
@@ -16,13 +16,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from distrib.errors import AbortedError, DeadlineExceededError, OpError
+from distrib.errors import DeadlineExceededError, OpError, PeerRestartedError
 
 logger = logging.getLogger(__name__)
 
-
-# in the AbortedError of a tensor from a restarted sender; the master matches it
-RESTARTED = "restarted during the step"
 _MAX_ABORTED = 4096
 _MAX_ENDED = 4096
 # Tensors may come before their step's partition starts here (the sender was
@@ -80,9 +77,9 @@ class Rendezvous:
         value, sender, inc = result
         want = self._expected.get(step, {}).get(sender)
         if want is not None and want != inc:
-            raise AbortedError(
-                f"{sender} {RESTARTED} (incarnation {inc:x}, expected {want:x}); "
-                "the step is aborted, run it again", task=self.task)
+            raise PeerRestartedError(
+                f"{sender} restarted during the step (incarnation {inc:x}, expected {want:x}); "
+                "the step is aborted, run it again", task=self.task, peer=sender)
         return value
 
     def overdue(self, key: str, src_task: str, timeout: float) -> DeadlineExceededError:

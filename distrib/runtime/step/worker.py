@@ -24,19 +24,25 @@ from typing import Any, Awaitable
 import numpy as np
 
 from distrib import errors
-from distrib.errors import AbortedError, InvalidArgumentError, NotFoundError, OpError
-from distrib.runtime.actors.system import ActorRef, ActorSystem, caller_key, in_process_system, session_gc_s
+from distrib.errors import (
+    AbortedError,
+    InvalidArgumentError,
+    NotFoundError,
+    OpError,
+    PartitionUnregisteredError,
+    UnavailableError,
+)
+from distrib.runtime.actors.system import ActorSystem, caller_key, in_process_system, session_gc_s
 from distrib.runtime.chief.fencing import Fence
 from distrib.runtime.core import kernel_pool
 from distrib.runtime.core.tensor_values import host_array
 from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.doors import WorkerDoor
 from distrib.runtime.step.executor import CompiledPartition, RunStats
 from distrib.runtime.step.rendezvous import Rendezvous
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
-
-UNREGISTERED = "partition is not registered on this task"
 
 # Tensors for one task are held back and sent together in one message until
 # this many bytes are waiting, or the partition is about to wait (``flush``):
@@ -70,7 +76,7 @@ class _StepChannel:
         if dst_task == w.task:
             w.rendezvous.put(self.step, key, w.detached(value), w.task, w.system.incarnation)
             return None
-        ref = w.peer(dst_task, self.peers, self.incarnations.get(dst_task))
+        ref = w.peer(dst_task, self.peers, self.incarnations.get(dst_task)).ref
         if in_process_system(ref.address) is not None:
             value = w.detached(value)   # no wire in between to copy it
         nbytes = getattr(value, "nbytes", 0)
@@ -105,12 +111,17 @@ class _StepChannel:
         del self._out_bytes[dst_task]
         w = self.worker
         w.counters["messages_sent"] += 1
-        ref = w.peer(dst_task, self.peers, self.incarnations.get(dst_task))
-        if len(items) == 1:
-            (key, value), = items
-            await ref.tell("recv_tensor", self.step, key, value, w.task, w.system.incarnation)
-        else:
-            await ref.tell("recv_tensors", self.step, items, w.task, w.system.incarnation)
+        door = w.peer(dst_task, self.peers, self.incarnations.get(dst_task))
+        try:
+            if len(items) == 1:
+                (key, value), = items
+                await door.recv_tensor(self.step, key, value, w.task, w.system.incarnation)
+            else:
+                await door.recv_tensors(self.step, items, w.task, w.system.incarnation)
+        except UnavailableError as e:   # not sent: the receiver is the task that failed
+            if e.peer is None:
+                e.peer = dst_task
+            raise
 
     def expect(self, key: str, src_task: str) -> asyncio.Future:
         return self.worker.rendezvous.expect(self.step, key)
@@ -157,7 +168,7 @@ class WorkerService:
         self._owners: dict[str, tuple[str, int]] = {}
         self._gone: dict[tuple[str, int], asyncio.TimerHandle] = {}
         system.on_peer_lost.append(self._peer_lost)
-        self._refs: dict[tuple[str, str, int | None], ActorRef] = {}
+        self._refs: dict[tuple[str, str, int | None], WorkerDoor] = {}
         self._run_stats = RunStats()
         self.counters = _zero_counters()
         self._cpu_at_reset = time.process_time()
@@ -191,20 +202,20 @@ class WorkerService:
     def gpu_count(self) -> int:
         return sum(1 for d in self.devices if d["name"].startswith("GPU:"))
 
-    def peer(self, task: str, peers: dict[str, str], incarnation: int | None = None) -> ActorRef:
-        """The worker of ``task``; with the ``incarnation`` a master found
-        there, a tensor may go over the connection that task opened to us."""
+    def peer(self, task: str, peers: dict[str, str], incarnation: int | None = None) -> WorkerDoor:
+        """The door of the worker of ``task``; with the ``incarnation`` a master
+        found there, a tensor may go over the connection that task opened to us."""
         addr = peers.get(task)
         if addr is None:
             raise NotFoundError(f"no address for {task}", task=self.task)
         key = (addr, task, incarnation)
-        ref = self._refs.get(key)
-        if ref is None:
+        door = self._refs.get(key)
+        if door is None:
             if len(self._refs) >= _MAX_REFS:
                 self._refs.clear()
-            ref = self._refs[key] = self.system.ref(
-                addr, "worker", None if incarnation is None else (task, incarnation))
-        return ref
+            door = self._refs[key] = WorkerDoor.at(
+                self.system, addr, None if incarnation is None else (task, incarnation))
+        return door
 
     # -- messages --------------------------------------------------------------
     def get_status(self) -> dict[str, Any]:
@@ -254,7 +265,7 @@ class WorkerService:
     def _peer_lost(self, address: str, peer: Any) -> None:
         # a master that registered partitions here went away: they are freed
         # unless it comes back (and calls again) within the grace period; one
-        # that does re-registers what it needs anyway (UNREGISTERED)
+        # that does re-registers what it needs anyway (PartitionUnregisteredError)
         owner = (peer.name, peer.incarnation)
         if owner not in self._gone and owner in self._owners.values():
             self._gone[owner] = asyncio.get_running_loop().call_later(
@@ -279,9 +290,10 @@ class WorkerService:
 
     async def run_partition(self, key: str, step: int, feeds: dict[str, Any],
                             incarnations: dict[str, int], peers: dict[str, str],
-                            timeout: float | None = None, term: int | None = None) -> list[Any]:
-        """Run one step of a registered partition; ``term``: the chief term of
-        a chief-only write, refused if a newer chief was seen (fencing)."""
+                            op_timeout: float | None = None, term: int | None = None) -> list[Any]:
+        """Run one step of a registered partition; ``op_timeout``: the step's
+        operation timeout (s); ``term``: the chief term of a chief-only write,
+        refused if a newer chief was seen (fencing)."""
         if term is not None:
             self.fencing.admit(term)
         if self._gone:
@@ -290,7 +302,8 @@ class WorkerService:
                 self._back(owner)
         part = self._partitions.get(key)
         if part is None:
-            raise NotFoundError(f"{UNREGISTERED}: {key}", task=self.task)
+            raise PartitionUnregisteredError(
+                f"partition is not registered on this task: {key}", task=self.task)
         caller = caller_key()
         self._started += 1
         if caller is not None:
@@ -301,7 +314,7 @@ class WorkerService:
         t0 = time.perf_counter()
         try:
             return await part.run(feeds, self.variables,
-                                  _StepChannel(self, step, peers, timeout, incarnations),
+                                  _StepChannel(self, step, peers, op_timeout, incarnations),
                                   self._run_stats)
         except OpError as e:
             self.rendezvous.abort(step, e)
@@ -387,8 +400,10 @@ class WorkerService:
             raise InvalidArgumentError("abort_step takes a step id and an error record",
                                        task=self.task)
         exc = errors.from_wire(error)
-        self.rendezvous.abort(step, AbortedError(
-            f"step aborted because another task failed: {exc}", task=self.task))
+        abort = AbortedError(f"step aborted because another task failed: {exc}", task=self.task,
+                             peer=exc.peer or exc.task)
+        abort.__cause__ = exc   # its kind (a closed session, say) stays readable by type
+        self.rendezvous.abort(step, abort)
 
     # variables, for Saver and tools
     def list_variables(self) -> dict[str, list]:
