@@ -13,18 +13,18 @@ from __future__ import annotations
 
 from kernels import cpu, gpu_loader  # noqa: F401  (register the CPU kernels, the GPU loader)
 from kernels.registry import (
-                              CPU,
-                              GPU,
-                              Kernel,
-                              KernelError,
-                              KernelNotFound,
-                              device_types,
-                              get_kernel,
-                              has_kernel,
-                              register,
-                              register_loader,
-                              registered_ops,
-                              unregister,
+    CPU,
+    GPU,
+    Kernel,
+    KernelError,
+    KernelNotFound,
+    device_types,
+    get_kernel,
+    has_kernel,
+    register,
+    register_loader,
+    registered_ops,
+    unregister,
 )
 
 __all__ = [

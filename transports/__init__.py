@@ -13,13 +13,13 @@ from .config import PeerInfo, TransportConfig, local_host_id, new_incarnation
 from .connection import Connection
 from .endpoint import Listener, connect, listen, parse_address
 from .errors import (
-                     AuthError,
-                     ConnectionClosed,
-                     ConnectTimeout,
-                     FrameError,
-                     HandshakeError,
-                     MessageTooLarge,
-                     TransportError,
+    AuthError,
+    ConnectionClosed,
+    ConnectTimeout,
+    FrameError,
+    HandshakeError,
+    MessageTooLarge,
+    TransportError,
 )
 
 __all__ = [

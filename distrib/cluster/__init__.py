@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from distrib.cluster.cluster_spec import ClusterSpec, task_string
 from distrib.cluster.resolvers import (
-                                       ClusterResolver,
-                                       KubernetesClusterResolver,
-                                       SchedulerEnvironmentError,
-                                       SimpleClusterResolver,
-                                       SlurmClusterResolver,
-                                       TFConfigClusterResolver,
-                                       expand_hostlist,
-                                       expand_tasks_per_node,
-                                       resolver_from_environment,
+    ClusterResolver,
+    KubernetesClusterResolver,
+    SchedulerEnvironmentError,
+    SimpleClusterResolver,
+    SlurmClusterResolver,
+    TFConfigClusterResolver,
+    expand_hostlist,
+    expand_tasks_per_node,
+    resolver_from_environment,
 )
 from distrib.cluster.tf_config import TFConfig, format_tf_config, parse_tf_config
 

@@ -7,25 +7,25 @@ from __future__ import annotations
 from distrib.cluster import resolvers as cluster_resolver
 from distrib.distribute import coordinator, experimental
 from distrib.distribute.collective_strategy import (
-                                                    CommunicationImplementation,
-                                                    CommunicationOptions,
-                                                    MultiWorkerMirroredStrategy,
+    CommunicationImplementation,
+    CommunicationOptions,
+    MultiWorkerMirroredStrategy,
 )
 from distrib.distribute.cross_device_ops import (
-                                                    CrossDeviceOps,
-                                                    HierarchicalCopyAllReduce,
-                                                    NcclAllReduce,
-                                                    ReduceOp,
-                                                    ReductionToOneDevice,
+    CrossDeviceOps,
+    HierarchicalCopyAllReduce,
+    NcclAllReduce,
+    ReduceOp,
+    ReductionToOneDevice,
 )
 from distrib.distribute.def_function import Function, function
 from distrib.distribute.distribute_lib import (
-                                                    ReplicaContext,
-                                                    Strategy,
-                                                    get_replica_context,
-                                                    get_strategy,
-                                                    has_strategy,
-                                                    in_cross_replica_context,
+    ReplicaContext,
+    Strategy,
+    get_replica_context,
+    get_strategy,
+    has_strategy,
+    in_cross_replica_context,
 )
 from distrib.distribute.input_lib import InputContext
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy

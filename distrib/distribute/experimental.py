@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from distrib.distribute import coordinator, partitioners
 from distrib.distribute.collective_strategy import (
-                                                    CommunicationImplementation,
-                                                    CommunicationOptions,
-                                                    MultiWorkerMirroredStrategy,
+    CommunicationImplementation,
+    CommunicationOptions,
+    MultiWorkerMirroredStrategy,
 )
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy
 from distrib.distribute.parameter_server_strategy import ParameterServerStrategy

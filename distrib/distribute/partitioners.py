@@ -3,9 +3,9 @@ shards a large variable (TF's names)."""
 from __future__ import annotations
 
 from distrib.distribute.parameter_server_strategy import (
-                                                          FixedShardsPartitioner,
-                                                          MaxSizePartitioner,
-                                                          MinSizePartitioner,
+    FixedShardsPartitioner,
+    MaxSizePartitioner,
+    MinSizePartitioner,
 )
 
 __all__ = ["FixedShardsPartitioner", "MinSizePartitioner", "MaxSizePartitioner"]

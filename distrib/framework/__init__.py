@@ -6,12 +6,12 @@ from __future__ import annotations
 from distrib.framework.device import DeviceSpec
 from distrib.framework.dtypes import DType, as_dtype
 from distrib.framework.graph import (
-                                     Graph,
-                                     GraphKeys,
-                                     Operation,
-                                     Tensor,
-                                     get_default_graph,
-                                     reset_default_graph,
+    Graph,
+    GraphKeys,
+    Operation,
+    Tensor,
+    get_default_graph,
+    reset_default_graph,
 )
 from distrib.framework.graph_def import graph_from_def, import_graph_def
 from distrib.framework.tensor_shape import TensorShape

@@ -5,15 +5,15 @@ checkpoints, under no strategy, any synchronous strategy or ParameterServerStrat
 from __future__ import annotations
 
 from distrib.keras import (
-                           activations,
-                           backend,
-                           callbacks,
-                           initializers,
-                           layers,
-                           losses,
-                           metrics,
-                           optimizers,
-                           utils,
+    activations,
+    backend,
+    callbacks,
+    initializers,
+    layers,
+    losses,
+    metrics,
+    optimizers,
+    utils,
 )
 from distrib.keras.models import Sequential
 from distrib.keras.training import Model

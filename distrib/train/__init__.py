@@ -6,35 +6,35 @@ of :mod:`distrib.train`, this module only re-exports them.
 from __future__ import annotations
 
 from distrib.train.checkpoint import (
-                                      CheckpointState,
-                                      get_checkpoint_state,
-                                      latest_checkpoint,
-                                      update_checkpoint_state,
+    CheckpointState,
+    get_checkpoint_state,
+    latest_checkpoint,
+    update_checkpoint_state,
 )
 from distrib.train.coordinator import Coordinator
 from distrib.train.device_setter import replica_device_setter
 from distrib.train.global_step import create_global_step, get_global_step, get_or_create_global_step
 from distrib.train.monitored_session import MonitoredSession, MonitoredTrainingSession
 from distrib.train.optimizers import (
-                                      AdagradOptimizer,
-                                      AdamOptimizer,
-                                      GradientDescentOptimizer,
-                                      MomentumOptimizer,
-                                      Optimizer,
+    AdagradOptimizer,
+    AdamOptimizer,
+    GradientDescentOptimizer,
+    MomentumOptimizer,
+    Optimizer,
 )
 from distrib.train.saver import Saver
 from distrib.train.session_manager import ChiefSessionCreator, Scaffold, SessionCreator, WorkerSessionCreator
 from distrib.train.session_run_hooks import (
-                                      CheckpointSaverHook,
-                                      CheckpointSaverListener,
-                                      LoggingTensorHook,
-                                      SecondOrStepTimer,
-                                      SessionRunArgs,
-                                      SessionRunContext,
-                                      SessionRunHook,
-                                      SessionRunValues,
-                                      StepCounterHook,
-                                      StopAtStepHook,
+    CheckpointSaverHook,
+    CheckpointSaverListener,
+    LoggingTensorHook,
+    SecondOrStepTimer,
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+    StepCounterHook,
+    StopAtStepHook,
 )
 from distrib.train.supervisor import Supervisor
 from distrib.train.sync_replicas import SyncReplicasOptimizer
