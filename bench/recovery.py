@@ -68,6 +68,29 @@ line's time (the global step goes back there, and no worker logs again until
 it passes the step at which it logged last); a rate over a window
 interpolates linearly between lines.
 
+Preemption row (``preempt-mwms``): ``python -m distrib.launch --workers 2
+-- python examples/preemption.py --epochs 8 --log_every 1`` (two workers of
+MultiWorkerMirroredStrategy, each step through a
+``PreemptionCheckpointHandler``); once worker 1 logged run
+``PREEMPT_AT_RUN`` (mid-epoch), SIGTERM to it. Every worker saves at the
+run they agree on and exits 42; the launcher restarts both (not counted as
+failures); they restore and train on. Figures: ``run_at_sigterm`` (the
+highest run logged by then), ``saved_at_run``, ``steps_after_notice`` (the
+runs between: trained, then saved), ``steps_lost`` (runs logged before the
+exit beyond the saved one: trained and thrown away; target 0-1, one step of
+the slowest worker), ``notice_to_save_s`` (SIGTERM to the handler's saved
+line), ``save_s`` (the save itself, its assign and read steps, the chief's
+write and the barrier), ``sigterm_to_exit_s`` (to the launcher's ``exit code
+42`` lines), ``exit_to_restart_s`` (the launcher's ``--restart_backoff``, 1
+s), ``restart_to_resumed_s`` (process start, the cluster, the restore),
+``sigterm_to_first_step_s`` (SIGTERM to the first ``run S+1 done``: what a
+preemption costs in time), the agreement's mean time, how many runs apart
+the agreements were and their share of the training time (``agree_share``:
+each worker's agreements' time over its training time, after the restart;
+an upper bound, as an agreement also waits for the slower worker), and
+``exact``: both workers end with the global step of the last run and the
+same sum of the examples' ids (nothing lost, nothing trained twice).
+
 Heartbeat row: ps1-w2 (1 ps, 2 workers, no fault, ``--train_steps N``, N =
 12000, or 4000 with ``--quick``, ``--log_every 500``, the default
 checkpoint interval) with ``DISTRIB_HEARTBEAT_S=1`` and with ``0`` (no
@@ -118,9 +141,12 @@ STOP_HOLD_S = 12.0       # SIGSTOP to SIGCONT: four leases of 3 s (three heartbe
 EVENT_LIMIT_S = 90.0     # the longest wait for a recovery event
 RUN_LIMIT_S = 300.0      # the longest heartbeat run
 STOP_WAIT_S = 45.0       # after SIGTERM to the launcher, before SIGKILL
-FAULTS = ("kill-nonchief", "kill-chief", "kill-ps", "stop-chief")
+PREEMPT = "preempt-mwms"
+FAULTS = ("kill-nonchief", "kill-chief", "kill-ps", "stop-chief", PREEMPT)
+PREEMPT_EPOCHS = 8       # examples/preemption.py's --epochs in the preempt-mwms row
+PREEMPT_AT_RUN = 40      # SIGTERM once worker 1 logged this run (epoch 2 of 22-run epochs)
 TARGETS = {"chief_s": "<= 7 s", "restore_s": "<= 2 s", "lost": "<= 1 s of steps",
-           "hb_ratio": ">= 0.98"}
+           "hb_ratio": ">= 0.98", "steps_lost": "0-1"}
 
 PREFIX = re.compile(r"^\[(launch|\w+:\d+)\] ?(.*)$")
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -131,6 +157,13 @@ CHIEF = re.compile(r"became chief \(term (\d+)\)")
 STARTED = re.compile(r"^(\w+:\d+) started \(pid (\d+)\)")
 KILLED = re.compile(r"^(\w+:\d+) killed by (SIG\w+)")
 DONE = re.compile(r"^done global_step=(\d+)")
+RUN_DONE = re.compile(r" run (\d+) done")
+HANDLER_SAVED = re.compile(r"checkpoint of run (\d+) saved.* in ([0-9.]+) s$")
+RESUMED = re.compile(r"^start total_run_calls=(\d+) restored=(\S+)")
+EXAMPLE_DONE = re.compile(r"^done global_step=(\d+) accuracy=([0-9.]+) seen=(\d+)")
+AGREEMENT = re.compile(r"^agreement calls=(\d+) mean_ms=([0-9.]+) runs_here=(\d+) "
+                       r"train_s=([0-9.]+)")
+EXIT_42 = re.compile(r"^(\w+:\d+) exit code 42 \(preempted")
 
 
 # -- one launch, its output ---------------------------------------------------------
@@ -187,7 +220,7 @@ class Launch:
     collected by a thread; ``close`` always stops every process it made."""
 
     def __init__(self, name: str, workers: int, trainer_args: list[str],
-                 env: dict[str, str], log_dir: str | None) -> None:
+                 env: dict[str, str], log_dir: str | None, program: str = "trainer.py") -> None:
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix="distrib-recovery-")
         self.lines: list[Line] = []
@@ -196,9 +229,16 @@ class Launch:
         self.leftover: list[int] = []
         self.marks: list[str] = []              # what this bench did, for the log
         self.log_path = os.path.join(log_dir, name + ".log") if log_dir else None
-        cmd = [sys.executable, "-m", "distrib.launch", "--ps", "1", "--workers", str(workers),
-               "--max_restarts", "3", "--", sys.executable, "examples/trainer.py",
-               f"--logdir={os.path.join(self.tmp, 'ckpt')}", *trainer_args]
+        self.program = program
+        ckpt = os.path.join(self.tmp, "ckpt")
+        if program == "trainer.py":
+            cmd = [sys.executable, "-m", "distrib.launch", "--ps", "1", "--workers", str(workers),
+                   "--max_restarts", "3", "--", sys.executable, "examples/trainer.py",
+                   f"--logdir={ckpt}", *trainer_args]
+        else:   # a program of the synchronous strategies: no ps
+            cmd = [sys.executable, "-m", "distrib.launch", "--workers", str(workers),
+                   "--max_restarts", "3", "--", sys.executable, f"examples/{program}",
+                   f"--checkpoint_dir={ckpt}", *trainer_args]
         self.started = time.time()
         self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -285,7 +325,7 @@ class Launch:
             for pid in self.task_pids():
                 while alive(pid) and time.monotonic() < deadline:
                     time.sleep(0.05)
-                if alive(pid) and "trainer.py" in cmdline(pid):
+                if alive(pid) and self.program in cmdline(pid):
                     try:
                         if os.getpgid(pid) == pid:
                             os.killpg(pid, signal.SIGKILL)
@@ -559,6 +599,79 @@ def heartbeat_run(heartbeat: str, steps: int, name: str, log_dir: str | None) ->
     return out
 
 
+# -- a preempted MultiWorkerMirroredStrategy worker --------------------------------------
+
+def preempt_run(name: str, log_dir: str | None) -> dict[str, Any]:
+    run = Launch(name, 2, [f"--epochs={PREEMPT_EPOCHS}", "--log_every=1"], {}, log_dir,
+                 program="preemption.py")
+    try:
+        run.wait_for(lambda x: x.src == "worker:1" and (m := RUN_DONE.search(x.text))
+                     is not None and int(m.group(1)) >= PREEMPT_AT_RUN, EVENT_LIMIT_S,
+                     what=f"worker 1's run {PREEMPT_AT_RUN}")
+        pid = run.pid("worker:1")
+        t_fault = time.time()
+        os.kill(pid, signal.SIGTERM)
+        run.marks.append(f"SIGTERM to worker:1 pid {pid} at {t_fault:.3f}")
+        try:
+            code = run.wait_exit(RUN_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+    finally:
+        run.close()
+    if code != 0:
+        raise RuntimeError(f"{name}: the launcher ended with {code}\n{run.tail()}")
+    out = analyse_preempt(run.snapshot(), t_fault)
+    out["leftover_pids"] = run.leftover
+    return out
+
+
+def analyse_preempt(lines: list[Line], t_fault: float) -> dict[str, Any]:
+    """The preempt-mwms row's figures (see main's legend) from one run's lines."""
+    out: dict[str, Any] = {"fault": PREEMPT, "victim": "worker:1"}
+    runs = [(x.t, int(m.group(1))) for x in lines if (m := RUN_DONE.search(x.text))]
+    exits = [x for x in lines if x.src == "launch" and x.t >= t_fault and EXIT_42.match(x.text)]
+    saved = [(x, HANDLER_SAVED.search(x.text)) for x in lines if x.t >= t_fault
+             and HANDLER_SAVED.search(x.text)]
+    if not exits or not saved:
+        return out
+    s = int(saved[0][1].group(1))
+    out["saved_at_run"] = s
+    out["run_at_sigterm"] = max((n for t, n in runs if t <= t_fault), default=0)
+    out["steps_after_notice"] = s - out["run_at_sigterm"]   # trained, then saved
+    last_exit = max(x.t for x in exits)
+    # trained before the exit but not in the checkpoint: lost (the target is 0-1)
+    out["steps_lost"] = max((n for t, n in runs if t <= last_exit), default=s) - s
+    out["notice_to_save_s"] = saved[0][0].t - t_fault
+    out["save_s"] = max(float(m.group(2)) for _, m in saved)
+    out["sigterm_to_exit_s"] = last_exit - t_fault
+    restarts = [x for x in lines if x.src == "launch" and x.t >= last_exit
+                and STARTED.match(x.text)]
+    resumed = [x for x in lines if x.t >= t_fault and (m := RESUMED.match(x.text))
+               and int(m.group(1)) > 0]
+    first = next((t for t, n in runs if t > last_exit and n == s + 1), None)
+    if restarts:
+        out["exit_to_restart_s"] = max(x.t for x in restarts) - last_exit
+    if restarts and resumed:
+        out["restart_to_resumed_s"] = max(x.t for x in resumed) - max(x.t for x in restarts)
+        out["resumed_at_run"] = sorted({int(RESUMED.match(x.text).group(1)) for x in resumed})
+    if first is not None:
+        out["sigterm_to_first_step_s"] = first - t_fault
+    done = [EXAMPLE_DONE.match(x.text) for x in lines if EXAMPLE_DONE.match(x.text)]
+    last_run = max((n for _, n in runs), default=None)
+    out["exact"] = (len(done) == 2 and len({m.groups()[::2] for m in done}) == 1
+                    and int(done[0].group(1)) == last_run)
+    agree = [AGREEMENT.match(x.text) for x in lines if x.t > last_exit
+             and AGREEMENT.match(x.text)]
+    if agree:
+        calls = sum(int(m.group(1)) for m in agree)
+        ms = sum(int(m.group(1)) * float(m.group(2)) for m in agree) / max(calls, 1)
+        out["agree_ms"] = ms
+        out["runs_per_agreement"] = sum(int(m.group(3)) for m in agree) / max(calls, 1)
+        out["agree_share"] = sum(int(m.group(1)) * float(m.group(2)) / 1000.0
+                                 / float(m.group(4)) for m in agree) / len(agree)
+    return out
+
+
 # -- the run -------------------------------------------------------------------------
 
 def median(values: list[Any]) -> Any:
@@ -573,7 +686,11 @@ def summarize(faults: dict[str, list[dict[str, Any]]],
             "kill_to_restart_s", "restore_s", "restart_to_serving_s", "serving_to_noticed_s",
             "noticed_to_restored_s", "rejoin_s", "step_at_kill", "step_restored", "lost",
             "lost_bound", "ckpt_age_s", "ckpt_period_s", "cont_to_progress_s",
-            "cont_to_no_longer_chief_s", "before", "during", "after", "rec_s", "dip", "stop_hold_s")
+            "cont_to_no_longer_chief_s", "before", "during", "after", "rec_s", "dip", "stop_hold_s",
+            "saved_at_run", "run_at_sigterm", "steps_after_notice", "steps_lost",
+            "notice_to_save_s", "save_s", "sigterm_to_exit_s", "exit_to_restart_s",
+            "restart_to_resumed_s", "sigterm_to_first_step_s", "agree_ms",
+            "runs_per_agreement", "agree_share")
     for fault in FAULTS:
         runs = faults.get(fault, [])
         if not runs:
@@ -590,6 +707,9 @@ def summarize(faults: dict[str, list[dict[str, Any]]],
             row["new_chief"] = sorted(set(chiefs))
         if fault in ("kill-chief", "stop-chief"):
             row["target_chief_s"] = TARGETS["chief_s"]
+        if fault == PREEMPT:
+            row["exact"] = [r.get("exact") for r in runs]
+            row["target_steps_lost"] = TARGETS["steps_lost"]
         if fault == "kill-ps":
             row["target_restore_s"] = TARGETS["restore_s"]
             row["target_lost"] = TARGETS["lost"]
@@ -614,6 +734,8 @@ def fmt(v: Any, spec: str, width: int) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
+    preempt = [r for r in rows if r["name"] == PREEMPT]
+    rows = [r for r in rows if r["name"] != PREEMPT]
     if any("ratio" not in r for r in rows):
         print(f"{'fault':<14} {'detect_s':>8}  {'by':<32} {'chief_s':>7} {'target':>7} "
               f"{'restore_s':>9} {'target':>7} {'lost':>5} {'<=':>5} {'before':>6} "
@@ -634,6 +756,22 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                   f"{r['off_steps_per_s']:.0f} global steps/s, on/off {r['ratio']:.3f} "
                   f"(target {r['target']}; rounds: "
                   f"{', '.join(format(x, '.3f') for x in r['ratios'])})")
+    for r in preempt:
+        print(f"{PREEMPT}: SIGTERM to worker 1 of 2 (MultiWorkerMirroredStrategy) after run "
+              f"{fmt(r.get('run_at_sigterm'), '.0f', 0)}; saved at run "
+              f"{fmt(r.get('saved_at_run'), '.0f', 0)} ({fmt(r.get('steps_after_notice'), '.0f', 0)}"
+              f" runs after the notice, trained and saved); steps lost "
+              f"{fmt(r.get('steps_lost'), '.0f', 0)} (target {r['target_steps_lost']}); "
+              f"SIGTERM -> saved {fmt(r.get('notice_to_save_s'), '.3f', 0)} s (save "
+              f"{fmt(r.get('save_s'), '.3f', 0)} s), -> exit 42 "
+              f"{fmt(r.get('sigterm_to_exit_s'), '.3f', 0)} s; exit -> restarted "
+              f"{fmt(r.get('exit_to_restart_s'), '.2f', 0)} s -> restored "
+              f"{fmt(r.get('restart_to_resumed_s'), '.2f', 0)} s; SIGTERM -> first step after "
+              f"the restart {fmt(r.get('sigterm_to_first_step_s'), '.2f', 0)} s; agreement "
+              f"{fmt(r.get('agree_ms'), '.2f', 0)} ms every "
+              f"{fmt(r.get('runs_per_agreement'), '.1f', 0)} runs, "
+              f"{fmt(100 * r['agree_share'] if r.get('agree_share') else None, '.1f', 0)}% of "
+              f"the training; ends as unpreempted: {r.get('exact')}")
 
 
 def main() -> None:
@@ -668,7 +806,8 @@ def main() -> None:
     for r in range(rounds):
         for fault in faults:
             try:
-                res = fault_run(fault, f"{fault}-r{r}", args.logs)
+                res = (preempt_run(f"{fault}-r{r}", args.logs) if fault == PREEMPT
+                       else fault_run(fault, f"{fault}-r{r}", args.logs))
                 samples.setdefault(fault, []).append(res)
                 print(f"# round {r} {fault}: " + ", ".join(
                     f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
@@ -710,7 +849,8 @@ def main() -> None:
           f"dip: lowest {BIN_S:g}-s window from the fault to recovered + {AFTER_S:g} s / "
           f"before; rec_s: fault -> recovered (stop-chief: SIGCONT {STOP_HOLD_S:g} s after "
           f"SIGSTOP); ps1-w2: {hb_steps} steps, rate from the first progress line past "
-          f"{hb_steps // 10} to the last")
+          f"{hb_steps // 10} to the last; {PREEMPT}: examples/preemption.py, 2 workers, "
+          f"{PREEMPT_EPOCHS} epochs (the module header names each figure)")
     if errors:
         print(f"{len(errors)} run(s) failed: " + "; ".join(errors))
     if leftover:

@@ -9,14 +9,15 @@ The package namespace only re-exports; each idea lives in a module of its
 subpackage (docs/ARCHITECTURE.md): ``errors``, ``cluster`` (ClusterSpec,
 TF_CONFIG), ``framework`` (the graph's data model),
 ``ops`` (op builders, nn, variables, gradients), ``client`` (sessions),
-``runtime`` (the task's services), ``server``, ``train`` (``dt.train``).
+``runtime`` (the task's services), ``server``, ``train`` (``dt.train``),
+``app`` (``dt.app``: TF1's ``tf.app.flags`` and ``tf.app.run``).
 Names follow ``tf.compat.v1``; ``bool``, ``abs`` and ``pow`` shadow builtins
 only inside the ``dt`` namespace, as in TF.
 """
 from __future__ import annotations
 
 from distrib import data, errors
-from distrib.client.session import ConfigProto, Session, SyncSession
+from distrib.client.session import ConfigProto, GPUOptions, Session, SyncSession
 from distrib.cluster import ClusterSpec
 from distrib.data.structure import TensorSpec
 from distrib.framework import config
@@ -58,6 +59,17 @@ from distrib.ops import nn
 from distrib.ops.array_ops import concat
 from distrib.ops.backprop import GradientTape
 from distrib.ops.gradients import NotDifferentiable, gradients, no_gradient, register_gradient
+from distrib.ops.init_ops import (
+    constant_initializer,
+    glorot_normal_initializer,
+    glorot_uniform_initializer,
+    ones_initializer,
+    random_normal_initializer,
+    random_uniform_initializer,
+    truncated_normal_initializer,
+    variance_scaling_initializer,
+    zeros_initializer,
+)
 from distrib.ops.math_ops import (
     abs,
     add,
@@ -113,6 +125,15 @@ from distrib.ops.math_ops import (
     zeros,
     zeros_like,
 )
+from distrib.ops.variable_scope import (
+    AUTO_REUSE,
+    VariableScope,
+    get_local_variable,
+    get_variable,
+    get_variable_scope,
+    no_regularizer,
+    variable_scope,
+)
 from distrib.ops.variables import (
     Variable,
     VariableAggregation,
@@ -146,6 +167,12 @@ _graph_all = [
     "global_variables", "global_variables_initializer", "initialize_all_variables",
     "is_variable_initialized", "local_variables", "local_variables_initializer",
     "trainable_variables", "variables_initializer",
+    # TF1's variable sharing and initializer objects (tf.compat.v1 names)
+    "AUTO_REUSE", "VariableScope", "get_local_variable", "get_variable", "get_variable_scope",
+    "no_regularizer", "variable_scope", "constant_initializer", "glorot_normal_initializer",
+    "glorot_uniform_initializer", "ones_initializer", "random_normal_initializer",
+    "random_uniform_initializer", "truncated_normal_initializer",
+    "variance_scaling_initializer", "zeros_initializer",
 ]
 
 __version__ = "0.1.0"
@@ -153,9 +180,11 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # dt.train loads on first use: it pulls in the optimizers, Saver and Supervisor
-    if name in ("train", "distribute", "keras"):
+    if name in ("train", "distribute", "keras", "app"):   # dt.app: TF1's tf.app (flags, run)
         import importlib
         mod = importlib.import_module(f"distrib.{name}")
+        if name == "train":   # dt.train.Checkpoint runs its steps as dt.functions
+            importlib.import_module("distrib.distribute")
         globals()[name] = mod
         return mod
     if name == "function":   # dt.function: the strategies' package, on first use
@@ -167,4 +196,5 @@ def __getattr__(name: str):
 
 
 __all__ = ["errors", "config", "data", "distribute", "function", "ClusterSpec", "Server",
-           "serve", "ConfigProto", "Session", "SyncSession", "train", *_graph_all]
+           "serve", "ConfigProto", "GPUOptions", "Session", "SyncSession", "train", "app",
+           *_graph_all]

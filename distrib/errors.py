@@ -233,13 +233,15 @@ class PeerRestartedError(AbortedError):
     """
 
 
-class SessionClosedError(UnavailableError):
+class SessionClosedError(CancelledError):
     """The session was closed while a step waited.
 
     Raised for a step of a session that is closed while the step runs or
     waits (a take from an accumulator, a dequeue from a queue): the close
-    aborts it, and a waiting op gives up its place. Open a new session to
-    run more steps.
+    aborts it, and a waiting op gives up its place. A ``CancelledError``, as
+    TF's is: not a failure of the cluster, so what rides through failures
+    (a monitored session, the coordinator) does not retry it. Open a new
+    session to run more steps.
     """
 
 

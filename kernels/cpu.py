@@ -126,7 +126,8 @@ def random_standard_normal(inputs: list, attrs: dict) -> list:
 @register("RandomUniform", CPU)
 def random_uniform(inputs: list, attrs: dict) -> list:
     dtype = as_dtype(attrs.get("dtype"))
-    shape = concrete_shape(attrs.get("shape"), "RandomUniform")
+    # the shape input when the op has one (its size known only at run time)
+    shape = concrete_shape(inputs[0] if inputs else attrs.get("shape"), "RandomUniform")
     lo, hi = attrs.get("minval", 0), attrs.get("maxval")
     rng = _rng(attrs)
     if dtype.kind in "iu":
@@ -247,6 +248,7 @@ _unary("Identity", np.array)  # a copy: see the module header
 _unary("StopGradient", np.array)
 _unary("LogicalNot", np.logical_not)
 _unary("Sign", np.sign)
+_unary("Floor", np.floor)
 
 
 @register("Cast", CPU)

@@ -220,3 +220,50 @@ def apply_adam(inputs: list, attrs: dict) -> list:
     v += (one - b2) * (grad * grad)
     var -= lr_t * m / (np.sqrt(v) + eps)
     return [var]
+
+
+@register("ApplyRMSProp", CPU)
+def apply_rms_prop(inputs: list, attrs: dict) -> list:
+    """TF1's ``ApplyRMSProp``: ``ms += (g*g - ms) * (1 - rho)``,
+    ``mom = momentum * mom + lr * g / sqrt(ms + epsilon)``, ``var -= mom``."""
+    op = "ApplyRMSProp"
+    var = _state(op, "var", inputs[0])
+    ms, mom = _state(op, "ms", inputs[1], var), _state(op, "mom", inputs[2], var)
+    lr, rho, momentum, eps = (_scalar(op, name, x, var.dtype) for name, x in zip(
+        ("lr", "rho", "momentum", "epsilon"), inputs[3:7]))
+    grad = _grad(op, inputs[7], var)
+    ms += (grad * grad - ms) * (var.dtype.type(1) - rho)
+    _momentum_step(mom, momentum, lr, grad, ms + eps)
+    var -= mom
+    return [var]
+
+
+@register("ApplyCenteredRMSProp", CPU)
+def apply_centered_rms_prop(inputs: list, attrs: dict) -> list:
+    """TF1's ``ApplyCenteredRMSProp``: as ``ApplyRMSProp``, the mean gradient
+    ``mg += (g - mg) * (1 - rho)`` taken out of the denominator:
+    ``sqrt(ms - mg*mg + epsilon)``."""
+    op = "ApplyCenteredRMSProp"
+    var = _state(op, "var", inputs[0])
+    mg, ms, mom = (_state(op, name, x, var) for name, x in zip(("mg", "ms", "mom"),
+                                                                inputs[1:4]))
+    lr, rho, momentum, eps = (_scalar(op, name, x, var.dtype) for name, x in zip(
+        ("lr", "rho", "momentum", "epsilon"), inputs[4:8]))
+    grad = _grad(op, inputs[8], var)
+    one_minus_rho = var.dtype.type(1) - rho
+    ms += (grad * grad - ms) * one_minus_rho
+    mg += (grad - mg) * one_minus_rho
+    _momentum_step(mom, momentum, lr, grad, (ms - mg * mg) + eps)
+    var -= mom
+    return [var]
+
+
+def _momentum_step(mom: np.ndarray, momentum: np.generic, lr: np.generic, grad: np.ndarray,
+                   denom: np.ndarray) -> None:
+    """``mom = momentum * mom + grad * lr / sqrt(denom)``, in place (``denom`` is a
+    temporary of the step and is overwritten)."""
+    with np.errstate(divide="ignore", invalid="ignore"):   # TF: inf/nan are results
+        np.sqrt(denom, out=denom)
+        np.divide(grad * lr, denom, out=denom)
+    mom *= momentum
+    mom += denom

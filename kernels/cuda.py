@@ -34,7 +34,7 @@ from kernels.cuda_launch import (
     launch_1d,
     register_gpu,
 )
-from kernels.devices import to_host
+from kernels.devices import is_device_array, to_host
 from kernels.dtypes import as_dtype, concrete_shape
 from kernels.registry import CPU, GPU, KernelError, get_kernel
 
@@ -208,6 +208,41 @@ _binary("RealDiv", _div, check=_floats_only)
 _binary("Equal", _eq, out_dtype=np.bool_)
 _binary("SigmoidGrad", _sigmoid_grad)
 _binary("TanhGrad", _tanh_grad)
+
+
+def _assign_update(op: str, fn: Callable, ufunc: Any) -> None:
+    """``var = fn(var, delta)`` in place in a device variable (AssignAdd,
+    AssignSub): numpy's ufuncs cannot write into device memory. ``delta`` is
+    cast to the variable's dtype first, as on the CPU; a broadcast the device
+    code does not cover runs on a host copy, written back."""
+    same, bcast = cm.binary_same(fn), cm.binary_bcast(fn)
+
+    def kernel(inputs: list, attrs: dict) -> list:
+        var = inputs[0]
+        if not is_device_array(var):
+            raise KernelError(f"{op}: the variable must be a device array to update it on the "
+                              f"GPU, got {type(var).__name__}")
+        delta = as_device(inputs[1])
+        if delta.dtype != var.dtype:
+            delta = cast([delta], {"dtype": np.dtype(var.dtype).name})[0]
+        shape = _broadcast_plan(op, tuple(delta.shape), tuple(var.shape))
+        if shape is not None and shape != tuple(var.shape):
+            raise KernelError(f"{op}: a delta of shape {list(delta.shape)} does not fit the "
+                              f"variable's shape {list(var.shape)}")
+        if shape is None:   # a broadcast the device code does not cover
+            host = var.copy_to_host()
+            ufunc(host, to_host(delta), out=host)
+            var.copy_to_device(host)
+        elif var.size:
+            blocks, threads = launch_1d(var.size)
+            launch = same if delta.shape == var.shape else bcast
+            launch[blocks, threads](flat(var), flat(delta), flat(var))
+        return [var]
+    register_gpu(op, kernel)
+
+
+_assign_update("AssignAdd", _add, np.add)
+_assign_update("AssignSub", _sub, np.subtract)
 
 
 @gpu_kernel("ReluGrad")

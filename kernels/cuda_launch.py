@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -61,11 +62,21 @@ def host_fallback(op: str, inputs: list, attrs: dict) -> list:
     return [o if o.dtype.kind in "UOS" else cuda.to_device(np.asarray(o, order="C")) for o in outs]
 
 
+# The simulator swaps numba.cuda for its fake module in a kernel's globals
+# while the kernel runs, so two kernels at once on two threads (the kernel
+# pool runs a GPU op's first launch, see distrib's kernel_pool) break each
+# other: there, one GPU op runs at a time.
+_SIM_LOCK = threading.RLock()
+
+
 def register_gpu(op: str, fn: Callable[[list, dict], list]) -> Callable[[list, dict], list]:
     """Register ``fn`` for ``op``; string inputs go to the CPU kernel."""
     def kernel(inputs: list, attrs: dict) -> list:
         if any(_is_host_only(x) for x in inputs):
             return get_kernel(op, CPU)(inputs, attrs)
+        if SIM:
+            with _SIM_LOCK:
+                return fn(inputs, attrs)
         return fn(inputs, attrs)
     kernel.__name__ = kernel.__qualname__ = f"{op}_gpu"
     return register(op, GPU)(kernel)

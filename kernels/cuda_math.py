@@ -8,6 +8,15 @@ that close over a device function or an accumulator dtype; numba treats those
 closure variables as compile-time constants, so each variant compiles to
 straight-line code with no dispatch inside the loop.
 
+Every kernel is ``@cuda.jit(cache=True)``: a launch compiles once per
+argument types and GPU, and numba keeps the compiled code on disk (beside
+this file in ``__pycache__``, else ``NUMBA_CACHE_DIR``), so the next process
+loads it instead of compiling again. The simulator runs the Python and
+accepts code the real compiler refuses (a shared array whose shape is an
+expression), so ``tests/test_kernels_compile.py`` compiles every kernel the
+registry launches for real GPUs with NVIDIA's compiler, and fails on a
+kernel without ``cache=True``.
+
 Elementwise kernels take flat (1-D, contiguous) views and use grid-stride
 loops, so one launch configuration fits every size. Reductions accumulate in
 float64 (floats) or int64 (integers) whatever the storage dtype.
@@ -21,15 +30,18 @@ import numpy as np
 from numba import cuda
 
 __all__ = [
-    "TILE", "BLOCK", "binary_same", "binary_bcast", "unary", "fill", "cast_copy",
+    "TILE", "BLOCK", "BLOCK_PAD", "binary_same", "binary_bcast", "unary", "fill", "cast_copy",
     "cast_bool", "reduce_all", "reduce_axis", "argmax_axis", "softmax_rows",
     "xent_rows", "sparse_xent_rows", "matmul", "apply_gd", "apply_momentum",
-    "apply_adagrad", "apply_adam",
+    "apply_adagrad", "apply_adam", "apply_rms_prop", "apply_centered_rms_prop",
 ]
 
 TILE = 16          # threads per block side, and the k-depth of a shared tile
 REG = 4            # each thread computes REG x REG outputs (register blocking)
 BLOCK = TILE * REG  # output tile side per block: 64
+# a shared array's shape must be a compile-time constant (a module constant
+# or literal, never an expression: the simulator accepts one, the real compiler not)
+BLOCK_PAD = BLOCK + 1  # the A slab's row: +1 avoids bank conflicts on store
 REDUCE_THREADS = 256
 
 
@@ -37,7 +49,7 @@ REDUCE_THREADS = 256
 
 def binary_same(fn: Callable) -> Any:
     """``out[i] = fn(a[i], b[i])`` for equal-size flat operands."""
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(a, b, out):
         i = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -50,7 +62,7 @@ def binary_same(fn: Callable) -> Any:
 def binary_bcast(fn: Callable) -> Any:
     """``out[i] = fn(a[i % na], b[i % nb])``: a scalar or a trailing block
     (a row over the last axes) repeats along the flat output."""
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(a, b, out):
         i = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -64,7 +76,7 @@ def binary_bcast(fn: Callable) -> Any:
 
 def unary(fn: Callable) -> Any:
     """``out[i] = fn(a[i])``."""
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(a, out):
         i = cuda.grid(1)
         stride = cuda.gridsize(1)
@@ -74,7 +86,7 @@ def unary(fn: Callable) -> Any:
     return kernel
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def fill(out, value):
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -83,7 +95,7 @@ def fill(out, value):
         i += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def cast_copy(a, out):
     # The store converts to out's dtype (float -> int truncates, like numpy).
     i = cuda.grid(1)
@@ -93,7 +105,7 @@ def cast_copy(a, out):
         i += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def cast_bool(a, out):
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -109,7 +121,7 @@ def reduce_all(acc_dtype: Any) -> Any:
 
     Launched twice: many blocks into partial sums, then one block over those.
     """
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(src, dst, zero, scale):
         buf = cuda.shared.array(REDUCE_THREADS, acc_dtype)
         tid = cuda.threadIdx.x
@@ -132,7 +144,7 @@ def reduce_all(acc_dtype: Any) -> Any:
     return kernel
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def reduce_axis(src, dst, n, inner, zero, scale):
     """src viewed as (outer, n, inner) summed over n into dst (outer*inner)."""
     o = cuda.grid(1)
@@ -147,7 +159,7 @@ def reduce_axis(src, dst, n, inner, zero, scale):
         o += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def argmax_axis(src, dst, n, inner):
     """First index of the maximum along n of src viewed as (outer, n, inner)."""
     o = cuda.grid(1)
@@ -179,7 +191,7 @@ def _row_max_logsum(x, base, c):
     return m, math.log(s)
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def softmax_rows(x, out, c, log):
     r = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -192,7 +204,7 @@ def softmax_rows(x, out, c, log):
         r += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def xent_rows(x, labels, loss, backprop, c):
     r = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -208,7 +220,7 @@ def xent_rows(x, labels, loss, backprop, c):
         r += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def sparse_xent_rows(x, labels, loss, backprop, c):
     # A label outside [0, c) cannot raise on a GPU: its row becomes NaN (as in TF's GPU kernel).
     r = cuda.grid(1)
@@ -243,9 +255,9 @@ def matmul(acc_dtype: Any) -> Any:
     final stores coalesce. Out-of-range tile elements load as 0, which makes
     ragged shapes (17x5 @ 5x18) exact without a separate edge path.
     """
-    @cuda.jit
+    @cuda.jit(cache=True)
     def kernel(a, b, c, ta, tb):
-        sa = cuda.shared.array((TILE, BLOCK + 1), acc_dtype)  # [k][m]; +1 avoids bank conflicts on store
+        sa = cuda.shared.array((TILE, BLOCK_PAD), acc_dtype)  # [k][m]
         sb = cuda.shared.array((TILE, BLOCK), acc_dtype)      # [k][n]
         acc = cuda.local.array((REG, REG), acc_dtype)
         ra = cuda.local.array(REG, acc_dtype)
@@ -312,7 +324,7 @@ def matmul(acc_dtype: Any) -> Any:
 
 # --- fused optimizer updates (TF1 rules), in place on flat var and slots ----------
 
-@cuda.jit
+@cuda.jit(cache=True)
 def apply_gd(var, lr, grad):
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -321,7 +333,7 @@ def apply_gd(var, lr, grad):
         i += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def apply_momentum(var, accum, lr, grad, momentum, nesterov):
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -336,7 +348,7 @@ def apply_momentum(var, accum, lr, grad, momentum, nesterov):
         i += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def apply_adagrad(var, accum, lr, grad):
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -348,7 +360,7 @@ def apply_adagrad(var, accum, lr, grad):
         i += stride
 
 
-@cuda.jit
+@cuda.jit(cache=True)
 def apply_adam(var, m, v, b1p, b2p, lr, b1, b2, eps, grad):
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -360,6 +372,36 @@ def apply_adam(var, m, v, b1p, b2p, lr, b1, b2, eps, grad):
         m[i] = mi
         v[i] = vi
         var[i] -= lr_t * mi / (math.sqrt(vi) + eps[0])
+        i += stride
+
+
+@cuda.jit(cache=True)
+def apply_rms_prop(var, ms, mom, lr, rho, momentum, eps, grad):
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < var.size:
+        g = grad[i]
+        msi = ms[i] + (g * g - ms[i]) * (1 - rho[0])
+        ms[i] = msi
+        mi = mom[i] * momentum[0] + g * lr[0] / math.sqrt(msi + eps[0])
+        mom[i] = mi
+        var[i] -= mi
+        i += stride
+
+
+@cuda.jit(cache=True)
+def apply_centered_rms_prop(var, mg, ms, mom, lr, rho, momentum, eps, grad):
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    while i < var.size:
+        g = grad[i]
+        msi = ms[i] + (g * g - ms[i]) * (1 - rho[0])
+        mgi = mg[i] + (g - mg[i]) * (1 - rho[0])
+        ms[i] = msi
+        mg[i] = mgi
+        mi = mom[i] * momentum[0] + g * lr[0] / math.sqrt((msi - mgi * mgi) + eps[0])
+        mom[i] = mi
+        var[i] -= mi
         i += stride
 
 

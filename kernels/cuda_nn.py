@@ -307,3 +307,26 @@ def apply_adam(inputs: list, attrs: dict) -> list:
     hyper = [_scalar(op, n, x, var.dtype) for n, x in zip(names, inputs[3:9])]
     _launch_update(cm.apply_adam, var, flat, m, v, *hyper, _grad(op, inputs[9], var))
     return [var]
+
+
+@gpu_kernel("ApplyRMSProp")
+def apply_rms_prop(inputs: list, attrs: dict) -> list:
+    op, var = "ApplyRMSProp", inputs[0]
+    flat = _state(op, "var", var)
+    ms, mom = _state(op, "ms", inputs[1], var), _state(op, "mom", inputs[2], var)
+    names = ("lr", "rho", "momentum", "epsilon")
+    hyper = [_scalar(op, n, x, var.dtype) for n, x in zip(names, inputs[3:7])]
+    _launch_update(cm.apply_rms_prop, var, flat, ms, mom, *hyper, _grad(op, inputs[7], var))
+    return [var]
+
+
+@gpu_kernel("ApplyCenteredRMSProp")
+def apply_centered_rms_prop(inputs: list, attrs: dict) -> list:
+    op, var = "ApplyCenteredRMSProp", inputs[0]
+    flat = _state(op, "var", var)
+    mg, ms, mom = (_state(op, n, x, var) for n, x in zip(("mg", "ms", "mom"), inputs[1:4]))
+    names = ("lr", "rho", "momentum", "epsilon")
+    hyper = [_scalar(op, n, x, var.dtype) for n, x in zip(names, inputs[4:8])]
+    _launch_update(cm.apply_centered_rms_prop, var, flat, mg, ms, mom, *hyper,
+                   _grad(op, inputs[8], var))
+    return [var]

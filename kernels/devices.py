@@ -11,17 +11,28 @@ numba is imported inside the functions, not at module level, so importing
 this module stays as cheap as importing numpy. Works with numba's built-in
 CUDA target and with the ``numba-cuda`` package alike (both are
 ``from numba import cuda``).
+
+Which GPUs a process uses, and in which order (TF's ``visible_device_list``:
+``[1, 0]`` makes the second GPU ``GPU:0``), is fixed once per process, as the
+driver reads ``CUDA_VISIBLE_DEVICES`` once: the first ``gpu_devices(order)``
+before the driver starts narrows ``CUDA_VISIBLE_DEVICES`` to that order for
+the driver's start (then puts the variable back, so child processes see the
+user's), and ``cuda.gpus[i]`` is ``GPU:i`` from then on. A later call may
+list a prefix of that order; asking another order raises
+:class:`GpuOrderError`, as TF refuses one GPU id mapped to two devices.
 """
 from __future__ import annotations
 
 import functools
 import logging
 import os
-from typing import Any
+import sys
+import threading
+from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["backend", "gpu_devices", "to_device", "to_host", "is_device_array"]
+__all__ = ["backend", "gpu_devices", "to_device", "to_host", "is_device_array", "GpuOrderError"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,9 +94,63 @@ def _describe_real_gpu(cuda: Any, index: int, gpu: Any) -> dict:
             "description": f"{name}, compute capability {major}.{minor}"}
 
 
-def gpu_devices() -> list[dict]:
+class GpuOrderError(ValueError):
+    """A process's GPUs were fixed in another order than the one asked for."""
+
+
+_order_lock = threading.Lock()
+_order: tuple[int, ...] | None = None   # GPU:i -> the order[i]-th visible GPU; None: all, in order
+_order_fixed = False
+
+
+def _driver_started() -> bool:
+    if backend.cache_info().currsize:
+        return True
+    driver = getattr(sys.modules.get("numba.cuda.cudadrv.driver"), "driver", None)
+    return bool(getattr(driver, "is_initialized", False))
+
+
+def _use_order(order: tuple[int, ...]) -> None:
+    """Fix the process's GPU order to ``order`` (indices among the GPUs that
+    CUDA_VISIBLE_DEVICES leaves), or check that ``order`` agrees with it."""
+    global _order, _order_fixed
+    with _order_lock:
+        if not _order_fixed:
+            _order_fixed = True
+            if not _driver_started():
+                _order = order
+                _start_driver(order)
+                return
+        for i, p in enumerate(order):
+            had = i if _order is None else (_order[i] if i < len(_order) else None)
+            if had != p:
+                was = "no device" if had is None else f"GPU {had} previously"
+                raise GpuOrderError(f"GPU:{i} is being mapped to multiple CUDA devices ({p} now, "
+                                    f"{was}): this process's GPUs were fixed when its CUDA "
+                                    f"driver started ({'all' if _order is None else list(_order)})")
+
+
+def _start_driver(order: tuple[int, ...]) -> None:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in visible.split(",")] if visible else None
+    narrowed = ",".join(entries[p] if entries and p < len(entries) else str(p) for p in order)
+    os.environ["CUDA_VISIBLE_DEVICES"] = narrowed
+    try:
+        backend()   # starts the driver (or the simulator), which reads the variable now
+    finally:
+        if visible is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+
+
+def gpu_devices(order: Sequence[int] | None = None) -> list[dict]:
     """One ``{"name": "GPU:i", "memory_bytes": int, "description": str}`` per
-    visible GPU (the simulator counts as one, with host memory); [] if none."""
+    visible GPU (the simulator counts as one, with host memory); [] if none.
+    ``order``: which of the GPUs CUDA_VISIBLE_DEVICES leaves, in this order
+    (TF's ``visible_device_list``; the caller checks the ids exist); None: all."""
+    if order is not None:
+        _use_order(tuple(order))
     kind = backend()
     if kind == NONE:
         return []
@@ -99,6 +164,8 @@ def gpu_devices() -> list[dict]:
         except Exception as exc:  # a device that cannot take a context is not usable
             logger.warning("CUDA devices present but not usable (%s): no GPU devices", exc)
             return []
+    if order is not None:
+        found = found[:len(order)]
     if found:
         _load_gpu_kernels()
     return found

@@ -99,6 +99,9 @@ def _ensure_loaded(device_type: str) -> None:
             # the device type then simply has no kernels (KernelNotFound).
             logger.warning("cannot load %s kernels (%s); %s ops will run on CPU",
                            device_type, exc, device_type)
+        except Exception as exc:   # e.g. a CUDA library that fails as numba-cuda loads it
+            logger.error("loading the %s kernels failed (%s: %s); %s ops will run on CPU",
+                         device_type, type(exc).__name__, exc, device_type, exc_info=exc)
         _loaded.add(device_type)
         logger.debug("loaded %s kernels (%d ops)", device_type,
                      len(_registry.get(device_type, {})))

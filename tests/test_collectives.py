@@ -172,6 +172,55 @@ async def test_mismatch_fails_every_participant_naming_both_then_the_next_runs()
             np.testing.assert_array_equal(r, np.full(4, 2.0, np.float32))
 
 
+async def test_mismatched_dtypes_after_earlier_collectives_name_both_sides() -> None:
+    """TF fails every participant of a mismatched collective with an error that
+    names what differs. Ours, after earlier collectives (the group formed), failed
+    a participant with ``CollectiveReduce failed: KeyError: (1, -1)`` when the
+    peer's header and the peer's abort (it saw the mismatch first) came in one
+    read: the waiter resumed on a mailbox the abort had emptied. The peer (task 1)
+    is played here by its two messages, delivered back to back as such a read does."""
+    from distrib import errors
+    from distrib.runtime.collective.instance import HEADER_TAG
+    async with workers(2) as servers:
+        for instance in (1, 2):   # earlier collectives: same group, other instances
+            res = await _run_all(_pair(servers, [(4,), (4,)], instance=instance))
+            assert all(isinstance(r, np.ndarray) for r in res), res
+        engine = servers[0].worker.collectives
+        group = engine.groups[3]
+        me, peer = group.members
+        # task 0 issues instance 3 in float32 and waits for task 1's header
+        run = asyncio.ensure_future(_run_all(_pair(servers, [(4,), (4,)], instance=3,
+                                                   who=(0,))))
+        key = (3, group.sig, 3, 0, me.device)
+        async with asyncio.timeout(GUARD_S):
+            while key not in engine.table.live or not engine.table.live[key].waiting:
+                await asyncio.sleep(0.001)
+        header = ["CollectiveReduce", "Add", "Id", [4], np.dtype(np.float64).str, "direct", ""]
+        mismatch = InvalidArgumentError(
+            f"collective mismatch on dtype: {peer.device} issued dtype='<f8' but "
+            f"{me.device} issued dtype='<f4'")
+        engine.deliver(list(key), engine.system.incarnation,
+                       [1, peer.device, peer.task, peer.address, peer.incarnation],
+                       HEADER_TAG, [header, np.ones(4)])
+        engine.abort_instance(list(key), errors.to_wire(mismatch))
+        (got,) = await run
+        assert isinstance(got, InvalidArgumentError), got
+        assert "dtype" in str(got) and me.device in str(got) and peer.device in str(got), got
+        # and the real thing, float32 against float64, names both sides on both
+        res = await _run_all([_pair(servers, [(4,), (4,)], instance=4)[0],
+                              _dtype_run(servers, 1, np.float64, instance=4)])
+        for r in res:
+            assert isinstance(r, InvalidArgumentError), r
+            assert "dtype" in str(r) and me.device in str(r) and peer.device in str(r), r
+
+
+def _dtype_run(servers: list, t: int, dtype: type, instance: int) -> tuple:
+    g = dt.Graph()
+    with g.as_default(), dt.device(f"/job:worker/task:{t}"):
+        y = dt.collective.all_reduce(dt.ones([4], dtype=dtype), 2, 3, instance)
+    return servers[t].target, g, y
+
+
 async def test_late_participant_is_named_then_deadline_then_recovery(caplog) -> None:
     async with workers(2) as servers:
         # form the group first: afterwards the late one is known by device

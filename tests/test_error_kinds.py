@@ -43,7 +43,8 @@ KINDS = [
     (errors.FencedError, errors.AbortedError, 10),
     (errors.PartitionUnregisteredError, errors.NotFoundError, 5),
     (errors.PeerRestartedError, errors.AbortedError, 10),
-    (errors.SessionClosedError, errors.UnavailableError, 14),
+    # TF fails a closed session's waiting step with CancelledError (ours was Unavailable)
+    (errors.SessionClosedError, errors.CancelledError, 1),
     (errors.UninitializedVariableError, errors.FailedPreconditionError, 9),
 ]
 
@@ -256,7 +257,81 @@ async def test_closing_a_session_fails_its_waiting_take_with_session_closed_erro
     await asyncio.wait_for(sess.close(), GUARD)
     with pytest.raises(errors.SessionClosedError, match="closed while the step waited") as e:
         await asyncio.wait_for(waiting, 10)
-    assert isinstance(e.value, errors.UnavailableError)
+    # TF's class for it; and not a failure to ride through (the session is gone)
+    assert isinstance(e.value, errors.CancelledError)
+    assert not isinstance(e.value, errors.UnavailableError) and not recoverable(e.value)
+    assert "closed while the step waited: " not in e.value.message   # said once, not twice
+
+
+async def test_a_closed_session_is_not_retried_by_what_rides_through_failures(server):
+    """RecoveringSession (the Supervisor's) and MonitoredSession retry a step that
+    failed with UnavailableError or AbortedError; a step of a session closed under
+    it fails at once with SessionClosedError (TF: CancelledError), no waiting out
+    ``max_wait_secs`` on a session that will never run again."""
+    from distrib.train.ps_recovery import RecoveringSession
+    from distrib.train.sync_replicas import _Accumulator
+    g = dt.Graph()
+    with g.as_default():
+        v = dt.Variable(np.zeros(2, np.float32), name="v")
+        take = _Accumulator(v, dt.float32, [2]).take_grad(2)
+    recoveries = []
+
+    async def recover(sess) -> bool:
+        recoveries.append(sess)
+        return False
+    sess = dt.Session(server.target, graph=g)
+    riding = RecoveringSession(sess, recover, max_wait_secs=60)
+    waiting = asyncio.create_task(riding.run(take))
+    await asyncio.sleep(0.3)
+    await asyncio.wait_for(sess.close(), GUARD)
+    with pytest.raises(errors.SessionClosedError):
+        await asyncio.wait_for(waiting, 10)
+    assert recoveries == []
+
+    with g.as_default():
+        mon = dt.train.MonitoredSession(
+            session_creator=dt.train.ChiefSessionCreator(master=server.target))
+        async with mon:
+            waiting = asyncio.create_task(mon.run(take))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            await asyncio.wait_for(mon.close(), GUARD)
+            with pytest.raises(errors.SessionClosedError):   # was: RuntimeError, recreating
+                await asyncio.wait_for(waiting, 10)
+
+
+async def test_a_step_whose_session_another_steps_recovery_closed_runs_again(server):
+    """Two steps of one MonitoredSession: the second fails with UnavailableError
+    and the session is recreated; the first, waiting in the old session, rides
+    through to the new one (its session was closed by the recovery, not by the
+    program), as it did while SessionClosedError was an UnavailableError."""
+    from distrib.train.sync_replicas import _Accumulator
+
+    class FailSecondRun(dt.train.SessionRunHook):
+        runs = 0
+
+        def before_run(self, run_context):
+            self.runs += 1
+            if self.runs == 2:
+                raise errors.UnavailableError("the ps is gone", peer="/job:ps/task:0")
+    g = dt.Graph()
+    with g.as_default():
+        v = dt.Variable(np.zeros(2, np.float32), name="v")
+        take = _Accumulator(v, dt.float32, [2]).take_grad(2)
+        mon = dt.train.MonitoredSession(
+            session_creator=dt.train.ChiefSessionCreator(master=server.target),
+            hooks=[FailSecondRun()])
+        async with mon:
+            first = mon._inner
+            waiting = asyncio.create_task(mon.run(take))
+            await asyncio.sleep(0.3)
+            await asyncio.wait_for(mon.run(v), GUARD)   # fails once, recovers, runs
+            assert mon._inner is not first
+            await asyncio.sleep(0.3)
+            assert not waiting.done(), waiting          # waiting again, in the new session
+            await asyncio.wait_for(mon.close(), GUARD)
+            with pytest.raises(errors.SessionClosedError):
+                await asyncio.wait_for(waiting, 10)
 
 
 # -- no decision on an error's text -------------------------------------------------------

@@ -217,3 +217,25 @@ def test_op_without_gpu_kernel_is_kernel_not_found():
     with pytest.raises(kernels.KernelNotFound, match="Transpose.*CPU"):
         kernels.get_kernel("Transpose", "GPU")
     assert not kernels.has_kernel("VariableV2", "GPU") and kernels.has_kernel("MatMul", "GPU")
+
+
+@pytest.mark.parametrize("op,ufunc", [("AssignAdd", np.add), ("AssignSub", np.subtract)])
+def test_assign_add_sub_in_place_on_a_device_variable(op, ufunc):
+    import kernels
+    from kernels.devices import to_device, to_host
+    var = rand(3, 4)
+    deltas = [rand(3, 4), rand(4), np.array(1.5, F32),      # equal, a row, a scalar
+              rand(3, 1),                                   # a column: on a host copy
+              (rand(3, 4) * 4).astype(np.float64)]          # cast to the variable's dtype
+    dev = to_device(var.copy())
+    for delta in deltas:
+        out = kernels.get_kernel(op, "GPU")([dev, to_device(delta)], {})
+        assert out[0] is dev
+        ufunc(var, np.asarray(delta, F32), out=var)
+        np.testing.assert_allclose(to_host(dev), var, rtol=1e-6, err_msg=op)
+    counter = to_device(np.array(0, np.int64))
+    for _ in range(3):
+        kernels.get_kernel(op, "GPU")([counter, np.array(1, np.int64)], {})
+    assert int(to_host(counter)) == (3 if op == "AssignAdd" else -3)
+    with pytest.raises(kernels.KernelError, match="does not fit"):
+        kernels.get_kernel(op, "GPU")([dev, to_device(rand(2, 3, 4))], {})

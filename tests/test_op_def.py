@@ -22,12 +22,14 @@ from distrib.ops.variables import Variable, is_variable_initialized
 from distrib.runtime.core import kernel_pool
 from distrib.runtime.step.executor import CompiledPartition
 from distrib.runtime.step.plan import partition, place
+from distrib.train.learning_rate_decay import exponential_decay
 from distrib.train.optimizers import (
     AdagradOptimizer,
     AdamOptimizer,
     GradientDescentOptimizer,
     MomentumOptimizer,
 )
+from distrib.train.rmsprop import RMSPropOptimizer
 from distrib.train.sync_replicas import SyncReplicasOptimizer, TokenQueue
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,8 +109,10 @@ def _build_everything() -> Graph:
         is_variable_initialized(w)
         grads_and_vars = [(g_, v) for g_, v in zip(gradients(loss, [w, b]), [w, b])]
         for opt in (GradientDescentOptimizer(0.1), MomentumOptimizer(0.1, 0.9),
-                    AdagradOptimizer(0.1), AdamOptimizer(0.1)):
+                    AdagradOptimizer(0.1), AdamOptimizer(0.1), RMSPropOptimizer(0.1),
+                    RMSPropOptimizer(0.1, centered=True)):
             opt.apply_gradients(grads_and_vars)
+        exponential_decay(0.1, step, 10, 0.5, staircase=True)   # Floor
         sync = SyncReplicasOptimizer(GradientDescentOptimizer(0.1), replicas_to_aggregate=2)
         sync.apply_gradients(grads_and_vars, global_step=step)
         sync.num_accumulated()

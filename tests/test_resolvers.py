@@ -201,6 +201,68 @@ def test_gpus_left_alone_without_gpus_per_task_or_auto_set() -> None:
     assert env["CUDA_VISIBLE_DEVICES"] == "7" and r.gpu_ids == ("1",)
 
 
+@pytest.mark.parametrize("source", [
+    {"SLURM_STEP_GPUS": "0,1,2,3"},          # what SLURM says the node has
+    {"CUDA_VISIBLE_DEVICES": "0,1,2,3"},     # TF's source
+    {},                                      # gpus_per_node=4 given
+])
+def test_without_gpus_per_task_each_task_gets_its_share_of_the_nodes_gpus(source) -> None:
+    """TF's SlurmClusterResolver: gpus_per_task defaults to gpus_per_node // the
+    most tasks on a node, and the task with local index L gets GPUs L*G .. L*G+G-1
+    (4 GPUs, 2 tasks per node: the first task's CUDA_VISIBLE_DEVICES is 0,1, the
+    second's 2,3). Ours used to leave CUDA_VISIBLE_DEVICES as it was."""
+    node_gpus = None if source else 4
+    for rank, want in [(0, "0,1"), (1, "2,3"), (2, "0,1"), (3, "2,3")]:
+        env = slurm_env("n[1-2]", "2(x2)", rank, **source)
+        r = SlurmClusterResolver(gpus_per_node=node_gpus, env=env)
+        assert env["CUDA_VISIBLE_DEVICES"] == want, (rank, source)
+        assert r.num_accelerators() == {"GPU": 2}
+        # a second resolver in the same process (a notebook) reads the same share
+        # (not the first one's CUDA_VISIBLE_DEVICES as the node's GPUs)
+        SlurmClusterResolver(gpus_per_node=node_gpus, env=env)
+        assert env["CUDA_VISIBLE_DEVICES"] == want, (rank, source)
+
+
+def test_a_share_of_the_node_keeps_slurms_ids_and_srun_bindings() -> None:
+    env = slurm_env("n1", "2", 1, SLURM_STEP_GPUS="4,5,6,7")
+    assert SlurmClusterResolver(env=env).gpu_ids == ("6", "7")
+    # uneven nodes: the share is counted on the node with the most tasks (TF's)
+    env = slurm_env("n[1-2]", "2,1", 2, SLURM_STEP_GPUS="0,1,2,3")
+    assert SlurmClusterResolver(env=env).gpu_ids == ("0", "1")
+    # srun gives each task its GPUs itself (--gpus-per-task): left as srun set them
+    env = slurm_env("n1", "2", 1, SLURM_STEP_GPUS="0,1,2,3", SLURM_GPUS_PER_TASK="2",
+                    CUDA_VISIBLE_DEVICES="2,3")
+    assert SlurmClusterResolver(env=env).gpu_ids == () and env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    # fewer GPUs than tasks on the node: no share to give (TF would hide them all)
+    env = slurm_env("n1", "2", 1, CUDA_VISIBLE_DEVICES="7")
+    assert SlurmClusterResolver(env=env).gpu_ids == () and env["CUDA_VISIBLE_DEVICES"] == "7"
+    # no GPUs anywhere: nothing set
+    env = slurm_env("n1", "2", 1)
+    assert SlurmClusterResolver(env=env).num_accelerators() == {}
+    assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_tf_config_session_master_is_the_master() -> None:
+    """TF's testSessionMasterRead: TF_CONFIG's ``session_master``, when set, is
+    what ``master()`` returns, as written (ours returned this task's address)."""
+    config = {"cluster": {"ps": ["ps0:2222", "ps1:2222"],
+                          "worker": ["worker0:2222", "worker1:2222", "worker2:2222"]},
+              "session_master": "sessionmaster:2222", "task": {"type": "ps", "index": 0}}
+    resolver = dt.distribute.cluster_resolver.TFConfigClusterResolver(
+        env={"TF_CONFIG": json.dumps(config)})
+    assert resolver.master() == "sessionmaster:2222"
+    assert resolver.master("worker", 1) == "sessionmaster:2222"   # TF: it wins over all
+    del config["session_master"]
+    config["rpc_layer"] = "grpc"
+    resolver = dt.distribute.cluster_resolver.TFConfigClusterResolver(
+        env={"TF_CONFIG": json.dumps(config)})
+    assert resolver.master() == "grpc://ps0:2222"                 # TF's testRpcLayerRead
+    config["session_master"] = 2222
+    with pytest.raises(ValueError, match="session_master"):
+        dt.distribute.cluster_resolver.TFConfigClusterResolver(
+            env={"TF_CONFIG": json.dumps(config)}).master()
+
+
 def test_too_few_gpus_on_the_node_is_an_error() -> None:
     env = slurm_env("n1", "2", 1, SLURM_STEP_GPUS="0,1")
     with pytest.raises(SchedulerEnvironmentError, match=r"--gres=gpu:4"):

@@ -12,40 +12,93 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from distrib.client.channel import MasterChannel, open_master_channel
 from distrib.client.fetches import FetchPlan, feed_name
 from distrib.client.loop_thread import client_loop
 from distrib.errors import InvalidArgumentError
+from distrib.framework.config import parse_visible_device_list
 
 logger = logging.getLogger(__name__)
 
 SCHEME = "distrib://"
+# TF's own spelling of a task's target (tf.Session("grpc://worker7.example.com:2222")):
+# the same task at host:port; server.target stays distrib://
+GRPC_SCHEME = "grpc://"
+
+
+@dataclass
+class GPUOptions:
+    """TF's ``tf.GPUOptions``: the fields TF1 scripts set.
+
+    ``visible_device_list`` ("1,0"): in a server's config
+    (``dt.Server(..., config=dt.ConfigProto(gpu_options=...))``), which of the
+    GPUs ``CUDA_VISIBLE_DEVICES`` leaves the server gets, in that order: its
+    ``GPU:0`` is the first listed (TF's rule). As in TF the mapping is one per
+    process, and a session's own ``gpu_options`` do not change the devices of
+    the server it runs on (TF's remote sessions neither). Ignored on a machine
+    without GPUs, as by a CPU-only TF.
+
+    ``per_process_gpu_memory_fraction`` and ``allow_growth`` are accepted and
+    recorded, nothing more: numba allocates device memory as tensors need it,
+    which is what ``allow_growth=True`` asks of TF, and reserves no fraction up
+    front.
+    """
+
+    per_process_gpu_memory_fraction: float = 0.0
+    allow_growth: bool = False
+    visible_device_list: str = ""
+
+    def __post_init__(self) -> None:
+        fraction = self.per_process_gpu_memory_fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+            raise TypeError(f"per_process_gpu_memory_fraction is a number, not {fraction!r}")
+        if not isinstance(self.allow_growth, (bool, int)):
+            raise TypeError(f"allow_growth is a bool, not {self.allow_growth!r}")
+        parse_visible_device_list(self.visible_device_list)   # TypeError / InvalidArgumentError
 
 
 @dataclass
 class ConfigProto:
-    """Session options (the subset of TF's ConfigProto that distrib honours)."""
+    """Session options (the subset of TF's ConfigProto that distrib honours),
+    and ``gpu_options`` (:class:`GPUOptions`: a server's GPUs; for a session,
+    recorded only, and not sent to the master)."""
 
     allow_soft_placement: bool = False
     operation_timeout_s: float | None = None
     log_device_placement: bool = False
+    gpu_options: GPUOptions = field(default_factory=GPUOptions)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpu_options, dict):
+            self.gpu_options = GPUOptions(**self.gpu_options)
+        if not isinstance(self.gpu_options, GPUOptions):
+            raise TypeError(f"gpu_options is a dt.GPUOptions, not {self.gpu_options!r}")
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The options a session sends its master (its gpu_options stay here)."""
+        d = asdict(self)
+        del d["gpu_options"]
+        return d
 
 
 def parse_target(target: str) -> str:
-    """'distrib://host:port' (or 'host:port') -> 'host:port'."""
+    """'distrib://host:port', 'grpc://host:port' (TF's spelling of the same
+    task) or 'host:port' -> 'host:port'; any other scheme is refused."""
     if not isinstance(target, str) or not target:
         raise InvalidArgumentError(f"bad session target {target!r}: use server.target, "
                                    "e.g. 'distrib://localhost:2222'")
-    addr = target[len(SCHEME):] if target.startswith(SCHEME) else target
+    addr = target
+    for scheme in (SCHEME, GRPC_SCHEME):
+        if target.startswith(scheme):
+            addr = target[len(scheme):]
+            break
     if "://" in addr:
-        raise InvalidArgumentError(f"unsupported session target {target!r}: distrib targets "
-                                   "look like 'distrib://host:port'")
+        raise InvalidArgumentError(f"unsupported session target {target!r}: a target is "
+                                   "'distrib://host:port', 'grpc://host:port' (TF's spelling "
+                                   "of the same task) or 'host:port'")
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
         raise InvalidArgumentError(f"session target {target!r} has no port: write "

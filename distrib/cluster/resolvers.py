@@ -34,7 +34,7 @@ from distrib.cluster.cluster_resolver import ClusterResolver, SchedulerEnvironme
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.cluster.kubernetes import KubernetesClusterResolver
 from distrib.cluster.slurm import SlurmClusterResolver, expand_hostlist, expand_tasks_per_node
-from distrib.cluster.tf_config import TFConfig, load_tf_config, parse_tf_config
+from distrib.cluster.tf_config import TFConfig, load_tf_config, parse_tf_config, session_master
 from distrib.settings import (
     K8S_CLUSTER_DOMAIN,
     K8S_JOBS,
@@ -71,7 +71,8 @@ class TFConfigClusterResolver(ClusterResolver):
 
     ``TF_CONFIG`` is read on every call, as in TF, so a change to the
     environment is seen. ``task_type``, ``task_id`` and ``rpc_layer`` given
-    here (or assigned later) override ``TF_CONFIG``. ``env`` replaces
+    here (or assigned later) override ``TF_CONFIG``; its ``session_master``,
+    when set, is what ``master()`` returns, as in TF. ``env`` replaces
     ``os.environ`` (a distrib extension, for tests and launchers).
     """
 
@@ -113,6 +114,15 @@ class TFConfigClusterResolver(ClusterResolver):
     @rpc_layer.setter
     def rpc_layer(self, value: str | None) -> None:
         self._rpc_layer = value
+
+    def master(self, task_type: str | None = None, task_id: int | None = None,
+               rpc_layer: str | None = None) -> str:
+        """TF's rule: ``TF_CONFIG``'s ``session_master`` when set (as written), else
+        the task's address (default: this one) prefixed ``rpc_layer://``."""
+        named = session_master(self._env)
+        if named is not None:
+            return named
+        return super().master(task_type, task_id, rpc_layer)
 
     @property
     def environment(self) -> str:  # type: ignore[override]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import subprocess
 from collections.abc import Mapping, MutableMapping
 
 from distrib.cluster.cluster_resolver import ClusterResolver, SchedulerEnvironmentError, parse_job_counts
@@ -145,6 +146,35 @@ def _gpu_list(text: str, source: str) -> list[str]:
     return ids
 
 
+# id(environment) -> (the CUDA_VISIBLE_DEVICES a resolver wrote there, the value before):
+# a second resolver in the same process reads the node's GPUs, not the first's share
+_WRITTEN: dict[int, tuple[str, str | None]] = {}
+
+
+def _visible_gpus(env: Mapping[str, str]) -> str | None:
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    written = _WRITTEN.get(id(env))
+    if written is not None and value == written[0]:
+        value = written[1]
+    return value if value is not None and value.strip() else None
+
+
+def _set_visible_gpus(env: MutableMapping[str, str], value: str) -> None:
+    before = _visible_gpus(env)
+    env["CUDA_VISIBLE_DEVICES"] = value
+    _WRITTEN[id(env)] = (value, before)
+
+
+def _count_nvidia_gpus() -> int:
+    """The GPUs ``nvidia-smi --list-gpus`` lists (TF's last source); 0 without it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.splitlines())
+
+
 class SlurmClusterResolver(ClusterResolver):
     """The cluster of this SLURM step, like TF's resolver of that name.
 
@@ -159,9 +189,15 @@ class SlurmClusterResolver(ClusterResolver):
     the node's GPUs L*G .. L*G+G-1, counted in ``gpus_per_node`` (a count:
     GPU ids 0..N-1) or else ``SLURM_STEP_GPUS`` / ``SLURM_JOB_GPUS`` (the
     node's GPU ids) or else 0, 1, ...; ``auto_set_gpu`` writes them to
-    ``CUDA_VISIBLE_DEVICES``. Without ``gpus_per_task`` the resolver leaves
-    GPUs alone, which is right when srun binds them itself
-    (``--gpus-per-task`` with ``--gpu-bind``).
+    ``CUDA_VISIBLE_DEVICES``. Without ``gpus_per_task`` (None), as TF's
+    resolver does, each task gets its share: G = the node's GPUs // the most
+    tasks on a node (4 GPUs, 2 tasks a node: ``0,1`` and ``2,3``), the node's
+    GPUs read from ``gpus_per_node``, the SLURM lists, ``CUDA_VISIBLE_DEVICES``
+    or ``nvidia-smi`` (TF's two; the last only without ``env``). Two cases
+    leave GPUs alone where TF's would hide them all: no share to give (fewer
+    GPUs than tasks on the node), and srun giving each task its GPUs itself
+    (``SLURM_GPUS_PER_TASK`` set: ``--gpus-per-task``); ``gpus_per_task=0``
+    does too.
 
     ``env`` replaces ``os.environ`` (a distrib extension, for tests and
     launchers); ``CUDA_VISIBLE_DEVICES`` is written into it when it can be.
@@ -192,11 +228,14 @@ class SlurmClusterResolver(ClusterResolver):
         self._check_place(environ)
         self._jobs = self._read_jobs(jobs)
         self._cluster, self._task_type, self._task_id = self._assign(places)
-        self.gpu_ids = self._assign_gpus(environ, gpus_per_node, gpus_per_task)
+        if gpus_per_task is None:
+            self.gpu_ids = self._share_gpus(environ, gpus_per_node, probe=env is None)
+        else:
+            self.gpu_ids = self._assign_gpus(environ, gpus_per_node, gpus_per_task)
         if self.gpu_ids and auto_set_gpu:
             target = os.environ if env is None else env
             if isinstance(target, MutableMapping):
-                target["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_ids)
+                _set_visible_gpus(target, ",".join(self.gpu_ids))
 
     # -- reading the environment ---------------------------------------------
 
@@ -308,6 +347,26 @@ class SlurmClusterResolver(ClusterResolver):
                 f"but the node has {len(node_gpus)} ({source}): ask SLURM for "
                 f"{here * gpus_per_task} GPUs per node (--gres=gpu:{here * gpus_per_task})")
         return tuple(mine)
+
+    def _share_gpus(self, env: Mapping[str, str], gpus_per_node: int | None,
+                    probe: bool) -> tuple[str, ...]:
+        """TF's default: this task's even share of its node's GPUs (see the class)."""
+        if env.get("SLURM_GPUS_PER_TASK", "").strip():
+            return ()   # srun binds each task's GPUs itself
+        if gpus_per_node is not None:
+            if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) \
+                    or gpus_per_node < 0:
+                raise SchedulerEnvironmentError(
+                    f"gpus_per_node must be a whole number >= 0; got {gpus_per_node!r}")
+            node_gpus = [str(i) for i in range(gpus_per_node)]
+        elif (found := _first(env, _GPU_LIST_VARS)) is not None:
+            node_gpus = _gpu_list(found[1], found[0])
+        elif (visible := _visible_gpus(env)) is not None:
+            node_gpus = [g.strip() for g in visible.split(",") if g.strip()]
+        else:
+            node_gpus = [str(i) for i in range(_count_nvidia_gpus() if probe else 0)]
+        share = len(node_gpus) // max(self.tasks_per_node)
+        return tuple(node_gpus[self.local_id * share:(self.local_id + 1) * share])
 
     # -- the ClusterResolver interface ---------------------------------------
 

@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 from distrib.cluster.cluster_spec import ClusterSpec
 
-__all__ = ["TFConfig", "parse_tf_config", "load_tf_config", "format_tf_config", "split_command"]
+__all__ = ["TFConfig", "parse_tf_config", "load_tf_config", "format_tf_config", "split_command",
+           "session_master"]
 
 
 class TFConfig(NamedTuple):
@@ -100,6 +101,16 @@ def parse_tf_config(env: Mapping[str, str] | None = None) -> TFConfig:
     return TFConfig(cluster, task_type, task_id, rpc_layer or None)
 
 
+
+
+def session_master(env: Mapping[str, str] | None = None) -> str | None:
+    """``TF_CONFIG``'s ``session_master``: the master a session connects to, when
+    the config names one (TF's resolver returns it from ``master()`` as written)."""
+    value = load_tf_config(os.environ if env is None else env).get("session_master")
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f'TF_CONFIG "session_master" must be a string like '
+                         f'"grpc://host:2222"; got {value!r}')
+    return value
 
 
 def format_tf_config(cluster: ClusterSpec, task_type: str | None, task_id: int | None,

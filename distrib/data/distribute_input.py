@@ -37,6 +37,14 @@ step of this worker (TF's MultiDeviceIterator hands consecutive sub-batches
 to the local replicas in order). If a dataset ends in the middle of a step
 the missing replicas get empty batches (zero rows), as TF's partial-batch
 handling does.
+
+:func:`replica_steps` is ``distribute_datasets_from_function``'s part: the
+worker's own dataset (its ``dataset_fn``'s) is neither rebatched nor
+sharded; its elements, batched or not, go whole to the local replicas in
+turn (``range(10)`` on two replicas: ``(0, 1), (2, 3), ...``), as TF's
+MultiDeviceIterator does. A partial step of unbatched elements (scalars have
+no empty batch) ends the iteration, as TF's iterator ends without
+partial-batch handling.
 """
 from __future__ import annotations
 
@@ -54,8 +62,8 @@ from distrib.data.pipeline import INFINITE, Node
 from distrib.data.transforms import Batch, Filter, Repeat, Shard, Shuffle, Skip, Take
 from distrib.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 
-__all__ = ["rebatch_and_shard", "auto_shard", "batch_sizes_for_worker", "compute_batch_size",
-           "LegacyRebatch", "Rebatch", "ReplicaSteps"]
+__all__ = ["rebatch_and_shard", "replica_steps", "auto_shard", "batch_sizes_for_worker",
+           "compute_batch_size", "LegacyRebatch", "Rebatch", "ReplicaSteps"]
 
 logger = logging.getLogger(__name__)
 
@@ -196,12 +204,18 @@ class ReplicaSteps(Node):
             if len(step) == self.replicas:
                 yield tuple(step)
                 step = []
-        if step:   # a partial step: the replicas past the end get empty batches
+        # a partial step: the replicas past the end get empty batches; unbatched
+        # elements (a scalar has no empty batch) end the iteration there, as TF's
+        if step and all(np.ndim(leaf) > 0 for leaf in structure.flatten(step[-1])):
             yield tuple(step + [_empty_like(step[-1])] * (self.replicas - len(step)))
 
     def cardinality(self) -> int:
         c = self.inputs[0].cardinality()
-        return c if c < 0 else -(-c // self.replicas)
+        if c < 0:
+            return c
+        scalars = any(getattr(spec, "shape", None) is not None and spec.shape.rank == 0
+                      for spec in structure.flatten(self.inputs[0].element_spec()))
+        return c // self.replicas if scalars else -(-c // self.replicas)
 
     def _compute_spec(self) -> Any:
         return (self.inputs[0].element_spec(),) * self.replicas
@@ -273,3 +287,12 @@ def rebatch_and_shard(dataset: Dataset, num_workers: int, worker_index: int,
     """
     per_replica = auto_shard(dataset, num_workers, worker_index, num_replicas_in_worker, policy)
     return Dataset(ReplicaSteps(per_replica.node, num_replicas_in_worker), dataset.options())
+
+
+def replica_steps(dataset: Dataset, num_replicas_in_worker: int = 1) -> Dataset:
+    """What ``distribute_datasets_from_function`` gives one worker: tuples of
+    ``num_replicas_in_worker`` consecutive elements of ``dataset`` (the worker's
+    own, neither rebatched nor sharded), one per step. See the module header."""
+    _check(1, 0, num_replicas_in_worker)
+    return Dataset(ReplicaSteps(dataset.node.clone(), num_replicas_in_worker),
+                   dataset.options())

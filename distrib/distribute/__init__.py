@@ -1,11 +1,12 @@
 """``dt.distribute``: distribution strategies on the graph runtime (TF's
 ``tf.distribute``): MirroredStrategy, MultiWorkerMirroredStrategy,
 CentralStorageStrategy, their values and contexts, distributed datasets,
-and ``dt.function``. Re-exports only."""
+and ``dt.function``; ``Server`` is ``dt.Server`` itself (TF2's
+``tf.distribute.Server``). Re-exports only."""
 from __future__ import annotations
 
 from distrib.cluster import resolvers as cluster_resolver
-from distrib.distribute import coordinator, experimental
+from distrib.distribute import checkpoint_steps, coordinator, experimental
 from distrib.distribute.collective_strategy import (
     CommunicationImplementation,
     CommunicationOptions,
@@ -31,8 +32,9 @@ from distrib.distribute.input_lib import InputContext
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
 from distrib.distribute.parameter_server_strategy import ParameterServerStrategy, ShardedVariable
 from distrib.distribute.values import DistributedValues, Mirrored, MirroredVariable, PerReplica
+from distrib.server import Server
 
-__all__ = ["cluster_resolver", "coordinator", "experimental", "ParameterServerStrategy",
+__all__ = ["Server", "cluster_resolver", "coordinator", "experimental", "ParameterServerStrategy",
            "ShardedVariable", "CommunicationImplementation",
            "CommunicationOptions", "MultiWorkerMirroredStrategy", "CrossDeviceOps",
            "HierarchicalCopyAllReduce", "NcclAllReduce", "ReduceOp", "ReductionToOneDevice",

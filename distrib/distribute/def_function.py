@@ -24,6 +24,14 @@ input signature, then run the traced graph per call (awaitable).
   decides how: a multi-worker strategy broadcasts the chief's values), even
   where the server holds a variable of that name from an earlier graph. TF1
   graphs run with a Session keep ``global_variables_initializer``.
+* **Only the variables that live there**: a variable made under a strategy
+  (``distribute_lib.variable_owner``) is initialized only by a function that
+  runs on that strategy's target; one made outside every strategy, by the
+  first function on any target. So a second strategy in the same process (a
+  notebook, a test suite) never initializes the first one's variables, as in
+  TF2 a variable belongs to its object: not on its own servers (the first's
+  may be pinned to a ps task its cluster lacks) and not on a ps task both
+  share (the first's trained values stay).
 """
 from __future__ import annotations
 
@@ -37,7 +45,12 @@ from typing import Any, Callable
 import numpy as np
 
 from distrib.client.session import Session
-from distrib.distribute.distribute_lib import get_strategy, strategies_used
+from distrib.distribute.distribute_lib import (
+    get_strategy,
+    owning_new_variables,
+    strategies_used,
+    variable_owner,
+)
 from distrib.distribute.local_target import default_target
 from distrib.distribute.values import DistributedValues, PerReplica
 from distrib.framework import auto_deps, distribution_context
@@ -142,7 +155,8 @@ class _Trace:
             with strategies_used() as used, auto_deps.trace():
                 if strategy is not None:
                     with distribution_context.enter(strategy,
-                                                    distribution_context.replica_context()):
+                                                    distribution_context.replica_context()), \
+                            owning_new_variables(strategy):
                         outputs = _as_fetchable(fn(*call_args, **call_kwargs))
                 else:
                     outputs = _as_fetchable(fn(*call_args, **call_kwargs))
@@ -367,12 +381,30 @@ async def _initialize_variables(session: Session, graph: Any, strategy: Any) -> 
         (id(graph), session.target), asyncio.Lock())
     async with lock:   # steps started together (a coordinator's) initialize once
         start, end = seen.get(session.target, 0), len(variables)
-        # one restored by a Saver already holds its values (resuming a job)
+        # one restored by a Saver already holds its values (resuming a job); one of a
+        # strategy that runs elsewhere is not ours to touch (the module header). Both
+        # answers are final, so the prefix stays the record of what was decided.
+        homes: dict[int, str | None] = {}
         todo = [v for v in variables[start:end]
-                if not getattr(v, "restored_from_checkpoint", False)]
+                if not getattr(v, "restored_from_checkpoint", False)
+                and _lives_on(v, strategy, session.target, homes)]
         if todo:
             await _initialize(session, todo, strategy)
         seen[session.target] = end
+
+
+def _lives_on(variable: Any, running: Any, target: str, homes: dict[int, str | None]) -> bool:
+    """Whether ``variable`` is initialized by a function of strategy ``running``
+    on ``target``: made outside every strategy, or under one whose steps run there."""
+    strategy = variable_owner(variable)
+    if strategy is None or strategy is running:
+        return True
+    if id(strategy) not in homes:
+        try:
+            homes[id(strategy)] = strategy.target
+        except ValueError:   # a strategy that runs no server (not the chief)
+            homes[id(strategy)] = None
+    return homes[id(strategy)] == target
 
 
 async def _initialize(session: Session, fresh: list[Any], strategy: Any) -> None:

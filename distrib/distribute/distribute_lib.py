@@ -13,6 +13,14 @@ Contexts, as in TF: inside ``strategy.scope()`` code is in the
 *cross-replica* context (``dt.distribute.get_replica_context()`` is None);
 inside ``strategy.run`` it is in a *replica* context. Outside every strategy
 the default strategy applies (one replica, nothing distributed).
+
+Variables belong to the strategy they were made under (in its scope or its
+``run``: the distributed variables, their copies, an optimizer's slots), as
+in TF2 a variable belongs to its object: ``variable_owner`` says which, and a
+``dt.function`` initializes on first use only the variables of its own
+strategy, of one that runs on the same target, or of none (see
+``def_function``), so a later strategy in the same process (a notebook, a
+test suite) never touches an earlier one's.
 """
 from __future__ import annotations
 
@@ -25,13 +33,14 @@ from distrib.distribute.input_lib import DistributedDataset, DistributedDatasets
 from distrib.distribute.mirrored_run import run_replicas
 from distrib.distribute.values import DistributedValues, Mirrored, PerReplica, local_results
 from distrib.framework import distribution_context
-from distrib.framework.graph import get_default_graph
+from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat
 from distrib.ops.variables import Variable
 
 __all__ = ["Strategy", "ReplicaContext", "strategies_used", "InputContext", "get_strategy", "has_strategy",
-           "get_replica_context", "in_cross_replica_context", "get_cross_replica_context"]
+           "get_replica_context", "in_cross_replica_context", "get_cross_replica_context",
+           "variable_owner", "owning_new_variables"]
 
 
 _collectors: list[list[Strategy]] = []   # open strategies_used() blocks (dt.function traces)
@@ -46,6 +55,31 @@ def strategies_used() -> Iterator[list[Strategy]]:
         yield found
     finally:
         _collectors.remove(found)
+
+
+@contextlib.contextmanager
+def owning_new_variables(strategy: Strategy) -> Iterator[None]:
+    """The global variables the default graph gains inside belong to ``strategy``
+    (unless an inner block, a ``run`` in a scope, claimed them first). The variable
+    holds its strategy (attribute ``owner_strategy``), so a strategy a program
+    dropped still owns its variables: ``with MirroredStrategy().scope(): ...``."""
+    variables = get_default_graph().get_collection_ref(GraphKeys.GLOBAL_VARIABLES)
+    start = len(variables)   # the collection only grows
+    try:
+        yield
+    finally:
+        for v in variables[start:]:
+            if getattr(v, "owner_strategy", None) is None:
+                v.owner_strategy = strategy
+
+
+def variable_owner(variable: Any) -> Strategy | None:
+    """The strategy ``variable`` (or a distributed variable's first copy or shard)
+    was made under; None for one made outside every strategy, or in a scope still
+    open (claimed when the scope closes)."""
+    if isinstance(variable, DistributedValues) and variable.values:
+        variable = variable.values[0]
+    return getattr(variable, "owner_strategy", None)
 
 
 class ReplicaContext:
@@ -162,7 +196,7 @@ class Strategy:
         if current is not None and current is not self:
             raise ValueError("Mixing different tf.distribute.Strategy objects: a strategy's "
                              "scope is open already")
-        with distribution_context.enter(self, None):
+        with distribution_context.enter(self, None), owning_new_variables(self):
             yield self
 
     def run(self, fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None,
@@ -175,7 +209,8 @@ class Strategy:
         contexts = [ReplicaContext(self, i, self._worker_index * n + i) for i in range(n)]
         per_args = [_select(tuple(args), i) for i in range(n)]
         per_kwargs = [_select(kwargs, i) for i in range(n)]
-        results = run_replicas(self, contexts, fn, per_args, per_kwargs, self._devices)
+        with owning_new_variables(self):
+            results = run_replicas(self, contexts, fn, per_args, per_kwargs, self._devices)
         return _regroup(results)
 
     def _note_use(self) -> None:

@@ -9,8 +9,10 @@ from distrib.distribute.collective_strategy import (
 )
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy
 from distrib.distribute.parameter_server_strategy import ParameterServerStrategy
+from distrib.distribute.preemption import PreemptionCheckpointHandler, TerminationConfig
 
 CollectiveCommunication = CommunicationImplementation
 
 __all__ = ["coordinator", "partitioners", "ParameterServerStrategy", "CommunicationImplementation", "CommunicationOptions", "CollectiveCommunication",
-           "MultiWorkerMirroredStrategy", "CentralStorageStrategy"]
+           "MultiWorkerMirroredStrategy", "CentralStorageStrategy", "PreemptionCheckpointHandler",
+           "TerminationConfig"]

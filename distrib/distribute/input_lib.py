@@ -7,14 +7,18 @@ replicas' parts of one global batch, split as TF's DATA auto-shard splits it
 (``distrib.data.rebatch_and_shard``: each worker a distinct part of every
 global batch). A ``dt.function`` fed such an element feeds each replica its
 own part. ``distribute_datasets_from_function`` calls the function once per
-worker with an ``InputContext`` and splits each of its batches (already per
-worker, as TF expects) between the local replicas.
+worker with an ``InputContext`` (the workers, this one, every replica) and,
+as TF does, neither rebatches nor shards what it returns: this worker's
+replicas take its elements in turn, whole, batched or not (``range(10)`` on
+two replicas: ``(0, 1), (2, 3), ...``; a batch of the per-replica size is
+one replica's batch).
 """
 from __future__ import annotations
 
 from typing import Any, AsyncIterator, Callable, Iterator
 
 from distrib.data import Dataset, rebatch_and_shard
+from distrib.data.distribute_input import replica_steps
 from distrib.distribute.values import PerReplica
 
 __all__ = ["DistributedDataset", "DistributedDatasetsFromFunction", "InputContext",
@@ -80,7 +84,8 @@ class DistributedDataset(_Distributed):
 
 
 class DistributedDatasetsFromFunction(_Distributed):
-    """``dataset_fn(input_context)`` once for this worker, split between its replicas."""
+    """``dataset_fn(input_context)`` once for this worker; its elements go to the
+    local replicas in turn (not rebatched, not sharded: TF's)."""
 
     def __init__(self, strategy: Any, dataset_fn: Callable[[Any], Dataset]) -> None:
         context = InputContext(strategy.num_workers, strategy.worker_index,
@@ -90,4 +95,4 @@ class DistributedDatasetsFromFunction(_Distributed):
             raise ValueError("dataset_fn must return a dt.data.Dataset, got "
                              f"{type(dataset).__name__}")
         self._strategy = strategy
-        self._steps = rebatch_and_shard(dataset, 1, 0, len(strategy.replica_devices))
+        self._steps = replica_steps(dataset, len(strategy.replica_devices))

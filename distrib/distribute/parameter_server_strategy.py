@@ -23,6 +23,8 @@ import logging
 import math
 from typing import Any, Sequence
 
+import numpy as np
+
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.cluster.resolvers import ClusterResolver
 from distrib.distribute.distribute_lib import Strategy
@@ -151,6 +153,24 @@ class ShardedVariable(DistributedValues):
             updates.append(v.assign(slice_rows(value, begin, rows), read_value=False))
             begin += rows
         return ops.group(*updates)
+
+    # -- dt.train.Checkpoint's value protocol (distrib.train.trackable): saved whole
+    # (the shards joined along axis 0), restored by this variable's own shards'
+    # rows, so a checkpoint moves between numbers of shards ------------------------------
+    def checkpoint_parts(self) -> list[Variable]:
+        return list(self._values)
+
+    def checkpoint_join(self, parts: Sequence[Any]) -> Any:
+        return np.concatenate([np.asarray(p) for p in parts], axis=0)
+
+    def checkpoint_split(self, value: Any) -> list[tuple[Variable, Any]]:
+        array = np.asarray(value)
+        out, begin = [], 0
+        for shard in self._values:
+            rows = int(shard.shape.dims[0])
+            out.append((shard, array[begin:begin + rows]))
+            begin += rows
+        return out
 
     def __repr__(self) -> str:
         return f"<ShardedVariable {self._name!r} shape={self.shape} shards={len(self._values)}>"

@@ -182,6 +182,18 @@ class MirroredVariable(DistributedValues):
     def get_shape(self) -> Any:
         return self.shape
 
+    # -- dt.train.Checkpoint's value protocol (distrib.train.trackable): saved once,
+    # from the first copy, and restored into every copy, so a checkpoint moves
+    # between any numbers of replicas ----------------------------------------------------
+    def checkpoint_parts(self) -> list[Variable]:
+        return [self._values[0]]
+
+    def checkpoint_join(self, parts: Sequence[Any]) -> Any:
+        return parts[0]
+
+    def checkpoint_split(self, value: Any) -> list[tuple[Variable, Any]]:
+        return [(copy, value) for copy in self._values]
+
     __hash__ = object.__hash__
 
     def __eq__(self, other: object) -> bool:

@@ -197,8 +197,11 @@ _X, _XY = ("x",), ("x", "y")
 # sources
 register_op("Const", shape_fn=op_shapes.const)
 register_op("Placeholder", shape_fn=op_shapes.from_attrs, runs_kernel=False)  # a feed
-for _t in ("Zeros", "Ones", "RandomStandardNormal", "RandomUniform"):
+for _t in ("Zeros", "Ones", "RandomStandardNormal"):
     register_op(_t, shape_fn=op_shapes.from_attrs)
+# shape?: the shape as a tensor (dropout of a batch of unknown size), the
+# attr then holds what is known of it (TF's RandomUniform takes it as an input)
+register_op("RandomUniform", inputs=("shape?",), shape_fn=op_shapes.from_attrs)
 register_op("ZerosLike", inputs=_X, shape_fn=op_shapes.unchanged, shape_only_inputs=(0,))
 register_op("OnesLike", inputs=_X, shape_fn=op_shapes.unchanged, shape_only_inputs=(0,))
 register_op("NoOp", shape_fn=op_shapes.no_outputs, runs_kernel=False)
@@ -214,6 +217,7 @@ for _t in ("Log", "Exp", "Sqrt", "Sigmoid", "Tanh"):
     register_op(_t, inputs=_X, shape_fn=op_shapes.float_unary)
 for _t in ("Neg", "Square", "Abs", "Relu", "Sign"):
     register_op(_t, inputs=_X, shape_fn=op_shapes.numeric_unary)
+register_op("Floor", inputs=_X, shape_fn=op_shapes.float_unary)   # no gradient (TF's)
 register_op("Identity", inputs=_X, shape_fn=op_shapes.unchanged)
 register_op("StopGradient", inputs=_X, shape_fn=op_shapes.unchanged)
 register_op("Cast", inputs=_X, shape_fn=op_shapes.cast)
@@ -265,6 +269,10 @@ register_op("ApplyAdagrad", inputs=("lr", "grad"), is_stateful=True, is_update=T
 register_op("ApplyAdam", inputs=("beta1_power", "beta2_power", "lr", "beta1", "beta2",
                                  "epsilon", "grad"),
             is_stateful=True, is_update=True, slot_attrs=("m", "v"))
+register_op("ApplyRMSProp", inputs=("lr", "rho", "momentum", "epsilon", "grad"),
+            is_stateful=True, is_update=True, slot_attrs=("ms", "mom"))
+register_op("ApplyCenteredRMSProp", inputs=("lr", "rho", "momentum", "epsilon", "grad"),
+            is_stateful=True, is_update=True, slot_attrs=("mg", "ms", "mom"))
 
 # accumulators and queues (distrib.runtime.state.resources)
 register_op("AccumulatorApplyGradient", inputs=("local_step", "grad"), is_stateful=True,

@@ -1,7 +1,8 @@
 """``dt.keras``: a small Keras on the graph runtime: ``Sequential``, ``Dense``,
 ``Flatten``, ``Dropout``, compile/fit/evaluate/predict, callbacks and weight
 checkpoints, under no strategy, any synchronous strategy or ParameterServerStrategy
-(``fit`` through a ClusterCoordinator). Re-exports only."""
+(``fit`` through a ClusterCoordinator), and whole models saved and loaded
+(``model.save``, ``dt.keras.models.load_model``). Re-exports only."""
 from __future__ import annotations
 
 from distrib.keras import (
@@ -12,6 +13,7 @@ from distrib.keras import (
     layers,
     losses,
     metrics,
+    models,
     optimizers,
     utils,
 )
@@ -19,4 +21,4 @@ from distrib.keras.models import Sequential
 from distrib.keras.training import Model
 
 __all__ = ["Sequential", "Model", "activations", "backend", "callbacks", "initializers",
-           "layers", "losses", "metrics", "optimizers", "utils"]
+           "layers", "losses", "metrics", "models", "optimizers", "utils"]

@@ -10,8 +10,9 @@ nothing unless some callback overrides them (Keras' rule too).
 * ``ProgbarLogger``: the progress bar (``progbar.py``); ``fit`` adds it for
   ``verbose`` 1 and 2.
 * ``ModelCheckpoint(filepath, monitor='val_loss', save_best_only=False,
-  save_weights_only=False, mode='auto', save_freq='epoch')``: the weights
-  (always: a whole-model format does not exist here) to ``filepath``
+  save_weights_only=False, mode='auto', save_freq='epoch')``: the whole model
+  (``model.save``: a folder, or one ``.keras`` file), or with
+  ``save_weights_only`` its weights (``save_weights``), to ``filepath``
   formatted with ``epoch`` and the logs (``'ckpt/w.{epoch:02d}'``).
 * ``BackupAndRestore(backup_dir, save_freq='epoch', delete_checkpoint=True)``:
   after each epoch the weights, the optimizer's state and the epoch go to one
@@ -244,7 +245,10 @@ class ModelCheckpoint(Callback):
             self.best = current
         elif self.verbose:
             print(f"\nEpoch {epoch + 1}: saving model to {path}")
-        await self.model.save_weights(path)
+        if self.save_weights_only:
+            await self.model.save_weights(path)
+        else:
+            await self.model.save(path, overwrite=True)
 
 
 class BackupAndRestore(Callback):

@@ -13,13 +13,13 @@ sequence when ``dt.set_random_seed`` set one (``backend.derived_seed``).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from distrib.framework import dtypes
 from distrib.keras import backend
+from distrib.ops import init_ops
 from distrib.ops import math_ops as ops
 
 __all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomNormal", "RandomUniform",
@@ -27,15 +27,7 @@ __all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomNormal", "RandomUn
            "HeUniform", "LecunNormal", "LecunUniform", "get"]
 
 
-def _fans(shape: tuple[int, ...]) -> tuple[float, float]:
-    if len(shape) == 0:
-        return 1.0, 1.0
-    if len(shape) == 1:
-        return float(shape[0]), float(shape[0])
-    receptive = float(np.prod(shape[:-2])) if len(shape) > 2 else 1.0
-    return shape[-2] * receptive, shape[-1] * receptive
-
-
+# (the truncated normal and the variance scaling are TF1's initializers', ops.init_ops)
 class Initializer:
     """Base class: ``initializer(shape, dtype)`` gives an initial value."""
 
@@ -98,14 +90,8 @@ class RandomNormal(Initializer):
 def _truncated_normal(shape: Any, mean: float, stddev: float, seed: int | None,
                       dtype: Any) -> np.ndarray:
     """Normal draws, those beyond two standard deviations drawn again (TF's rule)."""
-    rng = np.random.default_rng(seed)
-    out = rng.standard_normal(tuple(shape))
-    bad = np.abs(out) > 2.0
-    while bad.any():
-        out[bad] = rng.standard_normal(int(bad.sum()))
-        bad = np.abs(out) > 2.0
-    np_dtype = dtypes.as_dtype(dtype or backend.floatx()).as_numpy_dtype
-    return (out * stddev + mean).astype(np_dtype)
+    return init_ops.truncated_normal_values(shape, mean, stddev, seed,
+                                            dtype or backend.floatx())
 
 
 class TruncatedNormal(Initializer):
@@ -137,20 +123,9 @@ class VarianceScaling(Initializer):
         self.scale, self.mode, self.distribution, self.seed = scale, mode, distribution, seed
 
     def __call__(self, shape: Any, dtype: Any = None) -> Any:
-        fan_in, fan_out = _fans(tuple(shape))
-        n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2.0}
-        scale = self.scale / max(1.0, n[self.mode])
-        seed = backend.derived_seed(self.seed)
-        if self.distribution == "uniform":
-            limit = math.sqrt(3.0 * scale)
-            return ops.random_uniform(list(shape), -limit, limit,
-                                      dtype=dtype or backend.floatx(), seed=seed)
-        if self.distribution == "untruncated_normal":
-            return ops.random_normal(list(shape), 0.0, math.sqrt(scale),
-                                     dtype=dtype or backend.floatx(), seed=seed)
-        # the stddev of a unit normal truncated at two standard deviations
-        return _truncated_normal(shape, 0.0, math.sqrt(scale) / 0.87962566103423978, seed,
-                                 dtype)
+        return init_ops.variance_scaled(tuple(shape), self.scale, self.mode, self.distribution,
+                                        backend.derived_seed(self.seed),
+                                        dtype or backend.floatx())
 
     def get_config(self) -> dict[str, Any]:
         return {"scale": self.scale, "mode": self.mode, "distribution": self.distribution,

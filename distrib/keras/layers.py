@@ -14,6 +14,14 @@ Calling a layer builds graph ops (this runtime traces; ``dt.function`` runs
 them). Float inputs are cast to the layer's dtype (float32), as Keras'
 autocasting does, so float64 numpy data works unchanged. ``training`` reaches
 every layer of a model: ``Dropout`` drops only when it is True.
+
+Every layer has Keras' ``get_config()`` (its constructor's arguments as plain
+JSON values: initializers as Keras' ``{"class_name", "config"}`` dicts,
+activations by name) and ``from_config(config)``; ``deserialize(config,
+custom_objects)`` makes any layer (a user's found through ``custom_objects``
+or ``register_keras_serializable``) from Keras' dict. A user's layer whose
+``__init__`` takes arguments of its own must override ``get_config``, as
+Keras requires (``model.save`` says so).
 """
 from __future__ import annotations
 
@@ -26,12 +34,16 @@ import numpy as np
 
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import Tensor, get_default_graph
-from distrib.keras import activations, backend, initializers
+from distrib.keras import activations, backend, initializers, serialization
 from distrib.ops import math_ops as ops
 from distrib.ops import nn
 from distrib.ops.variables import Variable
+from distrib.train import trackable
 
-__all__ = ["Layer", "Dense", "Flatten", "Dropout", "Activation"]
+__all__ = ["Layer", "Dense", "Flatten", "Dropout", "Activation", "serialize", "deserialize"]
+
+_BASE_ARGS = ("self", "trainable", "name", "dtype", "input_shape", "batch_input_shape",
+              "input_dim")
 
 
 def _shape_tuple(shape: Any) -> tuple[int | None, ...]:
@@ -95,6 +107,9 @@ class Layer:
         init = initializers.get(initializer if initializer is not None else
                                 ("glorot_uniform" if dtype.is_floating else "zeros"))
         shape = tuple(int(d) for d in shape)
+        restored = trackable.deferred_value(self, name)
+        if restored is not None:   # a Checkpoint restored before the layer was built
+            init = _restored_initializer(restored, name, self.name)
         graph = self._graph if self._graph is not None else get_default_graph()
         self._graph = graph
         with self._strategy_scope(), graph.as_default(), graph.name_scope(None), \
@@ -102,7 +117,19 @@ class Layer:
             var = Variable(lambda: init(shape, dtype), name=name, trainable=trainable,
                            dtype=dtype, **kwargs)
         self._weights.append((var, bool(trainable), name))
+        if restored is not None:   # live restores bind it now: its optimizer slots wait too
+            trackable.children_changed(self)
         return var
+
+    # -- dt.train.Checkpoint's protocol (distrib.train.trackable) ---------------------------
+    def trackable_children(self) -> dict[str, Any]:
+        """The weights by their names in the layer (``kernel``, ``bias``), as Keras tracks them."""
+        return {name: var for var, _, name in self._weights}
+
+    def defer_restore(self, name: str, restoration: Any) -> bool:
+        """A restored weight this layer has not made yet: ``add_weight`` starts it from there."""
+        trackable.defer(self, name, restoration)
+        return True
 
     @contextlib.contextmanager
     def _strategy_scope(self) -> Iterator[None]:
@@ -152,8 +179,48 @@ class Layer:
             x = ops.cast(x, self.dtype)
         return x
 
+    # -- config (Keras' get_config / from_config) -----------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """``name``, ``trainable``, ``dtype`` and, when given, ``batch_input_shape``:
+        what ``from_config`` needs to make this layer again (a subclass adds its own
+        arguments; one that takes arguments and does not is refused, as in Keras)."""
+        if type(self).get_config is Layer.get_config:
+            own = [n for n, p in inspect.signature(type(self).__init__).parameters.items()
+                   if n not in _BASE_ARGS and p.kind not in (inspect.Parameter.VAR_KEYWORD,
+                                                            inspect.Parameter.VAR_POSITIONAL)]
+            if own:
+                raise NotImplementedError(
+                    f"Layer {type(self).__name__} has arguments {own} in `__init__` and "
+                    "therefore must override `get_config()`.")
+        config: dict[str, Any] = {"name": self.name, "trainable": self.trainable,
+                                  "dtype": self.dtype}
+        if self.batch_input_shape is not None:
+            config["batch_input_shape"] = tuple(self.batch_input_shape)
+        return serialization.constructor_config(self, config)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        """The layer ``get_config`` describes (``cls(**config)``)."""
+        config = dict(config)
+        if config.get("batch_input_shape") is not None:
+            config["batch_input_shape"] = tuple(config["batch_input_shape"])
+        return cls(**config)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
+
+
+def _restored_initializer(value: Any, weight: str, layer: str) -> Any:
+    """An initializer giving a checkpoint's value (checked against the weight's shape)."""
+    def init(shape: tuple[int, ...], dtype: Any) -> Any:
+        array = np.asarray(value)
+        if tuple(array.shape) != tuple(shape):
+            raise ValueError(f"Received incompatible tensor with shape {list(array.shape)} "
+                             f"when attempting to restore variable {layer}/{weight} with shape "
+                             f"{list(shape)}: the checkpoint was saved from a layer of other "
+                             "units")
+        return ops.constant(array, dtype=dtype)
+    return init
 
 
 class Dense(Layer):
@@ -215,6 +282,24 @@ class Dense(Layer):
     def compute_output_shape(self, input_shape: Any) -> tuple[int | None, ...]:
         return (*_shape_tuple(input_shape)[:-1], self.units)
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "units": self.units,
+                "activation": _activation_name(self.activation), "use_bias": self.use_bias,
+                "kernel_initializer": _initializer_config(self.kernel_initializer),
+                "bias_initializer": _initializer_config(self.bias_initializer),
+                "kernel_regularizer": None, "bias_regularizer": None,
+                "activity_regularizer": None, "kernel_constraint": None,
+                "bias_constraint": None}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        config = dict(config)
+        config["activation"] = _activation_from(config.get("activation"))
+        for key in ("kernel_initializer", "bias_initializer"):
+            if key in config:
+                config[key] = _initializer_from(config[key])
+        return super().from_config(config)
+
 
 class Flatten(Layer):
     """``Flatten()``: every dimension but the first folded into one."""
@@ -262,6 +347,10 @@ class Dropout(Layer):
         keep = ops.cast(ops.greater_equal(draw, self.rate), inputs.dtype)
         return inputs * keep * (1.0 / (1.0 - self.rate))
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "rate": self.rate, "noise_shape": self.noise_shape,
+                "seed": self.seed}
+
 
 class Activation(Layer):
     """``Activation('relu')``: an activation function as a layer."""
@@ -272,3 +361,66 @@ class Activation(Layer):
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         return self.activation(inputs)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "activation": _activation_name(self.activation)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Any:
+        config = dict(config)
+        config["activation"] = _activation_from(config.get("activation"))
+        return super().from_config(config)
+
+
+# -- configs of what layers hold --------------------------------------------------------------
+def _activation_name(fn: Any) -> str:
+    """A built-in activation's Keras name, or the name a user's function is saved under."""
+    name = activations.serialize(fn)
+    try:
+        if activations.get(name) is fn:
+            return name
+    except ValueError:
+        pass
+    return serialization.serialize_function(fn)
+
+
+def _activation_from(identifier: Any) -> Any:
+    return serialization.resolve_function(identifier, activations.get, "activation")
+
+
+_INITIALIZERS = {name: getattr(initializers, name) for name in initializers.__all__
+                 if inspect.isclass(getattr(initializers, name))}
+
+
+def _initializer_config(init: Any) -> Any:
+    """Keras' ``{"class_name", "config"}`` of an initializer (its constructor's
+    arguments only), or a user's function by name."""
+    if not isinstance(init, initializers.Initializer):
+        return serialization.serialize_function(init)
+    return {"module": type(init).__module__, "class_name": type(init).__name__,
+            "config": serialization.constructor_config(init, init.get_config()),
+            "registered_name": serialization.get_registered_name(type(init))}
+
+
+def _initializer_from(config: Any) -> Any:
+    if isinstance(config, dict):
+        return serialization.deserialize_keras_object(config, _INITIALIZERS,
+                                                      printable_module_name="initializer")
+    return serialization.resolve_function(config, initializers.get, "initializer")
+
+
+# -- any layer --------------------------------------------------------------------------------
+_LAYERS = {"Layer": Layer, "Dense": Dense, "Flatten": Flatten, "Dropout": Dropout,
+           "Activation": Activation}
+
+
+def serialize(layer: Layer) -> dict[str, Any]:
+    """Keras' dict of ``layer``: ``{"module", "class_name", "config", "registered_name"}``."""
+    return serialization.serialize_keras_object(layer)
+
+
+def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
+    """The layer (or model) Keras' dict ``config`` describes; a user's class is found
+    in ``custom_objects`` or among those registered (``register_keras_serializable``)."""
+    return serialization.deserialize_keras_object(config, _LAYERS, custom_objects,
+                                                  printable_module_name="layer")

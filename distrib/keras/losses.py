@@ -14,6 +14,11 @@ label against ``[batch, 1]`` predictions), and cast to their dtype. With
 activation is traced back to its logits and the fused cross-entropy op is used
 (Keras' ``_keras_logits``): the same values, stable for saturated outputs;
 other probabilities are clipped to ``[epsilon, 1 - epsilon]`` before the log.
+
+A loss object has Keras' ``get_config``/``from_config``; ``serialize`` keeps a
+name as it was given (``'mse'``), ``deserialize`` takes a name, a user's
+function by name (``custom_objects``) or Keras' ``{"class_name", "config"}``
+dict: how ``model.save`` keeps ``compile``'s loss.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from distrib.framework.graph import Tensor, name_scope
-from distrib.keras import activations, backend
+from distrib.keras import activations, backend, serialization
 from distrib.ops import math_ops as ops
 from distrib.ops import nn
 
@@ -30,7 +35,7 @@ __all__ = ["Reduction", "Loss", "LossFunctionWrapper", "MeanSquaredError",
            "MeanAbsoluteError", "BinaryCrossentropy", "CategoricalCrossentropy",
            "SparseCategoricalCrossentropy", "mean_squared_error", "mse",
            "mean_absolute_error", "mae", "binary_crossentropy", "categorical_crossentropy",
-           "sparse_categorical_crossentropy", "get", "match_labels"]
+           "sparse_categorical_crossentropy", "get", "match_labels", "serialize", "deserialize"]
 
 
 class Reduction:
@@ -188,6 +193,10 @@ class Loss:
     def get_config(self) -> dict[str, Any]:
         return {"reduction": self.reduction, "name": self.name}
 
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Loss:
+        return cls(**config)
+
 
 class LossFunctionWrapper(Loss):
     """A function ``fn(y_true, y_pred, **kwargs)`` as a Loss."""
@@ -200,6 +209,21 @@ class LossFunctionWrapper(Loss):
 
     def call(self, y_true: Any, y_pred: Any) -> Tensor:
         return self.fn(y_true, y_pred, **self._fn_kwargs)
+
+    def get_config(self) -> dict[str, Any]:
+        """Keras': the function's keyword arguments, and the function itself (by name)
+        when this is a plain wrapper, not one of the named losses."""
+        config = {**super().get_config(), **self._fn_kwargs}
+        if type(self) is LossFunctionWrapper:
+            config["fn"] = serialization.serialize_function(self.fn)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Loss:
+        config = dict(config)
+        if "fn" in config:
+            config["fn"] = serialization.resolve_function(config["fn"], _function, "loss")
+        return cls(**config)
 
 
 class MeanSquaredError(LossFunctionWrapper):
@@ -243,6 +267,9 @@ class SparseCategoricalCrossentropy(LossFunctionWrapper):
                          from_logits=from_logits)
         self.from_logits = bool(from_logits)
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "ignore_class": None}
+
 
 _BY_NAME: dict[str, type[Loss]] = {
     "mean_squared_error": MeanSquaredError, "mse": MeanSquaredError, "MSE": MeanSquaredError,
@@ -269,3 +296,45 @@ def get(identifier: Any) -> Loss:
                      f"{sorted(k for k in _BY_NAME if k.islower())}, a dt.keras.losses.Loss, "
                      "or a function (y_true, y_pred) -> per-example losses")
 
+
+_FUNCTIONS: dict[str, Callable[..., Tensor]] = {
+    "mean_squared_error": mean_squared_error, "mse": mean_squared_error,
+    "mean_absolute_error": mean_absolute_error, "mae": mean_absolute_error,
+    "binary_crossentropy": binary_crossentropy,
+    "categorical_crossentropy": categorical_crossentropy,
+    "sparse_categorical_crossentropy": sparse_categorical_crossentropy}
+
+
+def _function(name: Any) -> Callable[..., Tensor]:
+    if isinstance(name, str) and name in _FUNCTIONS:
+        return _FUNCTIONS[name]
+    if callable(name):
+        return name
+    raise ValueError(f"Unknown loss function: {name!r}")
+
+
+def serialize(loss: Any) -> Any:
+    """``compile``'s loss as saved: a name as given, a function by name, a Loss as
+    Keras' ``{"class_name", "config"}`` dict."""
+    if loss is None or isinstance(loss, str):
+        return loss
+    if isinstance(loss, type) and issubclass(loss, Loss):
+        return serialization.get_registered_name(loss)
+    return serialization.serialize_keras_object(loss)
+
+
+def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
+    """What ``serialize`` saved, for ``compile`` (a user's function or class is found in
+    ``custom_objects`` or the registry)."""
+    if isinstance(config, str):
+        found = serialization.get_registered_object(config, custom_objects)
+        if found is not None:
+            return found
+        try:
+            get(config)   # a name compile takes
+        except ValueError:
+            raise serialization.unknown_error("loss", config) from None
+        return config
+    known = {cls.__name__: cls for cls in (Loss, LossFunctionWrapper, *set(_BY_NAME.values()))}
+    return serialization.deserialize_keras_object(config, known, custom_objects,
+                                                  printable_module_name="loss")

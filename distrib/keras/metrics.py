@@ -13,20 +13,24 @@ decides it: one output unit is binary; labels of lower rank (or a last
 dimension of 1) against several units are sparse. Binary accuracy compares
 with 0.5, or with 0.0 when the loss takes logits (Keras compares logits with
 0.5, which is a known slip; see the README).
+
+A metric object has Keras' ``get_config``/``from_config`` (nothing else to
+save: its totals live for one epoch); ``serialize``/``deserialize`` keep
+``compile``'s metrics as given (names as names, a user's function by name).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from distrib.framework.graph import Tensor
-from distrib.keras import backend
+from distrib.keras import backend, serialization
 from distrib.keras import losses as losses_mod
 from distrib.ops import math_ops as ops
 
 __all__ = ["Metric", "MeanMetricWrapper", "Accuracy", "BinaryAccuracy",
            "CategoricalAccuracy", "SparseCategoricalAccuracy", "MeanSquaredError",
            "MeanAbsoluteError", "binary_accuracy", "categorical_accuracy",
-           "sparse_categorical_accuracy", "get"]
+           "sparse_categorical_accuracy", "get", "serialize", "deserialize"]
 
 
 def _float(t: Tensor) -> Tensor:
@@ -88,6 +92,13 @@ class Metric:
     def result(self) -> float:
         return self.total / self.count if self.count else 0.0
 
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": "float32"}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Metric:
+        return cls(**config)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}>"
 
@@ -103,6 +114,21 @@ class MeanMetricWrapper(Metric):
 
     def values(self, y_true: Any, y_pred: Any) -> Tensor:
         return _float(self._fn(y_true, y_pred, **self._fn_kwargs))
+
+    def get_config(self) -> dict[str, Any]:
+        """Keras': the function's keyword arguments, and the function (by name) when
+        this is a plain wrapper."""
+        config = {**super().get_config(), **self._fn_kwargs}
+        if type(self) is MeanMetricWrapper:
+            config["fn"] = serialization.serialize_function(self._fn)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Metric:
+        config = dict(config)
+        if "fn" in config:
+            config["fn"] = serialization.resolve_function(config["fn"], _function, "metric")
+        return cls(**config)
 
 
 class Accuracy(MeanMetricWrapper):
@@ -183,3 +209,48 @@ def get(identifier: Any, loss: Any = None) -> Metric:
     raise ValueError(f"Could not interpret metric identifier: {identifier!r}; use 'accuracy', "
                      f"one of {sorted(_BY_NAME)}, a dt.keras.metrics.Metric, or a function "
                      "(y_true, y_pred) -> per-example values")
+
+
+_FUNCTIONS: dict[str, Callable[..., Tensor]] = {
+    "accuracy": accuracy, "binary_accuracy": binary_accuracy,
+    "categorical_accuracy": categorical_accuracy,
+    "sparse_categorical_accuracy": sparse_categorical_accuracy,
+    "mean_squared_error": losses_mod.mean_squared_error,
+    "mean_absolute_error": losses_mod.mean_absolute_error}
+
+
+def _function(name: Any) -> Callable[..., Tensor]:
+    if isinstance(name, str) and name in _FUNCTIONS:
+        return _FUNCTIONS[name]
+    if callable(name):
+        return name
+    raise ValueError(f"Unknown metric function: {name!r}")
+
+
+def serialize(metric: Any) -> Any:
+    """One of ``compile``'s metrics as saved: a name as given, a function by name, a
+    Metric as Keras' ``{"class_name", "config"}`` dict."""
+    if metric is None or isinstance(metric, str):
+        return metric
+    if isinstance(metric, type) and issubclass(metric, Metric):
+        return serialization.get_registered_name(metric)
+    return serialization.serialize_keras_object(metric)
+
+
+def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
+    """What ``serialize`` saved, for ``compile`` (a user's function or class is found in
+    ``custom_objects`` or the registry)."""
+    if isinstance(config, str):
+        found = serialization.get_registered_object(config, custom_objects)
+        if found is not None:
+            return found
+        try:
+            get(config)   # a name compile takes
+        except ValueError:
+            raise serialization.unknown_error("metric", config) from None
+        return config
+    known = {cls.__name__: cls for cls in (Metric, MeanMetricWrapper, Accuracy, BinaryAccuracy,
+                                           CategoricalAccuracy, SparseCategoricalAccuracy,
+                                           MeanSquaredError, MeanAbsoluteError)}
+    return serialization.deserialize_keras_object(config, known, custom_objects,
+                                                  printable_module_name="metric")

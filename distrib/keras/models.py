@@ -5,6 +5,11 @@ the first layer gives an input shape (in the strategy scope open then, as
 Keras does); otherwise on the first call, ``fit``, ``evaluate`` or
 ``predict``, from the data's shape. Every layer is owned by the model: it
 takes the model's graph and strategy, and a layer name appears once per model.
+
+``get_config()`` is Keras': the model's name, its layers' configs in order and
+the shape it was built with (``build_input_shape``), so ``from_config``
+makes (and builds) the same stack; ``dt.keras.models.load_model`` and
+``save_model`` (``model_saving.py``) are re-exported here, where Keras has them.
 """
 from __future__ import annotations
 
@@ -12,10 +17,14 @@ import math
 import sys
 from typing import Any, Callable, Sequence
 
+from distrib.keras import layers as layers_mod
+from distrib.keras import serialization
 from distrib.keras.layers import Layer
+from distrib.keras.model_saving import load_model, model_from_config, model_from_json, save_model
 from distrib.keras.training import Model
 
-__all__ = ["Sequential"]
+__all__ = ["Sequential", "Model", "load_model", "save_model", "model_from_config",
+           "model_from_json"]
 
 
 class Sequential(Model):
@@ -25,6 +34,7 @@ class Sequential(Model):
                  trainable: bool = True) -> None:
         super().__init__(name=name, trainable=trainable)
         self._stack: list[Layer] = []
+        self._build_input_shape: tuple[int | None, ...] | None = None
         for layer in layers or []:
             self.add(layer)
 
@@ -58,12 +68,34 @@ class Sequential(Model):
         if shape is None:
             raise ValueError("You must provide an `input_shape` argument (or give the first "
                              "layer input_shape=...) to build a Sequential model")
+        self._build_input_shape = tuple(shape)
         with self.function_scope():
             for layer in self._stack:
                 self._adopt(layer)
                 layer._maybe_build(shape)  # noqa: SLF001 - a Layer's step, called by a Layer
                 shape = layer.compute_output_shape(shape)
         self.built = True
+
+    def get_config(self) -> dict[str, Any]:
+        """``{"name", "trainable", "layers": [each layer's Keras dict], "build_input_shape"}``."""
+        config: dict[str, Any] = {"name": self.name, "trainable": self.trainable,
+                                  "layers": [layers_mod.serialize(layer) for layer in self._stack]}
+        if self._build_input_shape is not None:
+            config["build_input_shape"] = tuple(self._build_input_shape)
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any],
+                    custom_objects: dict[str, Any] | None = None) -> Sequential:
+        """The stack ``get_config`` describes, built when it was (in the strategy scope
+        open now)."""
+        model = cls(name=config.get("name"), trainable=config.get("trainable", True))
+        for layer_config in config.get("layers", []):
+            model.add(layers_mod.deserialize(layer_config, custom_objects))
+        shape = config.get("build_input_shape")
+        if not model.built and shape is not None:
+            model.build(tuple(shape))
+        return model
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         x = inputs
@@ -99,3 +131,6 @@ class Sequential(Model):
         write(f" Total params: {self.count_params()}")
         write(f" Trainable params: {trainable}")
         write(f" Non-trainable params: {self.count_params() - trainable}")
+
+
+serialization.register_builtin(Sequential)

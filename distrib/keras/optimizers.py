@@ -1,13 +1,18 @@
-"""``dt.keras.optimizers``: ``SGD``, ``Adam``, ``Adagrad`` with Keras' arguments
-and defaults, applying updates with the TF1 optimizers of ``dt.train``.
+"""``dt.keras.optimizers``: ``SGD``, ``Adam``, ``Adagrad``, ``RMSprop`` with Keras'
+arguments and defaults, applying updates with the TF1 optimizers of ``dt.train``.
 
 Each Keras optimizer holds one TF1 optimizer with the same update rule
 (Keras 2's rules are TF1's kernels): ``SGD`` is ``GradientDescentOptimizer``,
 or ``MomentumOptimizer`` when ``momentum > 0`` (Keras' velocity
 ``v = m v - lr g`` is TF1's ``accum = m accum + g`` scaled by ``-lr``;
 Nesterov alike); ``Adam`` is ``AdamOptimizer`` with Keras' ``epsilon=1e-7``
-(TF1's default is 1e-8). So ``apply_gradients`` inside ``strategy.run`` sums
-the gradients over the replicas exactly as a custom loop's does.
+(TF1's default is 1e-8). ``RMSprop`` is Keras 2's (``optimizer_v2``): ``rms``
+starts at zero (TF1's at one); with ``momentum > 0`` it is TF1's
+``ApplyRMSProp`` kernel (epsilon inside the square root), without it Keras'
+own ops, ``var -= lr * g / (sqrt(rms) + epsilon)`` (epsilon outside). So
+``apply_gradients`` inside ``strategy.run`` sums the gradients over the
+replicas exactly as a custom loop's does. ``compile`` takes each of their
+names (``'sgd'``, ``'adam'``, ``'adagrad'``, ``'rmsprop'``, any case).
 
 ``iterations`` is a variable (int64) made on first use in the model's
 strategy scope and advanced by every ``apply_gradients`` (TF1's global step
@@ -17,7 +22,12 @@ the optimizer: ``iterations``, each weight's slots (``m``, ``v``, ``momentum``
 copies (one per replica under a mirrored strategy).
 
 Hyper-parameters are read when the train step is traced: set
-``learning_rate`` before the first ``fit``.
+``learning_rate`` before the first ``fit``. ``get_config()`` gives them as
+Keras does (``{"name", "learning_rate", ...}``, the constructor's arguments),
+``from_config`` makes the optimizer again, and ``serialize``/``deserialize``
+are Keras' (a class name, any case, or a user's class through
+``custom_objects``): what ``model.save`` keeps of the optimizer besides its
+state.
 """
 from __future__ import annotations
 
@@ -27,12 +37,16 @@ from typing import Any, Iterable, Sequence
 
 from distrib.distribute.values import local_results
 from distrib.framework import distribution_context, dtypes
-from distrib.framework.graph import get_default_graph
+from distrib.framework.graph import Operation, Tensor, get_default_graph
+from distrib.keras import serialization
+from distrib.ops import math_ops as ops
 from distrib.ops.gradients import gradients
 from distrib.ops.variables import Variable, VariableAggregation
 from distrib.train import optimizers as tf1
+from distrib.train import trackable
+from distrib.train.rmsprop import RMSPropOptimizer
 
-__all__ = ["Optimizer", "SGD", "Adam", "Adagrad", "get"]
+__all__ = ["Optimizer", "SGD", "Adam", "Adagrad", "RMSprop", "get", "serialize", "deserialize"]
 
 _UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "use_ema", "weight_decay")
 
@@ -70,8 +84,10 @@ class Optimizer:
             scope = self._strategy.scope() if (self._strategy is not None and
                                                 distribution_context.strategy() is None) \
                 else contextlib.nullcontext()
+            restored = trackable.deferred_value(self, "iter")   # a Checkpoint's, if restored
+            start = 0 if restored is None else int(restored)
             with scope, graph.name_scope(None), graph.control_dependencies(None):
-                self._iterations = Variable(0, trainable=False, dtype=dtypes.int64,
+                self._iterations = Variable(start, trainable=False, dtype=dtypes.int64,
                                             name=f"{self.name}/iterations",
                                             aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
         return self._iterations
@@ -125,8 +141,54 @@ class Optimizer:
                 out.setdefault(base, []).append(var)
         return out
 
+    # -- dt.train.Checkpoint's protocol (distrib.train.trackable) ---------------------------
+    def trackable_children(self) -> dict[str, Any]:
+        """``iter`` (Keras' name for ``iterations``) and the variables of no one
+        weight (Adam's ``beta1_power``), once made; the slots are per weight
+        (``checkpoint_slot``)."""
+        out: dict[str, Any] = {}
+        if self._iterations is not None:
+            out["iter"] = self._iterations
+            if self._optimizer is not None:
+                graph = local_results(self._iterations)[0].graph
+                for name, copies in self._optimizer.non_slot_variables(graph).items():
+                    out[name] = trackable.MirroredValue(copies)
+        return out
+
+    def checkpoint_slot_names(self) -> list[str]:
+        return self._optimizer.get_slot_names() if self._optimizer is not None else []
+
+    def checkpoint_slot(self, variable: Any, slot_name: str) -> Any:
+        """The slot ``slot_name`` of ``variable`` (laid out as it is), or None."""
+        opt = self._optimizer
+        if opt is None:
+            return None
+        return trackable.SlotValue.of(variable, lambda part: opt.get_slot(part, slot_name))
+
+    def defer_restore(self, name: str, restoration: Any) -> bool:
+        """A restored ``iter`` or non-slot value not made yet: made from it."""
+        if name == "iter":
+            trackable.defer(self, "iter", restoration)
+        else:
+            trackable.defer(self.tf1_optimizer, ("non_slot", name), restoration)
+        return True
+
+    def defer_slot_restore(self, variable: Any, slot_name: str, restoration: Any) -> bool:
+        """A restored slot of ``variable`` not made yet (the first train step makes
+        it): each copy's or shard's slot starts from its part of the value."""
+        opt = self.tf1_optimizer
+        for part, piece in restoration.split(variable):
+            trackable.defer(opt, ("slot", part.op, slot_name), piece)
+        return True
+
     def get_config(self) -> dict[str, Any]:
+        """The constructor's arguments (Keras' config): ``name``, ``learning_rate`` ..."""
         return {"name": self.name, "learning_rate": self.learning_rate}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Optimizer:
+        """The optimizer ``get_config`` describes (no state: that is the checkpoint's)."""
+        return cls(**config)
 
     def __repr__(self) -> str:
         return f"<dt.keras.optimizers.{type(self).__name__} {self.get_config()}>"
@@ -170,7 +232,7 @@ class Adam(Optimizer):
 
     def get_config(self) -> dict[str, Any]:
         return {**super().get_config(), "beta_1": self.beta_1, "beta_2": self.beta_2,
-                "epsilon": self.epsilon}
+                "epsilon": self.epsilon, "amsgrad": False}
 
 
 class Adagrad(Optimizer):
@@ -187,12 +249,95 @@ class Adagrad(Optimizer):
         return tf1.AdagradOptimizer(self.learning_rate, self.initial_accumulator_value,
                                     name=self.name)
 
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(),
+                "initial_accumulator_value": self.initial_accumulator_value,
+                "epsilon": self.epsilon}
 
-_BY_NAME = {"sgd": SGD, "adam": Adam, "adagrad": Adagrad}
+
+class RMSprop(Optimizer):
+    """``RMSprop(learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7, centered=False,
+    name='RMSprop')``: Keras 2's rule (see the module header)."""
+
+    def __init__(self, learning_rate: Any = 0.001, rho: Any = 0.9, momentum: Any = 0.0,
+                 epsilon: float = 1e-7, centered: bool = False, name: str = "RMSprop",
+                 **kwargs: Any) -> None:
+        if isinstance(momentum, (int, float)) and not 0.0 <= momentum <= 1.0:
+            raise ValueError("`momentum` must be between [0, 1].")
+        super().__init__(name, learning_rate, **kwargs)
+        self.rho, self.momentum, self.centered = rho, momentum, bool(centered)
+        self.epsilon = epsilon or 1e-7   # Keras: None or 0 take backend.epsilon()
+
+    def _make_optimizer(self) -> tf1.Optimizer:
+        return _KerasRMSProp(self.learning_rate, self.rho, self.momentum, self.epsilon,
+                             centered=self.centered, name=self.name)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "rho": self.rho, "momentum": self.momentum,
+                "epsilon": self.epsilon, "centered": self.centered}
+
+
+class _KerasRMSProp(RMSPropOptimizer):
+    """The TF1 optimizer behind ``RMSprop``: Keras 2's slots (``rms`` from zero;
+    ``momentum`` only with momentum; ``mg`` when centered) and its two rules."""
+
+    def __init__(self, learning_rate: Any, rho: Any, momentum: Any, epsilon: Any,
+                 centered: bool, name: str) -> None:
+        super().__init__(learning_rate, rho, momentum, epsilon, centered=centered, name=name,
+                         initial_rms=0.0)
+        self._with_momentum = ops.is_tensor(momentum) or callable(momentum) or momentum > 0
+
+    def _create_slots(self, var_list: list[Variable]) -> None:
+        if self._with_momentum:   # TF1's slots and kernel, rms from zero
+            return super()._create_slots(var_list)
+        for var in var_list:
+            self._zeros_slot(var, "rms", self._name)
+            if self._centered:
+                self._zeros_slot(var, "mg", self._name)
+
+    def _apply_dense(self, grad: Tensor, var: Variable) -> Operation:
+        if self._with_momentum:
+            return super()._apply_dense(grad, var)
+        lr = self._hyper(self._learning_rate, var, "learning_rate")
+        rho = self._hyper(self._decay, var, "rho")
+        one_minus_rho = ops.subtract(ops.constant(1, dtype=var.dtype), rho)
+        epsilon = self._hyper(self._epsilon, var, "epsilon")
+        rms = self.get_slot(var, "rms")
+        denom = rms.assign(rho * rms + one_minus_rho * ops.square(grad))
+        if self._centered:
+            mg = self.get_slot(var, "mg")
+            mg_t = mg.assign(rho * mg + one_minus_rho * grad)
+            denom = denom - ops.square(mg_t)
+        return var.assign(var - lr * grad / (ops.sqrt(denom) + epsilon), read_value=False)
+
+
+_BY_NAME = {"sgd": SGD, "adam": Adam, "adagrad": Adagrad, "rmsprop": RMSprop}
+
+
+def serialize(optimizer: Optimizer) -> dict[str, Any]:
+    """Keras' dict of ``optimizer``: ``{"module", "class_name", "config", ...}``."""
+    return serialization.serialize_keras_object(optimizer)
+
+
+def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Optimizer:
+    """The optimizer of Keras' dict (a class name in any case, as Keras 2 reads them;
+    a user's class through ``custom_objects`` or the registry)."""
+    if isinstance(config, str) and config.lower() in _BY_NAME:
+        return get(config)
+    if isinstance(config, dict) and isinstance(config.get("class_name"), str):
+        name = config["class_name"]
+        if name.lower() in _BY_NAME and serialization.get_registered_object(
+                name, custom_objects) is None:
+            config = {**config, "class_name": _BY_NAME[name.lower()].__name__,
+                      "registered_name": None}
+    known = {cls.__name__: cls for cls in _BY_NAME.values()}
+    return serialization.deserialize_keras_object(config, known, custom_objects,
+                                                  printable_module_name="optimizer")
 
 
 def get(identifier: Any) -> Optimizer:
-    """An optimizer for a name (``'sgd'``, ``'adam'``, ``'adagrad'``) or an Optimizer."""
+    """An optimizer for a name (``'sgd'``, ``'adam'``, ``'adagrad'``, ``'rmsprop'``, any
+    case) or an Optimizer (a class is made with its defaults)."""
     if isinstance(identifier, Optimizer):
         return identifier
     if isinstance(identifier, type) and issubclass(identifier, Optimizer):
@@ -203,5 +348,5 @@ def get(identifier: Any) -> Optimizer:
         raise ValueError(f"{identifier!r} is a dt.train (TF1) optimizer; compile takes a "
                          "dt.keras.optimizers one, e.g. dt.keras.optimizers.SGD(0.01)")
     raise ValueError(f"Could not interpret optimizer identifier: {identifier!r}; use one of "
-                     f"{sorted(_BY_NAME)} or a dt.keras.optimizers.Optimizer (RMSprop and the "
-                     "others are not available in dt.keras)")
+                     f"{sorted(_BY_NAME)} or a dt.keras.optimizers.Optimizer (Adadelta, Adamax, "
+                     "Nadam and Ftrl are not available in dt.keras)")

@@ -10,13 +10,15 @@ variables are built in that scope, and every step it runs (``fit`` ...,
 weights were made in is refused, as in Keras.
 
 ``fit``, ``evaluate``, ``predict``, ``save_weights``, ``load_weights``,
-``get_weights`` and ``set_weights`` are coroutines (``await model.fit(...)``):
+``get_weights``, ``set_weights`` and ``save`` are coroutines (``await model.fit(...)``):
 every one of them runs steps on a server. ``fit`` returns a ``History``; its
 progress bar, callbacks and return values are Keras'; see ``engine.py`` for
 how a step runs and ``data_adapter.py`` for the inputs. Under
 ParameterServerStrategy ``fit`` schedules its steps on a ClusterCoordinator
 (``ps_loop.py``; ``steps_per_epoch`` required), while ``evaluate``,
-``predict`` and the weights' methods run on the chief's server.
+``predict`` and the weights' methods run on the chief's server. ``save``
+writes the whole model (config, compile arguments, weights, optimizer state)
+to one folder; ``model_saving.py`` has it and ``load_model``.
 """
 from __future__ import annotations
 
@@ -31,12 +33,14 @@ from distrib.framework import distribution_context
 from distrib.framework.graph import get_default_graph
 from distrib.keras import losses as losses_mod
 from distrib.keras import metrics as metrics_mod
+from distrib.keras import model_saving
 from distrib.keras import optimizers as optimizers_mod
 from distrib.keras.callbacks import BackupAndRestore, CallbackList, History, ProgbarLogger
 from distrib.keras.data_adapter import DataHandler, batch_rows, split_validation, unpack
 from distrib.keras.engine import EpochStats, StepFunctions, training_loop_for
 from distrib.keras.layers import Layer
 from distrib.keras.saving import StateIO
+from distrib.train import trackable
 
 __all__ = ["Model"]
 
@@ -53,6 +57,7 @@ class Model(Layer):
         self.loss: Any = None
         self.compiled_metrics: list[metrics_mod.Metric] = []
         self._optimizer_id: Any = None
+        self._compile_args: tuple[Any, list[Any]] = (None, [])
         self.stop_training = False
         self.history: History | None = None
         self._steps = StepFunctions(self)
@@ -62,7 +67,28 @@ class Model(Layer):
         if isinstance(value, Layer) and not name.startswith("_") and \
                 value not in self.__dict__.get("_tracked", ()):
             self.__dict__.setdefault("_tracked", []).append(value)
+        if not name.startswith("_") and name != "optimizer":   # a checkpoint's edge names
+            named = self.__dict__.setdefault("_attribute_children", {})
+            if isinstance(value, Layer) or trackable.is_value(value):
+                named[name] = value
+            else:
+                named.pop(name, None)
         super().__setattr__(name, value)
+
+    # -- dt.train.Checkpoint's protocol (distrib.train.trackable) ---------------------------
+    def trackable_children(self) -> dict[str, Any]:
+        """As Keras tracks a model: layers (and variables) by attribute name, then
+        ``layer_with_weights-<i>`` (the i-th layer that has weights) and
+        ``layer-<i>``, the model's own weights, and ``optimizer`` once compiled."""
+        out: dict[str, Any] = dict(self.__dict__.get("_attribute_children", {}))
+        for i, layer in enumerate([layer for layer in self.layers if layer.weights]):
+            out[f"layer_with_weights-{i}"] = layer
+        for i, layer in enumerate(self.layers):
+            out[f"layer-{i}"] = layer
+        out.update(super().trackable_children())
+        if self.optimizer is not None:
+            out["optimizer"] = self.optimizer
+        return out
 
     # -- structure ------------------------------------------------------------------------
     @property
@@ -149,13 +175,27 @@ class Model(Layer):
                              "object")
         self.loss = losses_mod.get(loss)
         self._optimizer_id = optimizer
-        self.optimizer = None if optimizer == "rmsprop" else optimizers_mod.get(optimizer)
-        if self.optimizer is not None:
-            self.optimizer.build_for(self._strategy)
+        # Keras' names and objects, resolved now: an unknown name fails here, naming the known
+        self.optimizer = optimizers_mod.get(optimizer)
+        self.optimizer.build_for(self._strategy)
         if isinstance(metrics, (str, metrics_mod.Metric)) or callable(metrics):
             metrics = [metrics]
         self.compiled_metrics = [metrics_mod.get(m, self.loss) for m in (metrics or [])]
+        self._compile_args = (loss, list(metrics or []))   # as given: what save keeps
         self._steps = StepFunctions(self)
+        trackable.children_changed(self)   # a restore done before compile finds the optimizer
+
+    def get_compile_config(self) -> dict[str, Any] | None:
+        """Keras 3's: ``compile``'s arguments as JSON values (None: not compiled)."""
+        if self.loss is None or self.optimizer is None:
+            return None
+        loss, metrics = self._compile_args
+        return model_saving.compile_config(self.optimizer, loss, metrics)
+
+    def compile_from_config(self, config: dict[str, Any],
+                            custom_objects: dict[str, Any] | None = None) -> None:
+        """``compile`` with what ``get_compile_config`` gave."""
+        self.compile(**model_saving.compile_arguments(config, custom_objects))
 
     def _adopt_strategy(self, strategy: Any) -> None:
         if strategy is None or strategy is self._strategy:
@@ -360,3 +400,17 @@ class Model(Layer):
 
     def count_params(self) -> int:
         return sum(int(np.prod(v.shape.as_list())) for v in self.weights)
+
+    # -- the whole model ------------------------------------------------------------------------
+    async def save(self, filepath: Any, overwrite: bool = True, include_optimizer: bool = True,
+                   save_format: str | None = None, signatures: Any = None, options: Any = None,
+                   save_traces: bool = True) -> str | None:
+        """Save the model whole (config, compile arguments, weights, optimizer state) to
+        the folder ``filepath`` (a zip file for ``*.keras``); load it with
+        ``dt.keras.models.load_model``. Returns the path (None on a non-chief worker)."""
+        return await model_saving.save_model(self, filepath, overwrite, include_optimizer,
+                                             save_format, signatures, options, save_traces)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The model's Keras config as JSON (``dt.keras.models.model_from_json``)."""
+        return model_saving.model_to_json(self, **kwargs)

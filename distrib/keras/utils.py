@@ -9,6 +9,12 @@ dataset, read through the coordinator); under another strategy once per
 process, through ``strategy.distribute_datasets_from_function``; without
 one, once. As in Keras, ``fit`` needs ``steps_per_epoch`` with it (the
 dataset is usually repeated forever).
+
+Keras' serialization helpers live here too, as in ``tf.keras.utils``:
+``register_keras_serializable``, ``get_registered_object``,
+``get_registered_name``, ``custom_object_scope`` / ``CustomObjectScope``,
+``serialize_keras_object`` and ``deserialize_keras_object``
+(``distrib.keras.serialization``).
 """
 from __future__ import annotations
 
@@ -17,8 +23,19 @@ from typing import Any, Callable
 
 from distrib.data import Dataset
 from distrib.distribute.input_lib import InputContext
+from distrib.keras.serialization import (
+    CustomObjectScope,
+    custom_object_scope,
+    deserialize_keras_object,
+    get_registered_name,
+    get_registered_object,
+    register_keras_serializable,
+    serialize_keras_object,
+)
 
-__all__ = ["DatasetCreator", "experimental"]
+__all__ = ["DatasetCreator", "experimental", "CustomObjectScope", "custom_object_scope",
+           "deserialize_keras_object", "get_registered_name", "get_registered_object",
+           "register_keras_serializable", "serialize_keras_object"]
 
 
 class DatasetCreator:

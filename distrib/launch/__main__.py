@@ -63,7 +63,9 @@ whose tasks are all ps keeps them until they exit (told to stop by the chief).
 Each task runs COMMAND (without one: python -m distrib.server) with TF_CONFIG
 set to the cluster and its task, in a process group of its own; its output
 lines are printed prefixed [job:index]. A task that dies is restarted after
-backoff * 1, 2, 4 ... s, up to --max_restarts times; one that exits 0 is done.
+backoff * 1, 2, 4 ... s, up to --max_restarts times; one that exits 0 is done;
+one that exits 42 (preempted: dt.distribute.experimental.PreemptionCheckpointHandler
+saved its progress) is restarted after --restart_backoff s, not counted.
 When every chief/worker task is done, the ps tasks are told to stop
 (request_stop), the rest terminated after --ps_grace, and the exit code is 0.
 SIGINT/SIGTERM stop the workers first, then the rest: exit 130/143. A task

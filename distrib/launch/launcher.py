@@ -25,6 +25,13 @@ The rules it keeps, and why:
   left after ``ps_grace_s`` is terminated. A launch with no ``chief``/
   ``worker`` task (one ps per launcher under a scheduler) runs until its
   tasks exit 0 by themselves: its chief, elsewhere, tells them.
+- **A preemption is not a failure.** A task that exits 42
+  (``RESTART_EXIT_CODE``, TF's: a ``PreemptionCheckpointHandler`` saved at
+  the step every worker agreed on, then exited to be restarted) is restarted
+  after ``restart_backoff_s``, never doubled and never counted against
+  ``max_restarts``: the platform's doing, not the program's (Borg and
+  Kubernetes' pod-failure policy do not count a disruption either). The
+  wait lets every worker of the save exit before one comes back.
 - **Output as it comes.** Every line a task writes (stdout to stdout, stderr
   to stderr) is printed at once, prefixed ``[job:index] ``; children get
   ``PYTHONUNBUFFERED=1`` so a Python task's lines are not held in its buffer.
@@ -45,6 +52,7 @@ from pathlib import Path
 from typing import IO
 
 from distrib.cluster import ClusterSpec, task_string
+from distrib.cluster.exit_codes import RESTART_EXIT_CODE
 from distrib.launch.tasks import TRAINING_JOBS, tf_config
 from distrib.server import request_stop
 
@@ -121,6 +129,7 @@ class TaskProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.state = PENDING
         self.restarts = 0
+        self.preemptions = 0    # exits with RESTART_EXIT_CODE: restarted, never counted
         self.returncode: int | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=max(1, tail_lines))
         self.log: IO[str] | None = (open(log_path, "w", encoding="utf-8", errors="replace")
@@ -280,6 +289,16 @@ class Launcher:
                 t.state = DONE
                 self.say(f"{t.name} finished (exit code 0)", t)
                 break
+            if returncode == RESTART_EXIT_CODE:   # preempted, its progress saved: not a failure
+                t.preemptions += 1
+                t.state = BACKOFF
+                delay = min(self.config.restart_backoff_s, self.config.max_backoff_s)
+                t.tail.append(f"[launch] {t.name} exit code {returncode}: preempted, restarted")
+                self.say(f"{t.name} exit code {returncode} (preempted, its checkpoint saved); "
+                         f"restarting it in {delay:g} s, not counted against --max_restarts "
+                         f"(preemption {t.preemptions})", t)
+                await self._backoff(delay)
+                continue
             if t.restarts >= self.config.max_restarts:
                 t.state = FAILED
                 self.say(f"{t.name} {describe_exit(returncode)}; no restarts left "
@@ -291,13 +310,17 @@ class Launcher:
             t.tail.append(f"[launch] {t.name} {describe_exit(returncode)}: restart {t.restarts}")
             self.say(f"{t.name} {describe_exit(returncode)}; restart {t.restarts} of "
                      f"{self.config.max_restarts} in {delay:g} s", t)
-            try:
-                await asyncio.wait_for(self._stop_event.wait(), delay)
-            except TimeoutError:
-                pass
+            await self._backoff(delay)
         if t.state in (PENDING, BACKOFF):
             t.state = STOPPED
         self._wake.set()
+
+    async def _backoff(self, delay: float) -> None:
+        """Wait ``delay`` seconds before a restart, or until the stop begins."""
+        try:
+            await asyncio.wait_for(self._stop_event.wait(), delay)
+        except TimeoutError:
+            pass
 
     async def _run_once(self, t: TaskProcess) -> int:
         try:

@@ -5,22 +5,38 @@ cross-entropy ops compute the loss and its gradient (``softmax - labels``) in
 one kernel; the builders return the loss (output 0) and the gradient function
 uses output 1, so backprop costs no second softmax. As in
 ``tf.compat.v1.nn.softmax_cross_entropy_with_logits``, labels get no gradient.
+
+``dropout`` is TF 1.15's (``keep_prob`` or ``rate``; the kept values scaled by
+``1 / keep_prob``) built from existing ops: a ``RandomUniform`` draw of the
+noise shape, ``>= rate``, a cast and two multiplies. When the shape is known
+only at run time (a batch of ``None`` rows), the draw takes it as an input
+(``Shape`` of ``x``), as TF's ``RandomUniform`` does.
 """
 from __future__ import annotations
 
+import logging
+import numbers
 from typing import Any
 
 from distrib.errors import InvalidArgumentError
-from distrib.framework import distribution_context
-from distrib.framework.graph import Tensor, name_scope
+from distrib.framework import distribution_context, dtypes
+from distrib.framework.graph import Tensor, get_default_graph, name_scope
+from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
 from distrib.ops.math_ops import sigmoid, tanh  # noqa: F401 - dt.nn.sigmoid, dt.nn.tanh
 
 __all__ = [
     "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
     "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits",
-    "l2_loss", "compute_average_loss",
+    "l2_loss", "compute_average_loss", "dropout", "DropoutArgumentError",
 ]
+
+logger = logging.getLogger(__name__)
+
+
+class DropoutArgumentError(InvalidArgumentError, ValueError):
+    """A bad argument to ``dt.nn.dropout``. It is also a ``ValueError``, which is what
+    TF raises, so ported ``except ValueError`` code keeps working."""
 
 
 def relu(features: Any, name: str | None = None) -> Tensor:
@@ -133,3 +149,87 @@ def compute_average_loss(per_example_loss: Any, sample_weight: Any = None,
         return ops.divide(total, ops.cast(ops.convert_operand(global_batch_size), loss.dtype)
                           if not isinstance(global_batch_size, float) else global_batch_size,
                           name=scope)
+
+
+def dropout(x: Any, keep_prob: Any = None, noise_shape: Any = None, seed: int | None = None,
+            name: str | None = None, rate: Any = None) -> Tensor:
+    """``dt.nn.dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None,
+    rate=None)`` (TF1's signature): each element of ``x`` (or each slice along the
+    dimensions where ``noise_shape`` is 1) is kept with probability ``1 - rate``
+    and scaled by ``1 / (1 - rate)``, else zeroed. Give exactly one of
+    ``keep_prob`` and ``rate`` (``rate = 1 - keep_prob``); either may be a scalar
+    tensor (a placeholder fed 1.0 at evaluation, say)."""
+    try:
+        keep = 1.0 - keep_prob if keep_prob is not None else None
+    except TypeError:
+        raise DropoutArgumentError(f"keep_prob must be a floating point number or Tensor "
+                                   f"(got {keep_prob!r})") from None
+    if keep is not None:
+        if rate is not None:
+            raise DropoutArgumentError("Cannot specify both 'keep_prob' and 'rate'")
+        rate = keep
+    if rate is None:
+        raise DropoutArgumentError("You must provide a rate to dropout.")
+    return _dropout_v2(x, rate, noise_shape, seed, name)
+
+
+def _dropout_v2(x: Any, rate: Any, noise_shape: Any, seed: int | None,
+                name: str | None) -> Tensor:
+    x = ops.convert_operand(x)
+    with name_scope(name, "dropout", [x]):
+        if not x.dtype.is_floating:
+            raise DropoutArgumentError(
+                "x has to be a floating point tensor since it's going to be scaled. Got a "
+                f"{x.dtype.name} tensor instead.")
+        if isinstance(rate, numbers.Real):
+            if not 0 <= rate < 1:
+                raise DropoutArgumentError(f"rate must be a scalar tensor or a float in the "
+                                           f"range [0, 1), got {rate:g}")
+            if rate > 0.5:
+                logger.warning("Large dropout rate: %g (>0.5). In TensorFlow 2.x, dropout() "
+                               "uses dropout rate instead of keep_prob. Please ensure that "
+                               "this is intended.", rate)
+            if rate == 0:
+                return x
+        rate_t = ops.convert_to_tensor(rate, dtype=x.dtype, name="rate")
+        if rate_t.shape.rank not in (None, 0):
+            raise DropoutArgumentError(f"rate must be a scalar, got shape {rate_t.shape}")
+        draw = _uniform_draw(x, noise_shape, seed)
+        scale = ops.divide(1.0, ops.subtract(1.0, rate_t))
+        keep_mask = ops.cast(ops.greater_equal(draw, rate_t), x.dtype)
+        return ops.multiply(ops.multiply(x, scale), keep_mask)
+
+
+def _uniform_draw(x: Tensor, noise_shape: Any, seed: int | None) -> Tensor:
+    """``U[0, 1)`` of the noise shape: ``x``'s where not given, dimensions of
+    ``noise_shape`` left None filled from ``x``'s (TF's ``_get_noise_shape``)."""
+    if ops.is_tensor(noise_shape):
+        shape_t = ops.convert_to_tensor(noise_shape)
+        n = shape_t.shape.as_list()[0] if shape_t.shape.rank == 1 else None
+        return _dynamic_uniform(shape_t, None if n is None else [None] * n, x.dtype, seed)
+    if noise_shape is None:
+        known = x.shape
+    else:
+        known = TensorShape(noise_shape)
+        if known.rank is not None and known.rank == x.shape.rank:
+            known = TensorShape([n if n is not None else d
+                                 for n, d in zip(known.as_list(), x.shape.as_list())])
+        if not known.is_fully_defined():
+            raise DropoutArgumentError(
+                f"noise_shape {list(noise_shape)} has dimensions that x {x.shape} does not "
+                "know either; give them, or pass noise_shape as a tensor")
+    if known.is_fully_defined():
+        return ops.random_uniform(known.as_list(), dtype=x.dtype, seed=seed)
+    return _dynamic_uniform(ops.shape(x), known.as_list(), x.dtype, seed)
+
+
+def _dynamic_uniform(shape_t: Tensor, known: list | None, dtype: Any, seed: int | None) -> Tensor:
+    """A ``RandomUniform`` whose shape is the tensor ``shape_t`` (``known``: what is
+    known of it, for the graph's static shapes)."""
+    graph = get_default_graph()
+    if seed is None and graph.seed is not None:   # as math_ops.random_uniform derives it
+        seed = (int(graph.seed) * 1_000_003 + len(graph)) % (2**31 - 1)
+    attrs = {"shape": known, "dtype": dtypes.as_dtype(dtype), "minval": 0.0, "maxval": 1.0,
+             "seed": None if seed is None else int(seed)}
+    return ops.op_output("RandomUniform", [ops.cast(shape_t, dtypes.int32)], attrs,
+                         "random_uniform")

@@ -223,6 +223,18 @@ class Variable(TensorOperators):
     def get_shape(self) -> TensorShape:
         return self.shape
 
+    # -- dt.train.Checkpoint's value protocol (distrib.train.trackable) -----------------
+    def checkpoint_parts(self) -> list[Variable]:
+        """What a checkpoint reads to save this variable: itself."""
+        return [self]
+
+    def checkpoint_join(self, parts: Sequence[Any]) -> Any:
+        return parts[0]
+
+    def checkpoint_split(self, value: Any) -> list[tuple[Variable, Any]]:
+        """What a checkpoint assigns to restore ``value``: itself."""
+        return [(self, value)]
+
     __hash__ = object.__hash__
 
     def __eq__(self, other: object) -> bool:

@@ -62,24 +62,16 @@ def _dialed_host(host: str) -> str:
     return "127.0.0.1" if host in ("localhost", "") else host
 
 
-def task_devices() -> list[dict[str, Any]]:
+def task_devices(gpu_options: Any = None) -> list[dict[str, Any]]:
     """CPU:i for each logical CPU (dt.config; one by default), and GPU:i
-    for each CUDA device that CUDA_VISIBLE_DEVICES leaves
-    visible. numba is imported only when a GPU may exist (a driver node or the
-    simulator), so CPU-only hosts start fast."""
+    for each CUDA device that CUDA_VISIBLE_DEVICES leaves visible, narrowed by
+    ``gpu_options.visible_device_list`` (else by dt.config.set_visible_devices):
+    see ``config.task_gpus``. numba is imported only when a GPU may exist (a
+    driver node or the simulator), so CPU-only hosts start fast."""
     devices = [{"name": f"CPU:{i}", "memory_bytes": 0,
                 "description": "host CPU" if i == 0 else "logical CPU (dt.config)"}
                for i in range(config.logical_cpu_count(freeze=False))]
-    sim = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
-    if not sim and (os.environ.get("CUDA_VISIBLE_DEVICES") == ""
-                    or not os.path.exists("/dev/nvidiactl")):
-        return devices
-    try:
-        from kernels import devices as kdev
-        devices += kdev.gpu_devices()
-    except Exception as e:  # no driver, broken install: a task without GPUs
-        logger.info("no GPU devices: %s", e)
-    return devices
+    return devices + config.task_gpus(getattr(gpu_options, "visible_device_list", ""))
 
 
 class ServerCore:
@@ -119,6 +111,8 @@ class ServerCore:
     async def start(self) -> ServerCore:
         if self.started:
             return self
+        # listed first: a config naming GPUs this host lacks fails before anything listens
+        devices = task_devices(getattr(self.config, "gpu_options", None))
         await self._listen()
         if self.system.port != int(self.cluster.task_address(self.job_name, self.task_index)
                                    .rpartition(":")[2]):
@@ -131,7 +125,6 @@ class ServerCore:
             else:
                 job[self.task_index] = addr
             self.cluster = ClusterSpec(d)
-        devices = task_devices()
         self.worker = WorkerService(self.system, self.task, devices)
         self.master = MasterService(self.system, self.cluster, self.job_name, self.task_index)
         self.system.spawn("worker", self.worker)

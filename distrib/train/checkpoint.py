@@ -353,10 +353,14 @@ def checkpoint_exists(path: str) -> bool:
 
 @dataclass(frozen=True)
 class CheckpointState:
-    """TF's CheckpointState: the newest checkpoint and all kept ones, oldest first."""
+    """TF's CheckpointState: the newest checkpoint and all kept ones, oldest first;
+    ``CheckpointManager``'s bookkeeping (each kept one's time, the last time one
+    was kept for good) when it wrote the file, else empty and 0.0 (TF's defaults)."""
 
     model_checkpoint_path: str
     all_model_checkpoint_paths: tuple[str, ...]
+    all_model_checkpoint_timestamps: tuple[float, ...] = ()
+    last_preserved_timestamp: float = 0.0
 
 
 def _relative_to(directory: str, path: str) -> str:
@@ -368,11 +372,15 @@ def _relative_to(directory: str, path: str) -> str:
 
 def update_checkpoint_state(save_dir: str, model_checkpoint_path: str,
                             all_model_checkpoint_paths: Iterable[str] | None = None,
-                            latest_filename: str | None = None) -> None:
+                            latest_filename: str | None = None,
+                            all_model_checkpoint_timestamps: Iterable[float] | None = None,
+                            last_preserved_timestamp: float | None = None) -> None:
     """Write the ``checkpoint`` state file of ``save_dir`` atomically, like TF's function.
 
     ``model_checkpoint_path`` is appended to ``all_model_checkpoint_paths``
-    when it is not already last (TF's rule).
+    when it is not already last (TF's rule). The timestamps (TF's
+    ``update_checkpoint_state_internal``, what ``CheckpointManager`` keeps) are
+    written when given, one per path.
     """
     state_path = os.path.join(save_dir, latest_filename or STATE_FILENAME)
     if os.path.abspath(state_path) == os.path.abspath(model_checkpoint_path):
@@ -385,12 +393,18 @@ def update_checkpoint_state(save_dir: str, model_checkpoint_path: str,
         all_paths.append(model_checkpoint_path)
     lines = [f"model_checkpoint_path: {json.dumps(_relative_to(save_dir, model_checkpoint_path))}"]
     lines += [f"all_model_checkpoint_paths: {json.dumps(_relative_to(save_dir, p))}" for p in all_paths]
+    lines += [f"all_model_checkpoint_timestamps: {float(t)!r}"
+              for t in all_model_checkpoint_timestamps or ()]
+    if last_preserved_timestamp is not None:
+        lines.append(f"last_preserved_timestamp: {float(last_preserved_timestamp)!r}")
     text = ("\n".join(lines) + "\n").encode("utf-8")
     _atomic_write(state_path, lambda f: f.write(text))
 
 
 def _parse_state(text: str) -> CheckpointState:
     latest, all_paths = None, []
+    stamps: list[float] = []
+    preserved = 0.0
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -398,8 +412,14 @@ def _parse_state(text: str) -> CheckpointState:
         if not sep:
             raise ValueError(f"line {number} has no 'key: \"value\"'")
         key = key.strip()
+        if key == "all_model_checkpoint_timestamps":
+            stamps.append(float(value))
+            continue
+        if key == "last_preserved_timestamp":
+            preserved = float(value)
+            continue
         if key not in ("model_checkpoint_path", "all_model_checkpoint_paths"):
-            continue   # TF's newer fields (timestamps, numbers): not ours to read
+            continue   # TF's other fields: not ours to read
         path = json.loads(value.strip())
         if not isinstance(path, str):
             raise ValueError(f"line {number}: the value is not a quoted path")
@@ -409,7 +429,9 @@ def _parse_state(text: str) -> CheckpointState:
             all_paths.append(path)
     if latest is None:
         raise ValueError("no model_checkpoint_path")
-    return CheckpointState(latest, tuple(all_paths))
+    if stamps and len(stamps) != len(all_paths):
+        stamps = []   # not one per path: TF's manager then treats them as absent
+    return CheckpointState(latest, tuple(all_paths), tuple(stamps), preserved)
 
 
 def get_checkpoint_state(checkpoint_dir: str, latest_filename: str | None = None) -> CheckpointState | None:
@@ -431,7 +453,9 @@ def get_checkpoint_state(checkpoint_dir: str, latest_filename: str | None = None
         return p if os.path.isabs(p) else os.path.join(checkpoint_dir, p)
 
     return CheckpointState(absolute(state.model_checkpoint_path),
-                           tuple(absolute(p) for p in state.all_model_checkpoint_paths))
+                           tuple(absolute(p) for p in state.all_model_checkpoint_paths),
+                           state.all_model_checkpoint_timestamps,
+                           state.last_preserved_timestamp)
 
 
 def latest_checkpoint(checkpoint_dir: str, latest_filename: str | None = None) -> str | None:

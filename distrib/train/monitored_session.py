@@ -27,7 +27,10 @@ What it does, in order (TF's):
   then runs the step again, with a warning naming the error. After
   ``MAX_CONSECUTIVE_RECOVERIES`` failed attempts in a row, or when
   ``max_wait_secs`` have passed since the first, the error is raised.
-  Creating a session retries those errors too, within the same bound.
+  Creating a session retries those errors too, within the same bound. A
+  step of a closed session (``SessionClosedError``, TF's ``CancelledError``)
+  is not retried, unless the session closed under it was this one's own
+  recovery of another step's failure: then it runs again on the new one.
 * **close** (leaving the block): each hook's ``end(session)`` (the
   ``CheckpointSaverHook`` writes its final checkpoint), then the background
   tasks stop (``stop_grace_period_secs``) and the session closes. Leaving by
@@ -55,7 +58,7 @@ from typing import Any, Generator
 
 from distrib.client.fetches import feed_name
 from distrib.client.session import ConfigProto, Session
-from distrib.errors import AbortedError, OpError, OutOfRangeError, UnavailableError
+from distrib.errors import AbortedError, OpError, OutOfRangeError, SessionClosedError, UnavailableError
 from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.train.coordinator import Coordinator
 from distrib.train.elected_session import ChiefOnlyHook, ElectedSessionCreator
@@ -284,6 +287,9 @@ class MonitoredSession:
             try:
                 return await inner.run(fetches, feed_dict, options, run_metadata)
             except OpError as exc:
+                if isinstance(exc, SessionClosedError) and self._state == "open" \
+                        and self._inner is not inner:
+                    continue   # another step's recovery closed this one's session: run again
                 # preempted (a task failed or restarted), or a restarted ps's variables
                 # not restored yet: a new session waits for (or does) the restore
                 if not self._should_recover or not recoverable(exc):

@@ -32,6 +32,7 @@ from distrib.framework import distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, trainable_variables
+from distrib.train import trackable
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,10 @@ class Optimizer:
         """The slot ``slot_name`` of ``var``, created as ``<var>/<op_name>`` beside ``var``."""
         named = self._slots.setdefault(slot_name, {})
         if var.op not in named:
+            # a Checkpoint restored before the slot existed: it starts from that value
+            restored = trackable.deferred_value(self, ("slot", var.op, slot_name))
+            if restored is not None:
+                initial_value = _constant_of(restored, var)
             slot = named[var.op] = _create_slot(var, op_name, initial_value)
             primary = getattr(var, "mirror_primary", None)
             # (replica 0 applies first: apply_gradients_across_replicas goes in order)
@@ -258,6 +263,16 @@ class Optimizer:
                 # checkpoint entry, as TF's mirrored slots)
                 slot.mirror_primary = named[primary.op]
         return named[var.op]
+
+    def non_slot_variables(self, graph: Any) -> dict[str, list[Variable]]:
+        """``{name: [one variable per replica]}`` of the variables that belong to no
+        one variable (Adam's ``beta1_power``) in ``graph``: what a checkpoint saves."""
+        out: dict[str, list[Variable]] = {}
+        for (name, g, replica), var in sorted(self._non_slot_dict.items(),
+                                              key=lambda item: item[0][2] or 0):
+            if g is graph:
+                out.setdefault(name, []).append(var)
+        return out
 
     def _get_non_slot_variable(self, name: str, graph: Any) -> Variable | None:
         return self._non_slot_dict.get((name, graph, _replica_index()))
@@ -269,6 +284,9 @@ class Optimizer:
         graph = colocate_with.graph
         key = (name, graph, _replica_index())   # under a mirrored strategy: one per replica
         if key not in self._non_slot_dict:
+            restored = trackable.deferred_value(self, ("non_slot", name), keep=True)
+            if restored is not None:    # a Checkpoint's value, restored before it existed
+                initial_value = _constant_of(restored, colocate_with)
             with graph.as_default(), graph.colocate_with(colocate_with.op):
                 var = self._non_slot_dict[key] = Variable(
                     lambda: self._hyper(initial_value, colocate_with, name + "_initial"),
@@ -347,6 +365,11 @@ def gradient_tensor(grad: Any, var: Variable) -> Tensor:
             f"gradient {grad.name} has shape {grad.shape} but variable {var.name} has "
             f"{var.shape}")
     return grad
+
+
+def _constant_of(value: Any, like: Variable) -> Callable[[], Tensor]:
+    """An initial value of ``like``'s dtype holding a checkpoint's ``value``."""
+    return lambda: ops.constant(value, dtype=like.dtype)
 
 
 def _create_slot(var: Variable, op_name: str, initial_value: Callable[[], Tensor]) -> Variable:

@@ -107,7 +107,12 @@ class Instance:
                     self.waiting[src] = left
                 else:
                     del self.waiting[src]
-        del self.slots[(src, tag)]
+        self.slots.pop((src, tag), None)
+        if self.error is not None:
+            # the message came, then the instance failed before this waiter resumed
+            # (a peer's header and its abort read from one socket buffer): the
+            # instance's error (a mismatch naming both sides), not a KeyError
+            raise self.error
         return fut.result()
 
     def ready(self, src: int, tag: int) -> bool:

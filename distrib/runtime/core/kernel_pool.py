@@ -16,6 +16,14 @@ every core is busy, two kernels of a step at once only queue for one.
 kernels of a step may run at once, the loop's thread included; 1 runs them
 one at a time.
 
+A GPU kernel's first run with new argument dtypes and shapes goes to the
+pool too, whatever its weight (``launch_key``; the executor remembers the
+runs that finished): numba compiles a kernel on its first launch for each
+argument types, 0.1-1 s each and seconds for a step's worth, which on the
+loop's thread would hold back heartbeats until the task's peers declared it
+dead. Compiled kernels are cached on disk (``kernels/cuda_math.py``), so a
+later process loads them instead; every later run is inline as before.
+
 A short wait for another task's message polls instead of sleeping while a
 core would idle anyway (``spin_until``): on a VM, waking a halted virtual CPU
 costs 0.1-0.7 ms a message.
@@ -32,7 +40,7 @@ from distrib.settings import INTER_OP_THREADS
 
 __all__ = ["SPIN_S", "spin_until", "spare_core", "core_idle_while_waiting", "runnable_threads",
            "inter_op_threads", "parallel_slots", "thread_pool", "timed_kernel",
-           "running_on_pool", "may_offload", "span_union", "pick_heavy", "weigh"]
+           "running_on_pool", "may_offload", "span_union", "pick_heavy", "weigh", "launch_key"]
 
 
 # A kernel above this many multiply-adds or bytes is "heavy": worth a thread hop
@@ -215,3 +223,10 @@ def weigh(flops_of: Callable[[list, dict], int | None] | None, args: list[Any],
         total += getattr(a, "nbytes", 0)
     return (2 if total > _INLINE_MAX_BYTES else 1 if total >= _OFFLOOP_BYTES else 0,
             total / _OFFLOOP_BYTES)
+
+
+def launch_key(i: int, args: list[Any]) -> tuple:
+    """Node ``i``'s run on ``args`` as far as the kernels it compiles go: the
+    arguments' dtypes (numba compiles per argument types) and shapes (a shape
+    can pick another kernel: a broadcast, an empty input). Holds no array."""
+    return (i, *[(getattr(a, "dtype", None), getattr(a, "shape", None)) for a in args])

@@ -26,7 +26,7 @@ stopped, or restarted and has not sent again yet, is named.
 
 Closing a session aborts its steps (the master tells their tasks, as when a
 peer fails), with a ``SessionClosedError`` as the reason: a waiting op then
-fails with ``SessionClosedError`` (an ``UnavailableError``), not with the
+fails with ``SessionClosedError`` (a ``CancelledError``), not with the
 ``AbortedError`` of a failed peer, and its place in the queue is given up.
 """
 from __future__ import annotations

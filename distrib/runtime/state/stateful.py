@@ -6,7 +6,12 @@ update finds the array shared, by its reference count, only while some step,
 fetch or send still holds a read of it), so a read is always a snapshot and a
 training step whose reads are done before its updates copies nothing.
 Updates run on the event loop, so they are atomic with respect to reads and
-to each other (no lost updates between asynchronous replicas). The ops on
+to each other (no lost updates between asynchronous replicas); the one
+exception is a GPU variable's update on its first run with new argument
+types, which may compile its kernel and so runs on the kernel pool (the
+executor). A GPU variable is a device array: its updates run GPU kernels
+(numpy cannot write into device memory), or a CPU kernel on host copies
+written back where the update has no GPU kernel. The ops on
 accumulators and queues (``is_resource`` in the op catalogue,
 :mod:`distrib.framework.op_def`) are in :mod:`distrib.runtime.state.resources`.
 """
@@ -58,6 +63,9 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
         return [args[0]]
     if op in ("AssignAdd", "AssignSub"):
         cur = store.writable(name, node["name"])
+        if not isinstance(cur, np.ndarray):   # a GPU variable: numpy cannot write into it
+            kernels.get_kernel(op, kernels.GPU)([cur, args[0]], attrs)
+            return [cur if wanted else None]
         delta = np.asarray(host_array(args[0]), dtype=cur.dtype)
         if op == "AssignAdd":
             np.add(cur, delta, out=cur)
@@ -77,9 +85,23 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
         return [out if wanted else None]
     var = store.writable(name, node["name"])
     slots = [store.writable(attrs[k], node["name"]) for k in _SLOTS[op]]
-    fn = kernels.get_kernel(op, dev[0] if kernels.has_kernel(op, dev[0]) else "CPU")
-    fn([var, *slots, *args], attrs)
+    on = dev[0] if kernels.has_kernel(op, dev[0]) else "CPU"
+    if on == "CPU" and not isinstance(var, np.ndarray):
+        _update_on_host(kernels.get_kernel(op, on), [var, *slots], args, attrs)
+    else:
+        kernels.get_kernel(op, on)([var, *slots, *args], attrs)
     return [var if wanted else None]
+
+
+def _update_on_host(fn: Any, state: list[Any], args: list[Any], attrs: dict[str, Any]) -> None:
+    """A GPU variable updated by a CPU kernel (an update with no GPU kernel):
+    on host copies of it and its slots, written back to the device."""
+    from kernels import devices
+    hosts = [devices.to_host(s) for s in state]
+    fn([*hosts, *[host_array(a) for a in args]], attrs)
+    for s, h in zip(state, hosts):
+        if not isinstance(s, np.ndarray):
+            s.copy_to_device(h)
 
 
 # each update's slot variables, by the attrs that name them (ApplyAdam: m, v)

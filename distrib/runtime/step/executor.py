@@ -8,8 +8,10 @@ deadlock if either blocked on a receive that the other can only satisfy
 after its own receive.
 
 Kernels come from the one registry in ``kernels`` and run inline on the
-event loop's thread, or on the pool beside another heavy kernel or when too
-long for the loop (:mod:`distrib.runtime.core.kernel_pool` says when and why).
+event loop's thread, or on the pool beside another heavy kernel, when too
+long for the loop, or on a GPU node's first run with new argument types,
+which may compile its kernels (:mod:`distrib.runtime.core.kernel_pool` says
+when and why; the first run of a GPU variable's update goes there too).
 Which nodes are heavy is learnt from the step before (the first step runs
 inline).
 
@@ -53,10 +55,36 @@ __all__ = ["CompiledPartition", "RunStats"]
 # and resource store (facts of the op catalogue, derived once: a set test per op)
 _COLLECTIVE_OPS = op_types(lambda d: d.is_collective)
 _RESOURCE_OPS = op_types(lambda d: d.is_resource)
+# updates of a GPU variable that launch a kernel (Assign only copies the value in)
+_GPU_KERNEL_UPDATES = op_types(lambda d: d.is_update) - {"Assign"}
 
 
 class CompiledPartition(PartitionGraph):
     """A compiled partition that runs steps (the dataflow loop)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # (GPU node, argument dtypes and shapes) that have run once: the first
+        # such run may compile its kernels and goes to the pool (kernel_pool.launch_key)
+        self.gpu_warm: set[tuple] = set()
+
+    def _cold_gpu_run(self, i: int, args: list[Any]) -> tuple | None:
+        """The key of node ``i``'s GPU run on ``args`` when none like it has
+        finished yet (numba may compile now: it must not hold the loop), else None."""
+        key = kernel_pool.launch_key(i, args)
+        if key in self.gpu_warm:
+            return None
+        if len(self.gpu_warm) >= 4096:   # shapes that never repeat: forget, stay bounded
+            self.gpu_warm.clear()
+        return key
+
+    def _to_pool(self, key: tuple | None, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` on the kernel pool; a cold GPU run's key turns warm when it succeeds."""
+        fut = kernel_pool.thread_pool().submit(fn, *args)
+        if key is not None:
+            fut.add_done_callback(lambda f: not f.cancelled() and f.exception() is None
+                                  and self.gpu_warm.add(key))
+        return fut
 
     async def run(self, feeds: dict[str, Any], variables: VariableStore,
                   channel: StepChannel | None = None, stats: RunStats | None = None) -> list[Any]:
@@ -286,10 +314,11 @@ class CompiledPartition(PartitionGraph):
                 attrs = self.kernel_attrs[i]
                 weight, cost = kernel_pool.weigh(self.flops_of[i], args, attrs)
                 self.heavy[i] = cost if weight > 0 else 0.0
-                if weight == 2 or (weight == 1 and on_pool is not None and heavy_ready
-                                   and kernel_pool.may_offload(on_pool)):
-                    fut = kernel_pool.thread_pool().submit(kernel_pool.timed_kernel, fn, args,
-                                                           attrs, clock)
+                cold = self._cold_gpu_run(i, args) if dev[0] != "CPU" else None
+                if cold is not None or weight == 2 or (
+                        weight == 1 and on_pool is not None and heavy_ready
+                        and kernel_pool.may_offload(on_pool)):
+                    fut = self._to_pool(cold, kernel_pool.timed_kernel, fn, args, attrs, clock)
                     if on_pool is not None:
                         on_pool.append(fut)
                     return asyncio.wrap_future(fut)
@@ -330,8 +359,14 @@ class CompiledPartition(PartitionGraph):
                 # a waiting one (take, dequeue) returns a future, pending like a receive
                 return run_resource_op(node, [host_array(a) for a in args], variables.resources,
                                        channel, self.task)
+            dev = self.devices[i]
+            if dev[0] != "CPU" and op in _GPU_KERNEL_UPDATES:
+                cold = self._cold_gpu_run(i, args)
+                if cold is not None:   # its kernel may compile now: off the loop
+                    return asyncio.wrap_future(self._to_pool(
+                        cold, run_stateful, node, args, variables, self.wanted[i], dev))
             t0 = time.perf_counter()
-            out = run_stateful(node, args, variables, self.wanted[i], self.devices[i])
+            out = run_stateful(node, args, variables, self.wanted[i], dev)
             t1 = time.perf_counter()
             clock[0] += t1 - t0
             clock[2].append((t0, t1))

@@ -265,7 +265,7 @@ class MasterService:
         try:
             return await self._run_attempts(s, plan, feeds, opts)
         except OpError as e:
-            if not s.closed or isinstance(e, UnavailableError):
+            if not s.closed or isinstance(e, (UnavailableError, SessionClosedError)):
                 raise
             # whatever the step saw first (an aborted receive, say), the cause is the close
             raise SessionClosedError("the session was closed while the step waited: "

@@ -1,0 +1,213 @@
+"""How one worker learns it is about to be preempted, and how the workers agree.
+
+Two halves of ``PreemptionCheckpointHandler`` (``preemption.py``), kept apart
+from its save-and-exit logic:
+
+* **The notice** (:class:`TerminationNotice`). As TF's handler: without a
+  ``termination_watcher_fn`` a SIGTERM is the notice (a handler installed on
+  the main thread; it only notes the time, the training loop acts on it at
+  its next ``run``); with one, the function is polled every second, a plain
+  function on a daemon thread (it may do a little I/O, a metadata request),
+  a coroutine function as a task of the program's event loop. A second
+  SIGTERM puts the old handler back and raises the signal again: someone
+  who asks twice means it (the default action ends the process).
+* **The agreement** (:class:`Agreement`). TF's workers agree through its
+  coordination service's key-value store: the preempted worker publishes
+  "save after step n+1" and waits for every peer's acknowledgement, so the
+  step is one past the current one (a peer may be a step behind). We have
+  no such store, and need none: a ``run`` of every worker begins with one
+  small collective, an element-wise max over the workers of ``[notice,
+  runs, -runs, -interval]``. All workers run it at the same ``runs`` (each
+  training step is synchronous), so all of them see the same answer at the
+  same step, and it is this step: nothing is trained after the notice is
+  seen, and nobody waits for acknowledgements. ``runs`` checks the lockstep
+  on the way (after a restart it shows at once that every worker restored
+  the same checkpoint), and ``interval`` is when the next agreement is: the
+  fewest runs any worker asks for (``preemption.CHECK_PERIOD_S``), so the
+  agreement costs a small part of the training and a notice is still acted
+  on within a fraction of a second. The collective has a group key of its
+  own (no strategy hands it out), one op, in the default graph, run in the
+  strategy's scope so that its first-use initialization is the strategy's.
+  bench/recovery.py measures its cost (the ``preempt-mwms`` row).
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import signal
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from distrib.distribute.def_function import Function, function
+from distrib.errors import FailedPreconditionError
+from distrib.framework import distribution_context
+from distrib.framework.graph import get_default_graph
+from distrib.ops import collective_ops
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TerminationNotice", "Agreement", "call_maybe_async", "POLL_S"]
+
+POLL_S = 1.0        # TF polls a termination_watcher_fn every second
+_GROUP_KEY = 8      # MWMS's group is 7; CollectiveKeys hand out 1000 and up
+_INSTANCE_KEY = 1   # the one op of the group; each run pairs by its sequence number
+
+
+async def call_maybe_async(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, awaited when it gives an awaitable (a coroutine function,
+    a ``dt.function``)."""
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+class TerminationNotice:
+    """This worker's own notice: SIGTERM, or a polled ``termination_watcher_fn``."""
+
+    def __init__(self, watcher_fn: Callable[[], Any] | None, name: str) -> None:
+        self._watcher_fn = watcher_fn
+        self._name = name
+        self.received_at: float | None = None   # time.time() of the notice
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._task: asyncio.Task | None = None
+        self._previous: Any = None
+        self._installed = False
+        if watcher_fn is None:
+            self._install()
+        elif not inspect.iscoroutinefunction(watcher_fn):
+            self._thread = threading.Thread(target=self._poll_thread, daemon=True,
+                                            name=f"WorkerTerminationSignalWatcher-{name}")
+            self._thread.start()
+
+    @property
+    def received(self) -> bool:
+        return self.received_at is not None
+
+    def note(self) -> None:
+        """The notice came (also what a test or a platform hook may call). No I/O here:
+        a signal handler that logs can meet the main thread inside the same stream's
+        write (a reentrant-call error); the handler logs when it acts on the notice."""
+        if self.received_at is None:
+            self.received_at = time.time()
+
+    def clear(self) -> None:
+        """Handled and not exited (an ``exit_fn`` that returns): watch again."""
+        self.received_at = None
+
+    # -- SIGTERM ---------------------------------------------------------------------------
+    def _install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            raise ValueError("PreemptionCheckpointHandler watches SIGTERM, and Python lets "
+                             "only the main thread install a signal handler: make it on the "
+                             "main thread, or pass TerminationConfig(termination_watcher_fn=...)")
+        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._installed = True
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.received_at is None:
+            self.note()
+            return
+        # asked again: the old handler back, and the signal again (default: the end)
+        self._uninstall()
+        signal.raise_signal(signal.SIGTERM)
+
+    def _uninstall(self) -> None:
+        if self._installed:
+            self._installed = False
+            if signal.getsignal(signal.SIGTERM) == self._on_sigterm:   # not one set since
+                signal.signal(signal.SIGTERM, self._previous if self._previous is not None
+                              else signal.SIG_DFL)
+
+    # -- a termination_watcher_fn ----------------------------------------------------------
+    def _poll_thread(self) -> None:
+        while not self._stop.is_set() and self.received_at is None:
+            try:
+                if self._watcher_fn():
+                    self.note()
+                    return
+            except Exception:   # noqa: BLE001 - a flaky watcher must not end the watch
+                logger.exception("termination_watcher_fn failed; polling on")
+            self._stop.wait(POLL_S)
+
+    def start_async(self) -> None:
+        """Start polling a coroutine ``termination_watcher_fn`` on the running loop."""
+        if self._task is None and inspect.iscoroutinefunction(self._watcher_fn):
+            self._task = asyncio.get_running_loop().create_task(self._poll_task())
+
+    async def _poll_task(self) -> None:
+        while not self._stop.is_set() and self.received_at is None:
+            try:
+                if await self._watcher_fn():
+                    self.note()
+                    return
+            except Exception:   # noqa: BLE001 - as in the thread
+                logger.exception("termination_watcher_fn failed; polling on")
+            await asyncio.sleep(POLL_S)
+
+    def stop(self) -> None:
+        """Stop watching (before the exit, or when the handler is dropped)."""
+        self._stop.set()
+        self._uninstall()
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(POLL_S + 1)
+            self._thread = None
+
+
+class Agreement:
+    """The per-step collective among the workers (module header); one worker: none."""
+
+    def __init__(self, strategy: Any, num_workers: int) -> None:
+        self._strategy = strategy
+        self.num_workers = num_workers
+        self._function: Function | None = None
+        self.calls = 0              # how many exchanges ran, and their time (the bench reads)
+        self.seconds = 0.0
+
+    @property
+    def collective(self) -> bool:
+        return self.num_workers > 1
+
+    async def exchange(self, values: list[int]) -> np.ndarray:
+        """The element-wise max of ``values`` over the workers (int64)."""
+        array = np.asarray(values, dtype=np.int64)
+        if not self.collective:
+            return array
+        if self._function is None:
+            self._function = function(self._max_over_workers)
+        start = time.perf_counter()
+        with self.scope():
+            out = np.asarray(await self._function(array))
+        self.calls += 1
+        self.seconds += time.perf_counter() - start
+        return out
+
+    def _max_over_workers(self, values: Any) -> Any:
+        device = self._strategy.replica_devices[0]
+        with get_default_graph().device(device):
+            return collective_ops.all_reduce(values, self.num_workers, _GROUP_KEY,
+                                             _INSTANCE_KEY, merge_op="Max",
+                                             name="PreemptionAgreement")
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """The strategy's scope, unless it is open already (steps, saves, restores)."""
+        current = distribution_context.strategy()
+        if self._strategy is None or current is self._strategy:
+            yield
+        elif current is not None:
+            raise FailedPreconditionError(
+                f"PreemptionCheckpointHandler belongs to {self._strategy!r}, but the scope of "
+                f"{current!r} is open: call it outside other strategies' scopes")
+        else:
+            with self._strategy.scope():
+                yield

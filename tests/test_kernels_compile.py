@@ -1,0 +1,389 @@
+"""Every CUDA kernel the registry can launch, compiled for real GPUs on a
+machine without one.
+
+numba's CUDA simulator runs kernels as Python and accepts code the real
+compiler refuses (a shared array whose shape is an expression, say: every
+MatMul failed on the first real GPU while the simulator suite passed). So
+this test compiles, with NVIDIA's own NVVM compiler (the ``nvidia-nvvm``
+wheel of the ``test`` extra), each (kernel, argument types) pair that the
+registered GPU ops launch, for compute capabilities 8.0 and 9.0, with
+``numba.cuda.compile_ptx``: the same typing, lowering and NVVM code
+generation a first launch on a GPU goes through, without a driver.
+
+Which pairs: a fresh interpreter without the simulator (``record`` below)
+replaces numba's device arrays by host arrays that type like them and its
+kernel launches by a recorder, then runs every op of ``registered_ops("GPU")``
+for every dtype its CPU kernel serves, on cases built from the op catalogue
+(an update op's variable, slots and hyper-parameters from its entry; other
+ops from ``CASES`` or, by default, one tensor per declared input). A new GPU
+op is therefore picked up by itself; one that no case can run fails the test
+and says what to add. Every kernel object reachable from the ``kernels.cuda*``
+modules must have been launched by some case, and every launched kernel must
+cache its compiled code on disk (``cache=True``) with a key numba can compute.
+
+The test skips (with the reason) only when the NVVM wheel is not installed.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CCS = ((8, 0), (9, 0))
+DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
+RNG = np.random.default_rng(7)
+
+
+def _nvvm_missing() -> str | None:
+    try:
+        importlib.metadata.version("nvidia-nvvm")
+    except importlib.metadata.PackageNotFoundError:
+        return ("NVIDIA's NVVM compiler wheel (nvidia-nvvm) is not installed: "
+                "pip install -e '.[test]' brings it")
+    return None
+
+
+# --- cases: (inputs, attrs) an op runs on, per dtype --------------------------------
+
+def _x(dtype: str, *shape: int) -> np.ndarray:
+    a = RNG.standard_normal(shape or (4, 6)) * 3
+    if dtype == "bool":
+        return a > 0
+    if np.dtype(dtype).kind in "iu":
+        return np.abs(a).astype(dtype) + 1   # positive, no zero (RealDiv, Log, Sqrt)
+    return (np.abs(a) + 0.5).astype(dtype)
+
+
+def _binary(d: str) -> list:
+    x = _x(d)
+    return [([x, _x(d)], {}), ([x, _x(d, 6)], {}), ([x, _x(d, 1).reshape(())], {}),
+            ([_x(d, 1).reshape(()), x], {})]
+
+
+def _labels(dtype: str) -> list:
+    return [([_x(dtype), np.eye(6, dtype=dtype)[[0, 3, 5, 1]]], {})]
+
+
+CASES: dict[str, Callable[[str], list]] = {
+    "Const": lambda d: [([], {"value": _x(d), "dtype": d})],
+    "Zeros": lambda d: [([], {"shape": [4, 6], "dtype": d})],
+    "Ones": lambda d: [([], {"shape": [4, 6], "dtype": d})],
+    "Cast": lambda d: [([_x(d)], {"dtype": to}) for to in DTYPES],
+    "Reshape": lambda d: [([_x(d)], {"shape": [6, -1]})],
+    "BiasAdd": lambda d: [([_x(d), _x(d, 6)], {})],
+    "MatMul": lambda d: [([_x(d), _x(d, 6, 5)], {}),
+                         ([_x(d, 6, 4), _x(d, 6, 5)], {"transpose_a": True}),
+                         ([_x(d), _x(d, 5, 6)], {"transpose_b": True})],
+    "Sum": lambda d: [([_x(d)], {"axis": a}) for a in (None, 0, 1)],
+    "Mean": lambda d: [([_x(d)], {"axis": a}) for a in (None, 0, 1)],
+    "ArgMax": lambda d: [([_x(d)], {"axis": 1, "output_type": t}) for t in ("int32", "int64")],
+    "SumToShapeOf": lambda d: [([_x(d), np.zeros(s, d)], {}) for s in ((), (6,), (1, 6))],
+    "SoftmaxCrossEntropyWithLogits": _labels,
+    "SparseSoftmaxCrossEntropyWithLogits": lambda d: [
+        ([_x(d), np.array([0, 3, 5, 1], t)], {}) for t in ("int32", "int64")],
+}
+# an update op's inputs that are tensors shaped like the variable; the others are scalars
+_TENSOR_INPUTS = {"grad", "delta", "value"}
+
+
+def cases_for(op: str, dtype: str) -> list:
+    """The (inputs, attrs) cases of ``op`` for ``dtype`` (the inputs host arrays)."""
+    from distrib.framework.op_def import op_def
+    if op in CASES:
+        return CASES[op](dtype)
+    d = op_def(op)
+    if d.is_update:   # [var, *slots, *inputs] (distrib.runtime.state.stateful)
+        state = [_x(dtype) for _ in range(1 + len(d.slot_attrs))]
+        args = [_x(dtype) if name in _TENSOR_INPUTS else _x(dtype, 1).reshape(())
+                for name in d.inputs]
+        out = [(state + args, {})]
+        if op == "ApplyMomentum":
+            out.append((state + args, {"use_nesterov": True}))
+        if any(name in ("delta", "value") for name in d.inputs):   # a scalar delta
+            out.append((state + [_x(dtype, 1).reshape(())], {}))
+        return out
+    required = [n for n in d.inputs if not n.endswith(("?", "*"))]
+    if len(required) == 2:   # equal shapes, a row, scalars (those its CPU kernel takes)
+        return _binary(dtype)
+    return [([_x(dtype) for _ in required], {})]
+
+
+# --- the child: record every launch, compile it for each target -------------------
+
+class FakeDeviceArray:
+    """Host memory posing as a numba device array: the kernels' host code runs
+    on it unchanged, and numba types it as it types a contiguous device array."""
+
+    def __init__(self, host: np.ndarray) -> None:
+        self.host = np.ascontiguousarray(host)
+
+    shape = property(lambda self: self.host.shape)
+    dtype = property(lambda self: self.host.dtype)
+    ndim = property(lambda self: self.host.ndim)
+    size = property(lambda self: self.host.size)
+    nbytes = property(lambda self: self.host.nbytes)
+
+    @property
+    def _numba_type_(self) -> Any:
+        from numba import typeof
+        return typeof(self.host)
+
+    def reshape(self, *shape: Any) -> FakeDeviceArray:
+        return FakeDeviceArray(self.host.reshape(*shape))
+
+    def copy_to_host(self, ary: Any = None, stream: Any = 0) -> np.ndarray:
+        return self.host.copy()
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        self.host[...] = np.asarray(ary)
+
+
+class _Recorder:
+    """What ``kernel[grid, block]`` returns while recording: notes the argument types."""
+
+    def __init__(self, kernel: Any, launches: dict, label: list) -> None:
+        self.kernel, self.launches, self.label = kernel, launches, label
+
+    def __call__(self, *args: Any) -> None:
+        sig = tuple(self.kernel.typeof_pyval(a) for a in args)
+        entry = self.launches.setdefault((id(self.kernel), sig), [self.kernel, sig, []])
+        if len(entry[2]) < 3:
+            entry[2].append(self.label[0])
+
+
+def _install_fakes(launches: dict, label: list) -> None:
+    from numba import cuda
+    from numba.cuda.dispatcher import CUDADispatcher
+    CUDADispatcher.__getitem__ = lambda self, cfg: _Recorder(self, launches, label)
+    cuda.to_device = lambda obj, *a, **k: FakeDeviceArray(np.array(obj, copy=True))
+    cuda.device_array = lambda shape, dtype=np.float64, *a, **k: FakeDeviceArray(
+        np.zeros(shape, dtype=dtype))
+    cuda.as_cuda_array = lambda obj, *a, **k: FakeDeviceArray(np.asarray(obj))
+
+
+def _kernel_objects() -> dict[int, tuple[Any, str]]:
+    """Every CUDA kernel (not device function) reachable from the kernels.cuda*
+    modules: their globals, the dicts among them, and the closures of their
+    functions (factories' kernels live there), by id."""
+    from numba.cuda.dispatcher import CUDADispatcher
+    found: dict[int, tuple[Any, str]] = {}
+    seen: set[int] = set()
+
+    def visit(obj: Any, where: str, depth: int) -> None:
+        if id(obj) in seen or depth > 4:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, CUDADispatcher):
+            if not obj.targetoptions.get("device"):
+                found[id(obj)] = (obj, where)
+            return
+        if isinstance(obj, dict):
+            for k, v in list(obj.items()):
+                visit(v, f"{where}[{k!r}]", depth + 1)
+        elif callable(obj) and getattr(obj, "__closure__", None):
+            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__):
+                try:
+                    visit(cell.cell_contents, f"{where}.<{name}>", depth + 1)
+                except ValueError:   # an empty cell
+                    pass
+
+    for name, mod in sorted(sys.modules.items()):
+        if name.startswith("kernels.cuda") and mod is not None:
+            for attr, value in vars(mod).items():
+                visit(value, f"{name}.{attr}", 0)
+    from kernels.registry import GPU, get_kernel, registered_ops
+    for op in registered_ops(GPU):
+        visit(get_kernel(op, GPU), f"registry[{op}]", 0)
+    return found
+
+
+def _cache_problem(kernel: Any, sig: tuple) -> str | None:
+    """Why ``kernel`` would not reuse its compiled code from disk, or None."""
+    from numba.cuda.dispatcher import CUDACache
+
+    class Codegen:   # the key's target part, without a driver
+        def magic_tuple(self) -> tuple:
+            return ((13, 0), (9, 0))
+    cache = kernel._cache
+    if not isinstance(cache, CUDACache):
+        return "not cached on disk: give its @cuda.jit cache=True"
+    try:
+        cache._index_key(sig, Codegen())
+    except Exception as e:   # e.g. a closure variable numba cannot pickle
+        return f"numba cannot compute its cache key: {type(e).__name__}: {e}"
+    return None
+
+
+def _assign(ufunc: Any) -> Callable[[list, dict], list]:
+    # what distrib.runtime.state.stateful does for a CPU variable
+    def run(inputs: list, attrs: dict) -> list:
+        return [ufunc(inputs[0], np.asarray(inputs[1], inputs[0].dtype), out=inputs[0])]
+    return run
+
+
+# the CPU behaviour of GPU ops that the runtime, not a CPU kernel, runs on a CPU
+REFERENCES: dict[str, Callable[[list, dict], list]] = {
+    "AssignAdd": _assign(np.add), "AssignSub": _assign(np.subtract)}
+
+
+def _cpu_reference(op: str) -> Callable[[list, dict], list] | None:
+    from kernels.registry import CPU, get_kernel, has_kernel
+    return get_kernel(op, CPU) if has_kernel(op, CPU) else REFERENCES.get(op)
+
+
+def _run_case(op: str, dtype: str, inputs: list, attrs: dict, label: list) -> str:
+    """'cpu': the CPU kernel refuses it (a dtype the op does not serve) or the
+    GPU kernel does with a KernelError; 'ok'; or the GPU kernel's crash."""
+    import kernels
+    from kernels.registry import GPU
+    try:
+        _cpu_reference(op)([np.array(x) for x in inputs], dict(attrs))
+    except (ValueError, TypeError, ArithmeticError):
+        return "cpu"
+    label[0] = f"{op}[{dtype}]{attrs or ''}"
+    try:
+        kernels.get_kernel(op, GPU)([FakeDeviceArray(x) for x in inputs], dict(attrs))
+    except kernels.KernelError:   # refused with a typed error: a case the GPU op does not serve
+        return "cpu"
+    except Exception as e:   # the GPU op's host code broke where the CPU kernel ran
+        return f"{type(e).__name__}: {e}"
+    return "ok"
+
+
+def record() -> tuple[dict, list[str], dict]:
+    """Every (kernel, argument types) the registered GPU ops launch; the ops
+    no case could run; each op's (dtype: outcome) table."""
+    launches: dict = {}
+    label = [""]
+    _install_fakes(launches, label)
+    from kernels.gpu_loader import load_gpu_kernels
+    from kernels.registry import GPU, registered_ops
+    load_gpu_kernels()   # raises what the registry would only log (it falls back to CPU)
+    no_case, served = [], {}
+    for op in registered_ops(GPU):
+        if _cpu_reference(op) is None:
+            no_case.append(f"{op}: no CPU kernel to check a case against; add one to "
+                           "REFERENCES in tests/test_kernels_compile.py")
+            continue
+        outcomes = {}
+        for dtype in DTYPES:
+            try:
+                cases = cases_for(op, dtype)
+            except Exception as e:
+                outcomes[dtype] = f"case error: {type(e).__name__}: {e}"
+                continue
+            results = [_run_case(op, dtype, ins, attrs, label) for ins, attrs in cases]
+            outcomes[dtype] = next((r for r in results if r not in ("ok", "cpu")),
+                                   "ok" if "ok" in results else "cpu")
+        served[op] = outcomes
+        if all(v == "cpu" for v in outcomes.values()):
+            no_case.append(f"{op}: its CPU kernel refused every case; add one to CASES in "
+                           "tests/test_kernels_compile.py")
+    return launches, no_case, served
+
+
+def compile_all(cc: tuple[int, int]) -> dict:
+    """The child's work: record, then compile every launch for ``cc``.
+
+    One target per process: a device function a kernel calls compiles with
+    the current device's compute capability (numba asks the driver), here
+    ``cc``, and stays compiled in its dispatcher."""
+    t0 = time.perf_counter()
+    launches, no_case, served = record()
+    from types import SimpleNamespace
+
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda
+    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    launched_ids = {k[0] for k in launches}
+    never = sorted(where for kid, (_, where) in _kernel_objects().items() if kid not in launched_ids)
+    failures, cache = [], []
+    t1 = time.perf_counter()
+    for kernel, sig, labels in launches.values():
+        name = f"{kernel.py_func.__module__}.{kernel.py_func.__qualname__}{tuple(map(str, sig))}"
+        problem = _cache_problem(kernel, sig)
+        if problem:
+            cache.append(f"{name}: {problem}")
+        opts = {k: kernel.targetoptions[k] for k in ("fastmath", "debug", "lineinfo")
+                if k in kernel.targetoptions}
+        try:
+            cuda.compile_ptx(kernel.py_func, sig, cc=cc, **opts)
+        except Exception as e:
+            msg = [m.strip() for m in str(e).strip().splitlines() if m.strip()]
+            failures.append(f"cc {cc[0]}.{cc[1]}: {name}, launched by {labels}: "
+                            f"{type(e).__name__}: {' '.join(msg[:6])}")
+    return {"pairs": len(launches), "kernels": len(launched_ids), "failures": failures,
+            "never_launched": never, "no_case": no_case, "cache": cache,
+            "gpu_crashed": {op: {d: r for d, r in o.items() if r not in ("ok", "cpu")}
+                            for op, o in served.items()},
+            "record_s": t1 - t0, "compile_s": time.perf_counter() - t1}
+
+
+# --- the test -------------------------------------------------------------------------
+
+def _child(cc: tuple[int, int]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(CUDA_VISIBLE_DEVICES="", NUMBA_ENABLE_CUDASIM="0",
+               PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), json.dumps(cc)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-6000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_every_gpu_kernel_compiles_for_real_targets():
+    reason = _nvvm_missing()
+    if reason:
+        pytest.skip(reason)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(len(CCS)) as pool:   # one interpreter per target: two cores
+        results = list(pool.map(_child, CCS))
+    took = time.perf_counter() - t0
+    first = results[0]
+    print(f"{first['kernels']} kernels, {first['pairs']} (kernel, types) pairs, x{len(CCS)} "
+          f"targets: {took:.1f}s (record {first['record_s']:.1f}s, compile "
+          f"{max(r['compile_s'] for r in results):.1f}s)")
+    assert first["pairs"] > 0 and first["kernels"] > 10
+    assert not first["no_case"], "\n".join(first["no_case"])
+    assert not first["never_launched"], (
+        "CUDA kernels that no case launches (add a case to CASES in "
+        "tests/test_kernels_compile.py):\n" + "\n".join(first["never_launched"]))
+    failures = [f for r in results for f in r["failures"]]
+    assert not failures, f"{len(failures)} kernel compilations failed:\n" + "\n".join(failures)
+    crashed = {op: r for op, r in first["gpu_crashed"].items() if r}
+    assert not crashed, f"the GPU kernel crashed where the CPU kernel ran: {crashed}"
+    assert not first["cache"], "\n".join(first["cache"])
+
+
+def test_the_compile_check_runs_in_the_test_dependencies():
+    """``make test`` and CI install the test extra: the NVVM wheels must be in it,
+    so the compile test above runs there instead of skipping."""
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        test_extra = tomllib.load(f)["project"]["optional-dependencies"]["test"]
+    names = {r.split("==")[0].split("[")[0].strip().lower() for r in test_extra}
+    assert {"numba-cuda", "nvidia-nvvm", "nvidia-cuda-nvrtc"} <= names
+
+
+def test_the_compile_check_skips_only_for_a_missing_nvvm_wheel(monkeypatch):
+    def absent(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", absent)
+    assert "nvidia-nvvm" in _nvvm_missing()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    json.dump(compile_all(tuple(json.loads(sys.argv[1]))), sys.stdout)
+    print()
