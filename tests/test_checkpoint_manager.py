@@ -68,6 +68,16 @@ async def test_deletion_keeps_the_newest_max_to_keep(tmp_path):
     assert dt.train.latest_checkpoint(str(tmp_path)) == paths[3]
 
 
+async def test_a_worker_that_does_not_write_keeps_a_bounded_list(tmp_path, monkeypatch):
+    """A non-chief's manager (its Checkpoint writes no file) keeps the chief's
+    list: the newest max_to_keep, not every path it ever saved to."""
+    ckpt = dt.train.Checkpoint()
+    manager = dt.train.CheckpointManager(ckpt, str(tmp_path), max_to_keep=2)
+    monkeypatch.setattr(ckpt, "writes_files", lambda live=None: False)
+    paths = [await manager.save() for _ in range(5)]
+    assert manager.checkpoints == paths[3:] and manager.latest_checkpoint == paths[4]
+
+
 async def test_keep_all_and_a_later_manager_takes_the_list_over(tmp_path):
     """TF testKeepAll."""
     ckpt = dt.train.Checkpoint()

@@ -502,3 +502,17 @@ def test_trainer_takes_cluster_and_task_from_tf_config(monkeypatch):
     with pytest.raises(SystemExit) as e:
         parse_args([])
     assert e.value.code == 2
+
+
+def test_a_task_that_keeps_exiting_42_is_crash_looping_not_preempted(monkeypatch, capsys):
+    """Exit 42 (a preemption, its checkpoint saved) is restarted uncounted only
+    up to MAX_PREEMPTIONS times per task; past that it counts as a failure, so
+    a task that always exits 42 ends the launch instead of restarting forever."""
+    from distrib.launch import launcher
+    monkeypatch.setattr(launcher, "MAX_PREEMPTIONS", 2)
+    code, err = run_main(["--ps", "0", "--workers", "1", "--max_restarts", "1",
+                          "--restart_backoff", "0.01", "--", sys.executable, "-c",
+                          "import sys; sys.exit(42)"], capsys)
+    assert code == 1, err
+    assert err.count("not counted against --max_restarts") == 2, err
+    assert "restart 1 of 1" in err and "no restarts left" in err, err

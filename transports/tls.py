@@ -128,6 +128,8 @@ async def speaks_tls(host: str, port: int, timeout: float) -> bool:
         transport, _ = await asyncio.wait_for(loop.create_connection(
             asyncio.Protocol, host, port, ssl=probe, server_hostname=host), timeout)
     except ssl.SSLError as exc:
+        # ``reason`` is OpenSSL's reason mnemonic (a code such as
+        # TLSV13_ALERT_CERTIFICATE_REQUIRED), not prose: any alert is a TLS peer
         return "ALERT" in str(getattr(exc, "reason", "") or "").upper()
     except (OSError, asyncio.TimeoutError):
         return False

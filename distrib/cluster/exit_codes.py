@@ -7,8 +7,9 @@ maintenance notice), it saved its progress at a step every worker agreed on
 and exited so that it is restarted, not mourned. TensorFlow's
 ``PreemptionCheckpointHandler`` exits with 42 there (its default ``exit_fn``,
 ``sys.exit(42)``, the restart code of Google's cluster manager; on GCE it is
-143), and so does ours: the launcher restarts a task that exits 42 at once,
-without counting it against ``--max_restarts`` (a preemption is the
+143), and so does ours: the launcher restarts a task that exits 42 after its
+restart backoff (not doubled), without counting it against ``--max_restarts``
+(up to ``MAX_PREEMPTIONS`` times per task) (a preemption is the
 platform's doing, not the program's: Kubernetes' pod-failure policy and
 Borg do not count a disruption as a failure either). The code lives in this
 low layer because both sides read it: ``distrib.distribute`` (the handler)

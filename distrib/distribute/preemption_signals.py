@@ -97,10 +97,6 @@ class TerminationNotice:
         if self.received_at is None:
             self.received_at = time.time()
 
-    def clear(self) -> None:
-        """Handled and not exited (an ``exit_fn`` that returns): watch again."""
-        self.received_at = None
-
     # -- SIGTERM ---------------------------------------------------------------------------
     def _install(self) -> None:
         if threading.current_thread() is not threading.main_thread():

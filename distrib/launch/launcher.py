@@ -31,7 +31,9 @@ The rules it keeps, and why:
   after ``restart_backoff_s``, never doubled and never counted against
   ``max_restarts``: the platform's doing, not the program's (Borg and
   Kubernetes' pod-failure policy do not count a disruption either). The
-  wait lets every worker of the save exit before one comes back.
+  wait lets every worker of the save exit before one comes back. Past
+  ``MAX_PREEMPTIONS`` such restarts of one task, an exit 42 counts as a
+  failure: a task that always exits 42 is crash-looping, not preempted.
 - **Output as it comes.** Every line a task writes (stdout to stdout, stderr
   to stderr) is printed at once, prefixed ``[job:index] ``; children get
   ``PYTHONUNBUFFERED=1`` so a Python task's lines are not held in its buffer.
@@ -66,6 +68,11 @@ _READ_CHUNK = 64 * 1024
 _PR_SET_PDEATHSIG = 1
 _PUMP_DRAIN_S = 2.0      # after a task exits, how long its pipes may still deliver
 _KILL_WAIT_S = 5.0       # after SIGKILL: the kernel needs no longer
+# Uncounted restarts after exit 42 a task may have: past that, a task that keeps
+# exiting 42 (a program using the code for something else, a termination
+# signal that outlives the restart) is crash-looping, and each further exit
+# 42 counts against --max_restarts like any failure.
+MAX_PREEMPTIONS = 100
 
 
 @dataclass(frozen=True)
@@ -289,7 +296,8 @@ class Launcher:
                 t.state = DONE
                 self.say(f"{t.name} finished (exit code 0)", t)
                 break
-            if returncode == RESTART_EXIT_CODE:   # preempted, its progress saved: not a failure
+            if returncode == RESTART_EXIT_CODE and t.preemptions < MAX_PREEMPTIONS:
+                # preempted, its progress saved: not a failure
                 t.preemptions += 1
                 t.state = BACKOFF
                 delay = min(self.config.restart_backoff_s, self.config.max_backoff_s)

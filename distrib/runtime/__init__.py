@@ -5,7 +5,8 @@ wing imports only the wings before it in this order.
   model, a step's abort signal and waits, how a step holds its tensors.
 - ``actors/``: the actor system (actors addressed by (address, name),
   request/reply over pooled transport connections), its failure detector,
-  and each service's declared messages (``actors/doors.py``).
+  and the base of the doors (``actors/door.py``); each service's messages
+  are declared in its own wing's ``doors.py``.
 - ``chief/``: chief election: the lease an arbiter grants, the election
   loop, the fence that refuses a deposed chief's writes.
 - ``state/``: what a task owns across steps: the variable store, resources

@@ -152,13 +152,16 @@ class CheckpointManager:
         self._maybe_delete[path] = stamp
         self._latest_checkpoint = path
         if not self._checkpoint.writes_files():
+            # a worker that does not write keeps the same list as the chief
+            # (which deletes the files), so its list stays bounded too
+            self._sweep(delete=False)
             return
         # named first, deleted after: a crash between leaves only existing files named
         self._record_state()
         self._sweep()
         self._record_state()
 
-    def _sweep(self) -> None:
+    def _sweep(self, delete: bool = True) -> None:
         if not self._max_to_keep:
             return   # None: everything stays in the managed list
         while len(self._maybe_delete) > self._max_to_keep:
@@ -169,8 +172,10 @@ class CheckpointManager:
                 logger.info("keeping checkpoint %s for good (keep_checkpoint_every_n_hours)",
                             path)
                 continue
-            checkpoint.delete_checkpoints([path])
-            logger.info("deleted old checkpoint %s (max_to_keep=%d)", path, self._max_to_keep)
+            if delete:
+                checkpoint.delete_checkpoints([path])
+                logger.info("deleted old checkpoint %s (max_to_keep=%d)", path,
+                            self._max_to_keep)
 
     def _record_state(self) -> None:
         checkpoint.update_checkpoint_state(

@@ -16,6 +16,7 @@ writes the next version into another arena buffer (:meth:`update_target`).
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,11 @@ class VariableStore:
         self._ids: dict[str, tuple[int, ...]] = {}   # what each variable put in _owned
         # the task's accumulators and queues: they live exactly as long as its variables
         self.resources = ResourceStore(task)
+        # GPU updates running off the loop (a first run that may compile its
+        # kernel): while any is pending, every GPU update goes behind it on the
+        # pool (update_lock), so updates of a variable never overlap
+        self.offloop_updates = 0
+        self.update_lock = threading.Lock()
 
     def __contains__(self, name: str) -> bool:
         return name in self._values

@@ -59,6 +59,17 @@ _RESOURCE_OPS = op_types(lambda d: d.is_resource)
 _GPU_KERNEL_UPDATES = op_types(lambda d: d.is_update) - {"Assign"}
 
 
+def _locked_update(node: Any, args: list[Any], variables: VariableStore, wanted: bool,
+                   dev: tuple[str, int]) -> Any:
+    """A GPU variable update on the pool, one at a time (see VariableStore.update_lock)."""
+    with variables.update_lock:
+        return run_stateful(node, args, variables, wanted, dev)
+
+
+def _update_done(variables: VariableStore) -> None:
+    variables.offloop_updates -= 1
+
+
 class CompiledPartition(PartitionGraph):
     """A compiled partition that runs steps (the dataflow loop)."""
 
@@ -362,9 +373,14 @@ class CompiledPartition(PartitionGraph):
             dev = self.devices[i]
             if dev[0] != "CPU" and op in _GPU_KERNEL_UPDATES:
                 cold = self._cold_gpu_run(i, args)
-                if cold is not None:   # its kernel may compile now: off the loop
-                    return asyncio.wrap_future(self._to_pool(
-                        cold, run_stateful, node, args, variables, self.wanted[i], dev))
+                if cold is not None or variables.offloop_updates:
+                    # its kernel may compile now: off the loop, and every GPU update
+                    # behind it too until it is done (updates never overlap)
+                    variables.offloop_updates += 1   # (both changes on the loop)
+                    fut = asyncio.wrap_future(self._to_pool(
+                        cold, _locked_update, node, args, variables, self.wanted[i], dev))
+                    fut.add_done_callback(lambda _f: _update_done(variables))
+                    return fut
             t0 = time.perf_counter()
             out = run_stateful(node, args, variables, self.wanted[i], dev)
             t1 = time.perf_counter()
