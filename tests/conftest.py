@@ -22,6 +22,22 @@ def pytest_asyncio_loop_factories(config, item):
 
 
 @pytest.fixture
+def two_cpus():
+    """This process's CPU as two logical devices (two replicas on one host, as
+    TF's tests do), reset afterwards; a fresh default graph."""
+    import distrib as dt
+    from distrib.framework import config
+    config._reset_for_tests()
+    cpu = dt.config.list_physical_devices("CPU")[0]
+    dt.config.set_logical_device_configuration(
+        cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
+    dt.reset_default_graph()
+    yield
+    config._reset_for_tests()
+    dt.reset_default_graph()
+
+
+@pytest.fixture
 def shm_snapshot():
     """Names in /dev/shm before the test; the test asserts none of ours were added."""
     try:

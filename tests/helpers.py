@@ -71,3 +71,13 @@ class Proc:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def linear_data(n: int = 64, seed: int = 0) -> tuple:
+    """``n`` examples of y = x . [1, 2, -1] + 0.5 (float32, x of 3 features):
+    the Keras tests' small regression problem."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    y = (x @ np.array([[1.0], [2.0], [-1.0]], np.float32) + 0.5).astype(np.float32)
+    return x, y

@@ -22,10 +22,9 @@ import pytest
 
 import distrib as dt
 from distrib.distribute import def_function
-from distrib.framework import config
 from distrib.keras.progbar import Progbar
 from examples.datasets import load_digits
-from tests.helpers import ROOT, child_env
+from tests.helpers import ROOT, child_env, linear_data
 
 keras = dt.keras
 BOUND_S = 60
@@ -40,21 +39,6 @@ async def fresh():
     dt.reset_default_graph()
 
 
-@pytest.fixture
-def two_cpus():
-    config._reset_for_tests()
-    cpu = dt.config.list_physical_devices("CPU")[0]
-    dt.config.set_logical_device_configuration(
-        cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
-    yield
-    config._reset_for_tests()
-
-
-def linear_data(n: int = 64, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 3)).astype(np.float32)
-    y = (x @ np.array([[1.0], [2.0], [-1.0]], np.float32) + 0.5).astype(np.float32)
-    return x, y
 
 
 def digits_model(optimizer: object = None) -> keras.Sequential:

@@ -37,8 +37,8 @@ import distrib as dt
 from distrib.distribute import def_function
 from distrib.distribute.values import local_results
 from distrib.errors import AlreadyExistsError, DataLossError, NotFoundError
-from distrib.framework import config
 from distrib.keras import model_saving
+from tests import helpers
 from tests.helpers import ROOT, child_env
 
 keras = dt.keras
@@ -54,21 +54,8 @@ async def fresh():
     dt.reset_default_graph()
 
 
-@pytest.fixture
-def two_cpus():
-    config._reset_for_tests()
-    cpu = dt.config.list_physical_devices("CPU")[0]
-    dt.config.set_logical_device_configuration(
-        cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
-    yield
-    config._reset_for_tests()
-
-
 def linear_data(n: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, 3)).astype(np.float32)
-    y = (x @ np.array([[1.0], [2.0], [-1.0]], np.float32) + 0.5).astype(np.float32)
-    return x, y
+    return helpers.linear_data(n, seed)
 
 
 def small_model(strategy=None, optimizer=None) -> keras.Sequential:

@@ -14,21 +14,8 @@ import pytest
 
 import distrib as dt
 from distrib.distribute import def_function
-from distrib.framework import config
 
 BOUND_S = 60
-
-
-@pytest.fixture
-def two_cpus():
-    config._reset_for_tests()
-    cpu = dt.config.list_physical_devices("CPU")[0]
-    dt.config.set_logical_device_configuration(
-        cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
-    dt.reset_default_graph()
-    yield
-    config._reset_for_tests()
-    dt.reset_default_graph()
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,6 @@ import pytest
 
 import distrib as dt
 from distrib.distribute import def_function
-from distrib.framework import config
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.local_eval import evaluate
 from tests.helpers import ROOT, child_env
@@ -36,16 +35,6 @@ async def fresh():
     yield
     await def_function.close_sessions()
     dt.reset_default_graph()
-
-
-@pytest.fixture
-def two_cpus():
-    config._reset_for_tests()
-    cpu = dt.config.list_physical_devices("CPU")[0]
-    dt.config.set_logical_device_configuration(
-        cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
-    yield
-    config._reset_for_tests()
 
 
 class Local:

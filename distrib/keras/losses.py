@@ -316,25 +316,11 @@ def _function(name: Any) -> Callable[..., Tensor]:
 def serialize(loss: Any) -> Any:
     """``compile``'s loss as saved: a name as given, a function by name, a Loss as
     Keras' ``{"class_name", "config"}`` dict."""
-    if loss is None or isinstance(loss, str):
-        return loss
-    if isinstance(loss, type) and issubclass(loss, Loss):
-        return serialization.get_registered_name(loss)
-    return serialization.serialize_keras_object(loss)
+    return serialization.serialize_compile_arg(loss, Loss)
 
 
 def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
     """What ``serialize`` saved, for ``compile`` (a user's function or class is found in
     ``custom_objects`` or the registry)."""
-    if isinstance(config, str):
-        found = serialization.get_registered_object(config, custom_objects)
-        if found is not None:
-            return found
-        try:
-            get(config)   # a name compile takes
-        except ValueError:
-            raise serialization.unknown_error("loss", config) from None
-        return config
     known = {cls.__name__: cls for cls in (Loss, LossFunctionWrapper, *set(_BY_NAME.values()))}
-    return serialization.deserialize_keras_object(config, known, custom_objects,
-                                                  printable_module_name="loss")
+    return serialization.deserialize_compile_arg(config, "loss", get, known, custom_objects)

@@ -230,27 +230,13 @@ def _function(name: Any) -> Callable[..., Tensor]:
 def serialize(metric: Any) -> Any:
     """One of ``compile``'s metrics as saved: a name as given, a function by name, a
     Metric as Keras' ``{"class_name", "config"}`` dict."""
-    if metric is None or isinstance(metric, str):
-        return metric
-    if isinstance(metric, type) and issubclass(metric, Metric):
-        return serialization.get_registered_name(metric)
-    return serialization.serialize_keras_object(metric)
+    return serialization.serialize_compile_arg(metric, Metric)
 
 
 def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
     """What ``serialize`` saved, for ``compile`` (a user's function or class is found in
     ``custom_objects`` or the registry)."""
-    if isinstance(config, str):
-        found = serialization.get_registered_object(config, custom_objects)
-        if found is not None:
-            return found
-        try:
-            get(config)   # a name compile takes
-        except ValueError:
-            raise serialization.unknown_error("metric", config) from None
-        return config
     known = {cls.__name__: cls for cls in (Metric, MeanMetricWrapper, Accuracy, BinaryAccuracy,
                                            CategoricalAccuracy, SparseCategoricalAccuracy,
                                            MeanSquaredError, MeanAbsoluteError)}
-    return serialization.deserialize_keras_object(config, known, custom_objects,
-                                                  printable_module_name="metric")
+    return serialization.deserialize_compile_arg(config, "metric", get, known, custom_objects)

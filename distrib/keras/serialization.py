@@ -172,6 +172,35 @@ def deserialize_keras_object(config: Any, module_objects: Mapping[str, Any] | No
 
 # -- functions ---------------------------------------------------------------------------
 
+def serialize_compile_arg(obj: Any, base: type) -> Any:
+    """One of ``compile``'s losses or metrics as saved: a name as given, a class by
+    its registered name, an instance (or a function) as Keras' dict or name."""
+    if obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, type) and issubclass(obj, base):
+        return get_registered_name(obj)
+    return serialize_keras_object(obj)
+
+
+def deserialize_compile_arg(config: Any, kind: str, get: Callable[[Any], Any],
+                            known: Mapping[str, Any],
+                            custom_objects: Mapping[str, Any] | None = None) -> Any:
+    """What :func:`serialize_compile_arg` saved, for ``compile``: a user's function or
+    class from ``custom_objects`` or the registry, a name ``get`` takes as it is,
+    else a ``{"class_name", "config"}`` dict of one of ``known``; ``kind`` ("loss",
+    "metric") names what was not found."""
+    if isinstance(config, str):
+        found = get_registered_object(config, custom_objects)
+        if found is not None:
+            return found
+        try:
+            get(config)   # a name compile takes
+        except ValueError:
+            raise unknown_error(kind, config) from None
+        return config
+    return deserialize_keras_object(config, known, custom_objects, printable_module_name=kind)
+
+
 def serialize_function(fn: Any) -> str:
     """A function as the name it is saved under."""
     return get_registered_name(fn)

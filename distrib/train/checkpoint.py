@@ -31,6 +31,7 @@ they lie in it, so a checkpoint folder can be moved.
 """
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -44,14 +45,21 @@ from typing import Any, BinaryIO
 import msgpack
 import numpy as np
 
-from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError
+from distrib.errors import (
+    DataLossError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnknownError,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "write_checkpoint", "read_checkpoint", "list_checkpoint_tensors", "verify_checkpoint",
     "checkpoint_exists", "CheckpointState", "update_checkpoint_state", "get_checkpoint_state",
-    "latest_checkpoint", "CheckpointRotation", "checkpoint_candidates",
+    "latest_checkpoint", "CheckpointRotation", "checkpoint_candidates", "write_error",
 ]
 
 _MAGIC = b"DTCKPT\x00\x01"          # name + format version 1
@@ -560,3 +568,16 @@ def checkpoint_candidates(checkpoint_dir: str | None) -> list[str]:
         return []
     ordered = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)]
     return [p for p in dict.fromkeys(ordered) if os.path.exists(p)]
+
+
+def write_error(exc: OSError, path: Any, fewer: str = "keep fewer checkpoints") -> Exception:
+    """A failed write of a checkpoint or its state file as a typed error that says
+    what to do (``fewer``: how this writer keeps fewer files, for a full disk)."""
+    what = f"could not write checkpoint {os.fspath(path)!r}: {exc}"
+    if isinstance(exc, PermissionError):
+        return PermissionDeniedError(what + "; choose a folder this process may write to")
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(what)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceExhaustedError(f"{what}; free some disk space or {fewer}")
+    return UnknownError(what)

@@ -35,20 +35,13 @@ Why it is built so:
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 from typing import Any, Sequence
 
 import numpy as np
 
-from distrib.errors import (
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    UnknownError,
-)
+from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import get_default_graph
 from distrib.ops.variables import Variable
@@ -218,7 +211,7 @@ class Checkpoint:
         try:
             await asyncio.to_thread(_write_file, path, tensors, write_state)
         except OSError as exc:
-            raise _file_error(exc, path) from exc
+            raise checkpoint.write_error(exc, path) from exc
 
     # -- restore ---------------------------------------------------------------------------
     async def restore(self, save_path: Any, options: Any = None) -> Any:
@@ -315,13 +308,3 @@ def _write_file(path: str, tensors: dict[str, np.ndarray], write_state: bool) ->
     logger.info("saved checkpoint %s", path)
 
 
-def _file_error(exc: OSError, path: str) -> Exception:
-    """A failed write of a checkpoint or its state file as a typed error."""
-    what = f"could not write checkpoint {path!r}: {exc}"
-    if isinstance(exc, PermissionError):
-        return PermissionDeniedError(what + "; choose a folder this process may write to")
-    if isinstance(exc, FileNotFoundError):
-        return NotFoundError(what)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ResourceExhaustedError(what + "; free some disk space or keep fewer checkpoints")
-    return UnknownError(what)

@@ -24,7 +24,6 @@ How it works, and why:
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import threading
@@ -33,13 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from distrib.errors import (
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    ResourceExhaustedError,
-    UnknownError,
-)
+from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework.graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable
@@ -246,7 +239,7 @@ class Saver:
             try:
                 return await asyncio.shield(write)
             except OSError as exc:
-                raise _file_error(exc, save_path) from exc
+                raise checkpoint.write_error(exc, save_path, "lower max_to_keep") from exc
         finally:
             if not held_by_write:
                 self._write_lock.release()
@@ -393,18 +386,6 @@ def _step_number(value: Any, what: Any) -> int:
             f"global_step {getattr(what, 'name', what)!r} has value {value!r}; it must be one "
             "integer (a scalar or a one-element tensor, e.g. dt.train.get_or_create_global_step())")
     return int(array.reshape(-1)[0])
-
-
-def _file_error(exc: OSError, save_path: Any) -> Exception:
-    """A failed write of a checkpoint or its state file as a typed error."""
-    what = f"could not write checkpoint {os.fspath(save_path)!r}: {exc}"
-    if isinstance(exc, PermissionError):
-        return PermissionDeniedError(what + "; choose a folder this process may write to")
-    if isinstance(exc, FileNotFoundError):
-        return NotFoundError(what)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ResourceExhaustedError(what + "; free some disk space or lower max_to_keep")
-    return UnknownError(what)
 
 
 def _check_compatible(name: str, var: Variable, stored: tuple[np.dtype, tuple[int, ...]],
