@@ -33,26 +33,19 @@ import tempfile
 import time
 from typing import Any, Awaitable, Callable
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+import train as train_bench  # noqa: E402  (bench/train.py: the model)
 
 import distrib as dt  # noqa: E402
 from distrib.distribute import def_function  # noqa: E402
 from distrib.distribute.local_target import default_target  # noqa: E402
 from distrib.distribute.values import local_results  # noqa: E402
 
-SIZES = [784, 512, 512, 10]   # bench/train.py's model
+SIZES = train_bench.SIZES          # bench/train.py's model
+initial_params = train_bench.initial_params
 TARGETS = {"checkpoint-save": "<= saver-save", "checkpoint-restore": "<= saver-restore"}
-
-
-def initial_params(seed: int = 1) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for a, b in zip(SIZES, SIZES[1:]):
-        out += [(rng.standard_normal((a, b)) * 0.05).astype(np.float32), np.zeros(b, np.float32)]
-    return out
 
 
 def build(strategy: Any) -> dict[str, Any]:

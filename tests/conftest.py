@@ -22,6 +22,25 @@ def pytest_asyncio_loop_factories(config, item):
 
 
 @pytest.fixture
+async def fresh_graph():
+    """A fresh default graph, and after the test every dt.function session closed."""
+    import distrib as dt
+    from distrib.distribute import def_function
+    dt.reset_default_graph()
+    yield
+    await def_function.close_sessions()
+    dt.reset_default_graph()
+
+
+@pytest.fixture
+async def fresh_keras(fresh_graph):
+    """``fresh_graph``, and Keras' layer names counted from scratch (dense, dense_1 ...)."""
+    import distrib as dt
+    dt.keras.backend.clear_session()
+    yield
+
+
+@pytest.fixture
 def two_cpus():
     """This process's CPU as two logical devices (two replicas on one host, as
     TF's tests do), reset afterwards; a fresh default graph."""

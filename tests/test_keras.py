@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
 from distrib.keras.progbar import Progbar
 from examples.datasets import load_digits
 from tests.helpers import ROOT, child_env, linear_data
@@ -30,13 +29,7 @@ keras = dt.keras
 BOUND_S = 60
 
 
-@pytest.fixture(autouse=True)
-async def fresh():
-    dt.reset_default_graph()
-    keras.backend.clear_session()
-    yield
-    await def_function.close_sessions()
-    dt.reset_default_graph()
+pytestmark = pytest.mark.usefixtures("fresh_keras")
 
 
 

@@ -36,13 +36,7 @@ keras = dt.keras
 BOUND_S = 60
 
 
-@pytest.fixture(autouse=True)
-async def fresh():
-    dt.reset_default_graph()
-    keras.backend.clear_session()
-    yield
-    await def_function.close_sessions()
-    dt.reset_default_graph()
+pytestmark = pytest.mark.usefixtures("fresh_keras")
 
 
 @pytest.fixture

@@ -34,7 +34,6 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
 from distrib.distribute.values import local_results
 from distrib.errors import AlreadyExistsError, DataLossError, NotFoundError
 from distrib.keras import model_saving
@@ -45,13 +44,7 @@ keras = dt.keras
 BOUND_S = 90
 
 
-@pytest.fixture(autouse=True)
-async def fresh():
-    dt.reset_default_graph()
-    keras.backend.clear_session()
-    yield
-    await def_function.close_sessions()
-    dt.reset_default_graph()
+pytestmark = pytest.mark.usefixtures("fresh_keras")
 
 
 def linear_data(n: int = 32, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -32,12 +32,7 @@ from tests.peers.cli_cluster import cluster_spec
 BOUND_S = 60
 
 
-@pytest.fixture(autouse=True)
-async def fresh_graph():
-    dt.reset_default_graph()
-    yield
-    await def_function.close_sessions()
-    dt.reset_default_graph()
+pytestmark = pytest.mark.usefixtures("fresh_graph")
 
 
 @contextlib.contextmanager

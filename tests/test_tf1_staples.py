@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.local_eval import evaluate
 from tests.helpers import ROOT, child_env
@@ -28,13 +27,7 @@ BOUND_S = 60
 keras = dt.keras
 
 
-@pytest.fixture(autouse=True)
-async def fresh():
-    dt.reset_default_graph()
-    keras.backend.clear_session()
-    yield
-    await def_function.close_sessions()
-    dt.reset_default_graph()
+pytestmark = pytest.mark.usefixtures("fresh_keras")
 
 
 class Local:

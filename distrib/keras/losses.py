@@ -213,17 +213,13 @@ class LossFunctionWrapper(Loss):
     def get_config(self) -> dict[str, Any]:
         """Keras': the function's keyword arguments, and the function itself (by name)
         when this is a plain wrapper, not one of the named losses."""
-        config = {**super().get_config(), **self._fn_kwargs}
-        if type(self) is LossFunctionWrapper:
-            config["fn"] = serialization.serialize_function(self.fn)
-        return config
+        plain = type(self) is LossFunctionWrapper
+        return serialization.wrapper_config(super().get_config(), self._fn_kwargs,
+                                            self.fn if plain else None)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Loss:
-        config = dict(config)
-        if "fn" in config:
-            config["fn"] = serialization.resolve_function(config["fn"], _function, "loss")
-        return cls(**config)
+        return cls(**serialization.wrapper_kwargs(config, _function, "loss"))
 
 
 class MeanSquaredError(LossFunctionWrapper):

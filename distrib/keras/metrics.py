@@ -118,17 +118,13 @@ class MeanMetricWrapper(Metric):
     def get_config(self) -> dict[str, Any]:
         """Keras': the function's keyword arguments, and the function (by name) when
         this is a plain wrapper."""
-        config = {**super().get_config(), **self._fn_kwargs}
-        if type(self) is MeanMetricWrapper:
-            config["fn"] = serialization.serialize_function(self._fn)
-        return config
+        plain = type(self) is MeanMetricWrapper
+        return serialization.wrapper_config(super().get_config(), self._fn_kwargs,
+                                            self._fn if plain else None)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Metric:
-        config = dict(config)
-        if "fn" in config:
-            config["fn"] = serialization.resolve_function(config["fn"], _function, "metric")
-        return cls(**config)
+        return cls(**serialization.wrapper_kwargs(config, _function, "metric"))
 
 
 class Accuracy(MeanMetricWrapper):

@@ -201,6 +201,26 @@ def deserialize_compile_arg(config: Any, kind: str, get: Callable[[Any], Any],
     return deserialize_keras_object(config, known, custom_objects, printable_module_name=kind)
 
 
+def wrapper_config(base: Mapping[str, Any], fn_kwargs: Mapping[str, Any],
+                   fn: Callable[..., Any] | None) -> dict[str, Any]:
+    """A loss's or metric's function wrapper as Keras saves it: its base config,
+    the function's keyword arguments, and the function itself (by name) when
+    ``fn`` is given (a plain wrapper, not one of the named subclasses)."""
+    config = {**base, **fn_kwargs}
+    if fn is not None:
+        config["fn"] = serialize_function(fn)
+    return config
+
+
+def wrapper_kwargs(config: Mapping[str, Any], builtin: Callable[[Any], Any],
+                   kind: str) -> dict[str, Any]:
+    """The constructor arguments of a wrapper saved by :func:`wrapper_config`."""
+    kwargs = dict(config)
+    if "fn" in kwargs:
+        kwargs["fn"] = resolve_function(kwargs["fn"], builtin, kind)
+    return kwargs
+
+
 def serialize_function(fn: Any) -> str:
     """A function as the name it is saved under."""
     return get_registered_name(fn)

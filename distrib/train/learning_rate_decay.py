@@ -54,17 +54,22 @@ def _start(learning_rate: Any, global_step: Any, decay_steps: Any) -> tuple[Tens
     return lr, ops.cast(global_step, lr.dtype), ops.cast(decay_steps, lr.dtype)
 
 
+def _progress(learning_rate: Any, global_step: Any, decay_steps: Any, decay_rate: Any,
+              staircase: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """(learning rate, decay rate, global_step / decay_steps floored with
+    ``staircase``): what the exponential, natural-exp and inverse-time decays share."""
+    lr, step, steps = _start(learning_rate, global_step, decay_steps)
+    p = ops.divide(step, steps)
+    return lr, ops.cast(decay_rate, lr.dtype), _floor(p) if staircase else p
+
+
 def exponential_decay(learning_rate: Any, global_step: Any, decay_steps: Any, decay_rate: Any,
                       staircase: bool = False, name: str | None = None) -> Tensor:
     """``learning_rate * decay_rate ** (global_step / decay_steps)`` (the exponent
     floored with ``staircase``)."""
     _need_step(global_step, "exponential_decay")
     with name_scope(name, "ExponentialDecay", [learning_rate, global_step]) as scope:
-        lr, step, steps = _start(learning_rate, global_step, decay_steps)
-        rate = ops.cast(decay_rate, lr.dtype)
-        p = ops.divide(step, steps)
-        if staircase:
-            p = _floor(p)
+        lr, rate, p = _progress(learning_rate, global_step, decay_steps, decay_rate, staircase)
         return ops.multiply(lr, ops.pow(rate, p), name=scope)
 
 
@@ -73,11 +78,7 @@ def natural_exp_decay(learning_rate: Any, global_step: Any, decay_steps: Any, de
     """``learning_rate * exp(-decay_rate * global_step / decay_steps)``."""
     _need_step(global_step, "natural_exp_decay")
     with name_scope(name, "NaturalExpDecay", [learning_rate, global_step]) as scope:
-        lr, step, steps = _start(learning_rate, global_step, decay_steps)
-        rate = ops.cast(decay_rate, lr.dtype)
-        p = ops.divide(step, steps)
-        if staircase:
-            p = _floor(p)
+        lr, rate, p = _progress(learning_rate, global_step, decay_steps, decay_rate, staircase)
         return ops.multiply(lr, ops.exp(ops.multiply(ops.negative(rate), p)), name=scope)
 
 
@@ -86,11 +87,7 @@ def inverse_time_decay(learning_rate: Any, global_step: Any, decay_steps: Any, d
     """``learning_rate / (1 + decay_rate * global_step / decay_steps)``."""
     _need_step(global_step, "inverse_time_decay")
     with name_scope(name, "InverseTimeDecay", [learning_rate, global_step]) as scope:
-        lr, step, steps = _start(learning_rate, global_step, decay_steps)
-        rate = ops.cast(decay_rate, lr.dtype)
-        p = ops.divide(step, steps)
-        if staircase:
-            p = _floor(p)
+        lr, rate, p = _progress(learning_rate, global_step, decay_steps, decay_rate, staircase)
         denom = ops.add(ops.constant(1, dtype=lr.dtype), ops.multiply(rate, p))
         return ops.divide(lr, denom, name=scope)
 
