@@ -91,6 +91,21 @@ an upper bound, as an agreement also waits for the slower worker), and
 ``exact``: both workers end with the global step of the last run and the
 same sum of the examples' ids (nothing lost, nothing trained twice).
 
+Elastic row (``scale-2-3-2``): ``python -m distrib.launch --ps 1 --workers
+2:3 --logdir DIR`` running the trainer (as the fault rows, heartbeat 1 s);
+``LEAD_S`` after the first progress line, ``python -m distrib.launch scale
+--logdir DIR --workers 3`` (timed from just before the command starts, its
+own Python start-up included); ``AFTER_S`` after the new worker's first step,
+``scale ... --workers 2`` (worker 2 leaves after its current step). Figures:
+``scale_cmd_s`` (the scale command's run, start-up included),
+``scale_to_started_s`` (to the launcher's ``worker:2 started``),
+``scale_to_first_step_s`` (to worker 2's first progress line: the trainer
+logs its first step), ``shrink_to_left_s`` (the second command to the
+launcher's ``worker:2 left the cluster``), and examples/s (global steps/s x
+batch) ``ex_before`` (``BEFORE_S`` before the scale command), ``ex_during``
+(the command to the new worker's first step), ``ex_after`` (``AFTER_S`` from
+there, three workers) and ``ex_after_shrink`` (``AFTER_S`` after the leave).
+
 Heartbeat row: ps1-w2 (1 ps, 2 workers, no fault, ``--train_steps N``, N =
 12000, or 4000 with ``--quick``, ``--log_every 500``, the default
 checkpoint interval) with ``DISTRIB_HEARTBEAT_S=1`` and with ``0`` (no
@@ -142,7 +157,8 @@ EVENT_LIMIT_S = 90.0     # the longest wait for a recovery event
 RUN_LIMIT_S = 300.0      # the longest heartbeat run
 STOP_WAIT_S = 45.0       # after SIGTERM to the launcher, before SIGKILL
 PREEMPT = "preempt-mwms"
-FAULTS = ("kill-nonchief", "kill-chief", "kill-ps", "stop-chief", PREEMPT)
+ELASTIC = "scale-2-3-2"
+FAULTS = ("kill-nonchief", "kill-chief", "kill-ps", "stop-chief", PREEMPT, ELASTIC)
 PREEMPT_EPOCHS = 8       # examples/preemption.py's --epochs in the preempt-mwms row
 PREEMPT_AT_RUN = 40      # SIGTERM once worker 1 logged this run (epoch 2 of 22-run epochs)
 TARGETS = {"chief_s": "<= 7 s", "restore_s": "<= 2 s", "lost": "<= 1 s of steps",
@@ -219,8 +235,9 @@ class Launch:
     """``python -m distrib.launch`` running examples/trainer.py; its lines
     collected by a thread; ``close`` always stops every process it made."""
 
-    def __init__(self, name: str, workers: int, trainer_args: list[str],
-                 env: dict[str, str], log_dir: str | None, program: str = "trainer.py") -> None:
+    def __init__(self, name: str, workers: int | str, trainer_args: list[str],
+                 env: dict[str, str], log_dir: str | None, program: str = "trainer.py",
+                 launch_args: tuple[str, ...] = ()) -> None:
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix="distrib-recovery-")
         self.lines: list[Line] = []
@@ -233,7 +250,7 @@ class Launch:
         ckpt = os.path.join(self.tmp, "ckpt")
         if program == "trainer.py":
             cmd = [sys.executable, "-m", "distrib.launch", "--ps", "1", "--workers", str(workers),
-                   "--max_restarts", "3", "--", sys.executable, "examples/trainer.py",
+                   "--max_restarts", "3", *launch_args, "--", sys.executable, "examples/trainer.py",
                    f"--logdir={ckpt}", *trainer_args]
         else:   # a program of the synchronous strategies: no ps
             cmd = [sys.executable, "-m", "distrib.launch", "--workers", str(workers),
@@ -599,6 +616,55 @@ def heartbeat_run(heartbeat: str, steps: int, name: str, log_dir: str | None) ->
     return out
 
 
+# -- an elastic launch: 2 -> 3 -> 2 workers ----------------------------------------------
+
+def elastic_run(name: str, log_dir: str | None) -> dict[str, Any]:
+    ctl = tempfile.mkdtemp(prefix="el-", dir="/tmp")   # short: the control socket's path
+    run = Launch(name, "2:3", ["--train_steps=100000000", f"--save_model_secs={SAVE_SECS:g}",
+                               f"--log_every={LOG_EVERY}"], {"DISTRIB_HEARTBEAT_S": "1"}, log_dir,
+                 launch_args=("--logdir", ctl))
+
+    def scale(n: int) -> float:
+        t = time.time()
+        done = subprocess.run([sys.executable, "-m", "distrib.launch", "scale", "--logdir", ctl,
+                               "--workers", str(n)], capture_output=True, text=True, cwd=ROOT,
+                              env=child_env({}), timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"{name}: scale --workers {n} exited {done.returncode}: "
+                               f"{done.stderr.strip()}")
+        run.marks.append(f"scale --workers {n} at {t:.3f}: {done.stdout.strip()}")
+        return t
+    try:
+        first = run.wait_for(lambda x: x.src.startswith("worker:") and
+                             PROGRESS.search(x.text) is not None, EVENT_LIMIT_S,
+                             what="a progress line")
+        time.sleep(max(0.0, first.t + LEAD_S - time.time()))
+        start = len(run.snapshot())
+        t_scale = scale(3)
+        t_cmd = time.time() - t_scale
+        started = run.wait_for(lambda x: x.src == "launch" and x.text.startswith("worker:2 started"),
+                               EVENT_LIMIT_S, start, "worker 2 started")
+        new = run.wait_for(is_progress("worker:2"), EVENT_LIMIT_S, start, "worker 2's first step")
+        time.sleep(max(0.0, new.t + AFTER_S - time.time()))
+        t_shrink = scale(2)
+        left = run.wait_for(lambda x: x.src == "launch" and "worker:2 left the cluster" in x.text,
+                            EVENT_LIMIT_S, start, "worker 2 leaving")
+        time.sleep(max(0.0, left.t + AFTER_S + 0.5 - time.time()))
+    finally:
+        run.close()
+        shutil.rmtree(ctl, ignore_errors=True)
+    curve = progress_curve(run.snapshot())
+
+    def examples(a: float, b: float) -> float | None:
+        r = rate(curve, a, b)
+        return None if r is None else r * BATCH
+    return {"fault": ELASTIC, "scale_cmd_s": t_cmd, "scale_to_started_s": started.t - t_scale,
+            "scale_to_first_step_s": new.t - t_scale, "shrink_to_left_s": left.t - t_shrink,
+            "ex_before": examples(t_scale - BEFORE_S, t_scale),
+            "ex_during": examples(t_scale, new.t), "ex_after": examples(new.t, new.t + AFTER_S),
+            "ex_after_shrink": examples(left.t, left.t + AFTER_S), "leftover_pids": run.leftover}
+
+
 # -- a preempted MultiWorkerMirroredStrategy worker --------------------------------------
 
 def preempt_run(name: str, log_dir: str | None) -> dict[str, Any]:
@@ -690,7 +756,9 @@ def summarize(faults: dict[str, list[dict[str, Any]]],
             "saved_at_run", "run_at_sigterm", "steps_after_notice", "steps_lost",
             "notice_to_save_s", "save_s", "sigterm_to_exit_s", "exit_to_restart_s",
             "restart_to_resumed_s", "sigterm_to_first_step_s", "agree_ms",
-            "runs_per_agreement", "agree_share")
+            "runs_per_agreement", "agree_share", "scale_cmd_s", "scale_to_started_s",
+            "scale_to_first_step_s", "shrink_to_left_s", "ex_before", "ex_during", "ex_after",
+            "ex_after_shrink")
     for fault in FAULTS:
         runs = faults.get(fault, [])
         if not runs:
@@ -735,7 +803,8 @@ def fmt(v: Any, spec: str, width: int) -> str:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     preempt = [r for r in rows if r["name"] == PREEMPT]
-    rows = [r for r in rows if r["name"] != PREEMPT]
+    elastic = [r for r in rows if r["name"] == ELASTIC]
+    rows = [r for r in rows if r["name"] not in (PREEMPT, ELASTIC)]
     if any("ratio" not in r for r in rows):
         print(f"{'fault':<14} {'detect_s':>8}  {'by':<32} {'chief_s':>7} {'target':>7} "
               f"{'restore_s':>9} {'target':>7} {'lost':>5} {'<=':>5} {'before':>6} "
@@ -772,6 +841,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{fmt(r.get('runs_per_agreement'), '.1f', 0)} runs, "
               f"{fmt(100 * r['agree_share'] if r.get('agree_share') else None, '.1f', 0)}% of "
               f"the training; ends as unpreempted: {r.get('exact')}")
+    for r in elastic:
+        print(f"{ELASTIC}: scale 2 -> 3 workers: the command {fmt(r.get('scale_cmd_s'), '.2f', 0)}"
+              f" s, -> worker 2 started {fmt(r.get('scale_to_started_s'), '.2f', 0)} s, -> its "
+              f"first step {fmt(r.get('scale_to_first_step_s'), '.2f', 0)} s; 3 -> 2: -> worker 2 "
+              f"left {fmt(r.get('shrink_to_left_s'), '.2f', 0)} s; examples/s before "
+              f"{fmt(r.get('ex_before'), '.0f', 0)}, during {fmt(r.get('ex_during'), '.0f', 0)}, "
+              f"after (3 workers) {fmt(r.get('ex_after'), '.0f', 0)}, after the leave (2) "
+              f"{fmt(r.get('ex_after_shrink'), '.0f', 0)}")
 
 
 def main() -> None:
@@ -807,6 +884,7 @@ def main() -> None:
         for fault in faults:
             try:
                 res = (preempt_run(f"{fault}-r{r}", args.logs) if fault == PREEMPT
+                       else elastic_run(f"{fault}-r{r}", args.logs) if fault == ELASTIC
                        else fault_run(fault, f"{fault}-r{r}", args.logs))
                 samples.setdefault(fault, []).append(res)
                 print(f"# round {r} {fault}: " + ", ".join(

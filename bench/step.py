@@ -31,6 +31,10 @@ through the CLI; this process hosts task 0 (the master) and the client:
   task 1 (``DISTRIB_SHM_ARENA_BYTES=0``: one copy into a segment per read);
   ``numpy-sum-64MiB`` is the sum alone, in this process.
 
+Graph optimizer (``--chains``, default on; ``--chains-only``): the two
+10,000-op chains of ``bench/graph_chain.py``, each pass on and off, and
+build + first run in a fresh process.
+
 Medians after warm-up; a table on stdout; ``--json PATH`` writes
 ``{"rows": [{"name", "us", "GBps", "baseline", "ratio", "target"}]}``.
 Timings are never asserted anywhere: this only reports.
@@ -53,6 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import distrib as dt  # noqa: E402
+from bench.graph_chain import chain_rows, first_run_rows  # noqa: E402
 from distrib.demo import free_ports  # noqa: E402
 from distrib.runtime.actors.system import ActorSystem  # noqa: E402
 
@@ -361,7 +366,11 @@ def print_table(rows: list[dict]) -> None:
 
 async def amain(args: argparse.Namespace) -> list[dict]:
     reps = 5 if args.quick else 15
+    if args.chains_only:
+        return await chain_rows(reps, args.chain_ops) + first_run_rows(args.chain_ops)
     rows = await local_rows(reps)
+    if args.chains:
+        rows += await chain_rows(reps, args.chain_ops) + first_run_rows(args.chain_ops)
     if args.remote:
         call_us = rows[0]["us"]
         rows += await remote_rows(reps, "shm", call_us)
@@ -388,6 +397,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--no-remote", dest="remote", action="store_false",
                     help="skip the two-process measurements")
+    ap.add_argument("--no-chains", dest="chains", action="store_false",
+                    help="skip the graph optimizer's chains (bench/graph_chain.py)")
+    ap.add_argument("--chains-only", action="store_true",
+                    help="only the graph optimizer's chains")
+    ap.add_argument("--chain-ops", type=int, default=10000, help="ops in each chain")
     args = ap.parse_args()
     import uvloop
     rows = uvloop.run(amain(args))

@@ -17,11 +17,20 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
   ceiling for ps1-w2 (which also runs a ps);
 - ``local-1proc``: an in-process local server (``dt.serve``), variables and
   model on one task, a Session on the same loop, in a process of its own;
+- ``local-summaries``: local-1proc's process and session, each step also
+  fetching the loss's summary op (``dt.summary.scalar``, TF1's form) and
+  writing it with a ``dt.summary.FileWriter``: summaries every step. Target:
+  >= 0.97x local-1proc of the same round (``vs row``; summaries cost <= 3%);
 - ``ps1-w1``: a ps task (``python -m distrib.server``) and a worker process
   (this file with ``--replica``: it serves its task and runs its own client
   session, between-graph, variables on the ps via ``replica_device_setter``);
   the second worker of the cluster idles meanwhile;
 - ``ps1-w2``: both workers train at once (asynchronous), examples/s summed;
+- ``ps1-w2-traced``: ps1-w2 with every step traced
+  (``RunOptions(trace_level=FULL_TRACE)`` and a ``RunMetadata``: each op's
+  times on the three tasks, gathered by each worker's master). Target: a
+  traced step costs <= 2x an untraced one, >= 0.5x ps1-w2 of the same round
+  (``vs row``);
 - ``mwms-w2``: two workers (this file with ``--mwms``), each a
   ``MultiWorkerMirroredStrategy()`` from TF_CONFIG, written as a TF2 custom
   loop: variables and optimizer in ``strategy.scope()``, a ``@dt.function``
@@ -45,7 +54,9 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
   ``next(iterator)`` in the step; the coordinator reads it and feeds it).
   The coordinator keeps ``PSS_INFLIGHT`` closures per worker scheduled
   (awaiting the oldest RemoteValue before scheduling the next), so a worker
-  that finishes a step finds the next one queued; a window ends with
+  that finishes a step finds the next one queued (and the coordinator sends
+  each worker its next closure while the current one runs:
+  ``closures_per_worker``, 2); a window ends with
   ``join`` and counts every closure scheduled in it over its whole time.
   Target: >= 0.9x ps1-w2 of the same round (``vs row``). Its cpu ms adds
   the coordinator's process; the JSON also gives ``coordinator_cpu_ms_per_step``
@@ -97,6 +108,7 @@ import asyncio  # noqa: E402
 import collections  # noqa: E402
 import json  # noqa: E402
 import select  # noqa: E402
+import shutil  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -119,9 +131,11 @@ SIZES = [784, 512, 512, 10]
 LR = 0.01
 WARMUP_STEPS = 5
 TARGETS = {"local-1proc": ">= 1.0x", "ps1-w1": ">= 0.9x", "ps1-w2": ">= 1.5x",
-           "mwms-w2": ">= 1.5x", "psstrategy-w2": ">= 0.9x", "keras-local": ">= 0.95x"}
+           "mwms-w2": ">= 1.5x", "psstrategy-w2": ">= 0.9x", "keras-local": ">= 0.95x",
+           "local-summaries": ">= 0.97x", "ps1-w2-traced": ">= 0.5x"}
 # rows whose target is against another row of the same round, not numpy-plain
-VERSUS = {"psstrategy-w2": "ps1-w2", "keras-local": "local-1proc"}
+VERSUS = {"psstrategy-w2": "ps1-w2", "keras-local": "local-1proc", "local-summaries": "local-1proc",
+          "ps1-w2-traced": "ps1-w2"}
 
 
 def synthetic_batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -236,6 +250,7 @@ def build_model() -> tuple[Any, Any, Any, Any]:
         if i < len(SIZES) - 2:
             h = dt.nn.relu(h)
     loss = dt.reduce_mean(dt.nn.softmax_cross_entropy_with_logits(labels=y, logits=h))
+    dt.add_to_collection(dt.GraphKeys.LOSSES, loss)   # local-summaries writes it
     train = dt.train.GradientDescentOptimizer(LR).minimize(loss)
     return x, y, train, dt.global_variables_initializer()
 
@@ -249,6 +264,10 @@ class LocalTrainer:
         graph = dt.Graph()
         with graph.as_default():
             x, y, self.train, init = build_model()
+            # local-summaries: the loss as a TF1 summary op, written by a FileWriter
+            self.summary = dt.summary.scalar("loss", graph.get_collection(dt.GraphKeys.LOSSES)[0])
+        self.logdir = tempfile.mkdtemp(prefix="bench-summaries-")
+        self.writer = dt.summary.FileWriter(self.logdir)
         self.sess = dt.Session(self.server.target, graph=graph)
         await self.sess.__aenter__()
         await self.sess.run(init)
@@ -262,16 +281,28 @@ class LocalTrainer:
         try:
             await self.sess.__aexit__(*exc)
         finally:
+            self.writer.close()
+            shutil.rmtree(self.logdir, ignore_errors=True)
             await self._serve.__aexit__(*exc)
 
-    async def window(self, seconds: float) -> dict[str, Any]:
+    async def window(self, seconds: float, mode: str = "") -> dict[str, Any]:
+        """``mode`` "summaries" (``local-summaries``): each step also fetches the
+        loss's summary op and writes it with the FileWriter (a buffered append)."""
         await _warm_up(self.sess, self.train, self.feed)
+        summaries = mode == "summaries"
+        if summaries:   # the step with the summary fetched: planned before the window
+            for _ in range(WARMUP_STEPS):
+                await self.sess.run([self.train, self.summary], self.feed)
         self.server.worker.reset_stats()
         self.server.master.reset_stats()
         t0 = time.perf_counter()
         steps = 0
         while time.perf_counter() - t0 < seconds:
-            await self.sess.run(self.train, self.feed)
+            if summaries:
+                _, summary = await self.sess.run([self.train, self.summary], self.feed)
+                self.writer.add_summary(summary, steps)
+            else:
+                await self.sess.run(self.train, self.feed)
             steps += 1
         elapsed = time.perf_counter() - t0
         return step_costs(steps, elapsed, self.server.master.stats(),
@@ -320,7 +351,10 @@ async def replica_main(spec: dict[str, list[str]], task: int) -> None:
                 await sess.run(train, feed)
             ps = server.system.ref(spec["ps"][0], "worker")
 
-            async def window(seconds: float) -> dict[str, Any]:
+            async def window(seconds: float, mode: str = "") -> dict[str, Any]:
+                # mode "traced" (ps1-w2-traced): every step records its run metadata
+                traced = {"options": dt.RunOptions(trace_level=dt.RunOptions.FULL_TRACE),
+                          "run_metadata": dt.RunMetadata()} if mode == "traced" else {}
                 await _warm_up(sess, train, feed)
                 for svc in (server.worker, server.master):
                     svc.reset_stats()
@@ -329,7 +363,7 @@ async def replica_main(spec: dict[str, list[str]], task: int) -> None:
                 t0 = time.perf_counter()
                 steps = 0
                 while time.perf_counter() - t0 < seconds:
-                    await sess.run(train, feed)
+                    await sess.run(train, feed, **traced)
                     steps += 1
                 elapsed = time.perf_counter() - t0
                 return {"steps": steps, "seconds": elapsed, "master": server.master.stats(),
@@ -356,7 +390,7 @@ async def _serve_commands(window: Any, greet: bool = True) -> None:
         line = (await loop.run_in_executor(None, sys.stdin.readline)).split()
         if not line or line[0] == "quit":
             return
-        print(json.dumps(await window(float(line[1]))), flush=True)
+        print(json.dumps(await window(float(line[1]), *line[2:])), flush=True)
 
 
 async def _until_initialized(sess: Any, train: Any, feed: dict) -> None:
@@ -445,10 +479,10 @@ class PsCluster:
         for child in reversed(self.children):
             child.stop()
 
-    def window(self, workers: int, seconds: float) -> dict[str, Any]:
+    def window(self, workers: int, seconds: float, mode: str = "") -> dict[str, Any]:
         replicas = self.children[1:1 + workers]
         for r in replicas:
-            r.command(f"go {seconds}")
+            r.command(f"go {seconds} {mode}".rstrip())
         results = [json.loads(r.readline(seconds + 60)) for r in replicas]
         # per step of any replica: every replica's traffic and the ps's (which
         # counts all replicas' steps) over all replicas' steps
@@ -856,8 +890,11 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
                 add("numpy-2proc", numpy_pair_window(seconds))
                 local.command(f"go {seconds}")
                 add("local-1proc", json.loads(local.readline(seconds + 60)))
+                local.command(f"go {seconds} summaries")
+                add("local-summaries", json.loads(local.readline(seconds + 60)))
                 add("ps1-w1", cluster.window(1, seconds))
                 add("ps1-w2", cluster.window(2, seconds))
+                add("ps1-w2-traced", cluster.window(2, seconds, "traced"))
                 add("mwms-w2", mwms.window(seconds))
                 add("psstrategy-w2", pss.window(seconds))
                 keras.command(f"go {seconds}")

@@ -16,7 +16,9 @@ only inside the ``dt`` namespace, as in TF.
 """
 from __future__ import annotations
 
-from distrib import data, errors
+from distrib import client, data, errors, summary  # summary: its kernels register in every task
+from distrib.client.graph_options import GraphOptions, OptimizerOptions, RewriterConfig
+from distrib.client.run_metadata import RunMetadata, RunOptions
 from distrib.client.session import ConfigProto, GPUOptions, Session, SyncSession
 from distrib.cluster import ClusterSpec
 from distrib.data.structure import TensorSpec
@@ -175,6 +177,9 @@ _graph_all = [
     "variance_scaling_initializer", "zeros_initializer",
 ]
 
+# the seeds' spelling (TF 0.x) of tf.summary.merge_all: a Supervisor's summary_op
+merge_all_summaries = summary.merge_all
+
 __version__ = "0.1.0"
 
 
@@ -195,6 +200,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'distrib' has no attribute {name!r}")
 
 
-__all__ = ["errors", "config", "data", "distribute", "function", "ClusterSpec", "Server",
-           "serve", "ConfigProto", "GPUOptions", "Session", "SyncSession", "train", "app",
+__all__ = ["errors", "config", "data", "distribute", "function", "summary", "merge_all_summaries",
+           "ClusterSpec", "Server",
+           "serve", "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions",
+           "RewriterConfig", "Session", "SyncSession", "train", "app",
+           "client", "RunOptions", "RunMetadata",
            *_graph_all]

@@ -4,7 +4,8 @@
    started by ``python -m distrib.launch`` (async between-graph replication
    of an MLP on the 8x8 digits), their progress, a worker killed with
    SIGKILL partway and restarted by the launcher, the final accuracy and the
-   wall time.
+   wall time; the chief's loss and accuracy summaries are kept in
+   ``$TMPDIR/distrib-demo-summaries`` and the ``tensorboard --logdir`` line printed.
 2. The seed's config.json example: two worker servers started through the
    CLI (``python -m distrib.server --cluster config.json ...``), this process
    as the "host" task running matmuls pinned to each worker.
@@ -18,9 +19,11 @@ spin-wait against each other.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -200,6 +203,19 @@ def _show(line: str, pids: dict[str, int], results: list[str], killed: bool,
     return False
 
 
+def keep_summaries(logdir: str) -> None:
+    """Copy the chief's event files out of the demo's temporary folder and say
+    how to look at them (the loss and accuracy the trainer wrote)."""
+    keep = os.path.join(tempfile.gettempdir(), "distrib-demo-summaries")
+    shutil.rmtree(keep, ignore_errors=True)
+    os.makedirs(keep)
+    found = glob.glob(os.path.join(logdir, "events.out.tfevents.*"))
+    for path in found:
+        shutil.copy(path, keep)
+    if found:
+        print(f"  the chief's loss and accuracy summaries: tensorboard --logdir {keep}")
+
+
 def main() -> int:
     import distrib as dt
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
@@ -211,6 +227,7 @@ def main() -> int:
         print("1) training: 1 ps + 2 workers of examples/trainer.py through the launcher, "
               "async between-graph, one worker killed partway")
         train_cluster(env, procs, os.path.join(tmp, "logs"), steps=2000)
+        keep_summaries(os.path.join(tmp, "logs"))
         print("2) the seed's config.json example: two workers via the CLI, this process as host")
         cfg, spec = cluster_files(tmp, "config")
         for i in (0, 1):

@@ -119,7 +119,8 @@ def _launch(flag: str, kind: str, default: object, help: str, minimum: float | N
 LAUNCH_SETTINGS: dict[str, Setting] = {s.name[len("DISTRIB_LAUNCH_"):].lower(): s for s in (
     _launch("cluster", "path", None, "the cluster file."),
     _launch("ps", "int", None, "ps tasks on free loopback ports.", minimum=0),
-    _launch("workers", "int", None, "worker tasks on free loopback ports.", minimum=0),
+    _launch("workers", "string", None, "worker tasks on free loopback ports: M, or MIN:MAX "
+            "(elastic: MIN start, `scale` changes the count)."),
     _launch("chief", "bool", False, "one chief task too."),
     _launch("only", "string", None, "start only these tasks (job or job:index, comma-separated)."),
     _launch("max_restarts", "int", 3, "restarts allowed per task.", minimum=0),
@@ -132,14 +133,19 @@ LAUNCH_SETTINGS: dict[str, Setting] = {s.name[len("DISTRIB_LAUNCH_"):].lower(): 
             minimum=0),
     _launch("threads_per_task", "int", 0, "OMP/OPENBLAS/MKL_NUM_THREADS per task where unset "
             "(0: the cores shared out).", minimum=0),
+    _launch("gpus_per_task", "int", 0, "each task's own GPUs through CUDA_VISIBLE_DEVICES "
+            "(chief, workers, others in turn; ps none; 0: left as it is).", minimum=0),
     _launch("logdir", "path", None, "also write each task's output to DIR/JOB-INDEX.log."),
 )}
 
+GRAPH_OPTIMIZER = Setting(
+    "DISTRIB_GRAPH_OPTIMIZER", "choice", "on", choices=("on", "off"),
+    read_by="distrib.runtime.step.graph_optimizer",
+    help="Whether the master optimizes each step's partitions before they run (off: no "
+         "pass runs, whatever a session's graph_options say).")
+
 # -- reserved: named by the contract, read by nothing yet ----------------------------
 
-GRAPH_OPTIMIZER = Setting(
-    "DISTRIB_GRAPH_OPTIMIZER", "choice", "on", choices=("on", "off"), read_by="reserved",
-    help="Whether graphs are optimized before they run.")
 GPU_MATMUL = Setting(
     "DISTRIB_GPU_MATMUL", "choice", "auto", choices=("auto", "numba", "cublas"),
     read_by="reserved", help="Which GPU kernel runs MatMul.")

@@ -93,6 +93,8 @@ async def main(args: argparse.Namespace) -> float:
         for batch in dist_dataset:
             total_loss += float(await distributed_train_step(batch))
             num_batches += 1
+            if num_batches == args.steps_per_epoch:
+                break
         print(f"epoch {epoch + 1}: loss {total_loss / max(num_batches, 1):.4f}", flush=True)
     with strategy.scope():
         predicted = await predict(x_test)
@@ -112,6 +114,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--learning_rate", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--steps_per_epoch", type=int, default=None,
+                   help="batches per epoch (default: the whole training split)")
     args = p.parse_args(argv)
     if args.strategy == "mwms" and "--replicas" not in " ".join(argv or sys.argv):
         args.replicas = 1   # TF's default: one CPU replica per worker

@@ -59,8 +59,9 @@ def scope(strategy: Any) -> Any:
     return strategy.scope() if strategy is not None else contextlib.nullcontext()
 
 
-async def seed_example(strategy: Any, verbose: int) -> None:
-    """The strategies seed's Keras example, as written there."""
+async def seed_example(strategy: Any, verbose: int, steps_per_epoch: int | None = None) -> None:
+    """The strategies seed's Keras example, as written there (``steps_per_epoch``:
+    fewer steps, for quick checks)."""
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     with scope(strategy):
         model = dt.keras.Sequential([dt.keras.layers.Dense(
@@ -69,6 +70,7 @@ async def seed_example(strategy: Any, verbose: int) -> None:
     global_batch_size = 10 * replicas
     dataset = dt.data.Dataset.from_tensors(([1.0], [1.0])).repeat(100).batch(global_batch_size)
     steps = 100 // global_batch_size if is_ps(strategy) else None   # PSS needs it
+    steps = steps_per_epoch or steps
     history = await model.fit(dataset, epochs=2, verbose=verbose, steps_per_epoch=steps)
     kernel, bias = await model.get_weights()
     print(f"seed example: loss {history.history['loss'][-1]:.4f}, "
@@ -89,9 +91,9 @@ async def digits(strategy: Any, args: argparse.Namespace) -> float:
                       metrics=["accuracy"])
     start = time.perf_counter()
     batch_size = args.batch_size * replicas
+    steps = len(x_train) // batch_size if is_ps(strategy) else None
     history = await model.fit(x_train, y_train, batch_size=batch_size, epochs=args.epochs,
-                              verbose=args.verbose, steps_per_epoch=len(x_train) // batch_size
-                              if is_ps(strategy) else None)
+                              verbose=args.verbose, steps_per_epoch=args.steps_per_epoch or steps)
     for epoch, loss in enumerate(history.history["loss"]):
         print(f"epoch {epoch + 1}: loss {loss:.4f}", flush=True)
     loss, accuracy = await model.evaluate(x_test, y_test, verbose=0)
@@ -128,7 +130,7 @@ async def main(args: argparse.Namespace) -> float:
     dt.set_random_seed(args.seed)   # the same weights and batches on every worker
     strategy = make_strategy(args.strategy, args.replicas)
     try:
-        await seed_example(strategy, args.verbose)
+        await seed_example(strategy, args.verbose, args.steps_per_epoch)
         return await digits(strategy, args)
     finally:
         if is_ps(strategy):
@@ -147,6 +149,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--verbose", type=int, default=2, help="fit's progress bar: 0, 1 or 2")
+    p.add_argument("--steps_per_epoch", type=int, default=None,
+                   help="fit's steps per epoch (default: the whole dataset)")
     args = p.parse_args(argv)
     if args.strategy in ("mwms", "ps", "none") and "--replicas" not in " ".join(argv or sys.argv):
         args.replicas = 1   # TF's default: one CPU replica per worker

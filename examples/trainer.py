@@ -12,10 +12,22 @@ handwritten digits that ship in ``examples/data`` asynchronously under a
 ``Supervisor`` (the chief initializes or restores from ``--logdir`` and saves
 checkpoints), logs progress, and ends with one line
 ``done global_step=<int> accuracy=<float>`` measured on held-out data.
+The chief also writes the batch's loss and accuracy as summaries every
+``--log_every`` of its steps (``sv.summary_computed``, into ``--logdir``):
+``tensorboard --logdir <logdir>`` shows them.
 
 How the ps learns that training is over: every worker adds one to a counter
 variable on ps task 0 when it finishes; the chief waits for all of them, then
 calls ``request_stop`` on each ps task (TF users did this with a queue).
+
+Under an elastic launch (``python -m distrib.launch --workers MIN:MAX``)
+workers join and leave while it trains: "all of them" is the workers of the
+cluster's current membership, and a worker that was removed stops after its
+current step (its Supervisor's ``should_stop``) and prints
+``left global_step=<int> steps=<int>`` instead of the done line. Every worker
+prints ``worker steps=<int>``, the steps it ran itself, before its done line:
+the steps of all workers, those that left included, add up to the final
+global step.
 """
 from __future__ import annotations
 
@@ -26,6 +38,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import distrib as dt  # noqa: E402
 from distrib.cluster import parse_tf_config  # noqa: E402
 from distrib.errors import FailedPreconditionError  # noqa: E402
+from distrib.runtime.chief.membership import MembershipReader  # noqa: E402
 from distrib.server import request_stop  # noqa: E402
 from examples.datasets import load_digits  # noqa: E402
 
@@ -120,6 +134,11 @@ class Model:
             self.global_step = dt.train.get_or_create_global_step()
             opt = dt.train.GradientDescentOptimizer(args.learning_rate)
             self.train_op = opt.minimize(self.loss, global_step=self.global_step)
+            self.accuracy = dt.reduce_mean(dt.cast(dt.equal(dt.argmax(self.logits, 1), self.y),
+                                                   dt.float32))
+            dt.summary.scalar("loss", self.loss)
+            dt.summary.scalar("accuracy", self.accuracy)
+            self.summary_op = dt.summary.merge_all()   # needs the batch: summary_computed
             self.saver = dt.train.Saver(max_to_keep=3)
             self.init_op = dt.global_variables_initializer()
             # not a global variable: never checkpointed, initialized by the chief only
@@ -152,7 +171,7 @@ class Progress:
 
 
 async def train(args: argparse.Namespace, server: dt.Server,
-                cluster: dt.ClusterSpec) -> tuple[float, bool]:
+                cluster: dt.ClusterSpec) -> tuple[float | None, bool]:
     """Train; returns the accuracy and whether this task ended as the chief
     (the role is elected: it moves to another worker when the chief dies)."""
     model = Model(args, cluster)
@@ -162,24 +181,37 @@ async def train(args: argparse.Namespace, server: dt.Server,
     rng = np.random.default_rng(1000 + args.task_index)
     sv = dt.train.Supervisor(graph=model.graph, is_chief=is_chief, logdir=args.logdir,
                              init_op=model.init_op, saver=model.saver,
-                             global_step=model.global_step,
+                             global_step=model.global_step, summary_op=None,
                              save_model_secs=args.save_model_secs,
                              save_checkpoint_steps=args.save_checkpoint_steps,
                              recovery_wait_secs=0.2)
-    async with sv.managed_session(server.target) as sess:
+    # the membership reads after training go through one client (the chief polls it)
+    async with sv.managed_session(server.target) as sess, MembershipReader() as members:
         if sv.is_chief and not await sess.run(model.done_ready):
             await sess.run(model.done_init)
-        step, t0, seen = 0, time.perf_counter(), 0
+        step, t0, seen, own_steps = 0, time.perf_counter(), 0, 0
         progress = Progress(args.log_every)
         while not sv.should_stop() and step < args.train_steps:
             idx = rng.integers(0, len(X), args.batch_size)
-            _, loss, step = await sess.run([model.train_op, model.loss, model.global_step],
-                                           {model.x: X[idx], model.y: y[idx]})
+            fetches = [model.train_op, model.loss, model.global_step]
+            write = sv.is_chief and sv.summary_writer is not None and own_steps % args.log_every == 0
+            out = await sess.run(fetches + [model.summary_op] if write else fetches,
+                                 {model.x: X[idx], model.y: y[idx]})
+            _, loss, step = out[:3]
+            if write:   # the chief's summaries of this batch, at this global step
+                await sv.summary_computed(sess, out[3], step)
             seen += args.batch_size
+            own_steps += 1
             if progress.due(step) or step >= args.train_steps:
                 rate = seen / (time.perf_counter() - t0)
                 log.info("worker %d: global step %d, loss %.4f, %.0f examples/s",
                          args.task_index, step, loss, rate)
+        own = cluster.task_address(args.job_name, args.task_index)
+        membership = await membership_of(members, own)
+        if membership is not None and membership.has_left(f"/job:worker/task:{args.task_index}"):
+            # removed by a scale-down: gone after this step, not counted among the done
+            print(f"left global_step={int(step)} steps={own_steps}", flush=True)
+            return None, False
         logits = await sess.run(model.logits, {model.x: Xt})
         accuracy = float(np.mean(np.argmax(logits, axis=1) == yt))
         # read before reporting done: once every worker did, the chief may
@@ -188,10 +220,11 @@ async def train(args: argparse.Namespace, server: dt.Server,
         await mark_done(sess, model, sv)
         chief = sv.is_chief
         if chief:
-            await wait_for_workers(sess, model, cluster.num_tasks("worker"),
+            await wait_for_workers(sess, model, lambda: live_workers(members, own, cluster),
                                    args.wait_workers_secs)
             step = await sess.run(model.global_step)   # with every worker's last steps
     # the Supervisor's final checkpoint is written when the block above ends
+    print(f"worker steps={own_steps}", flush=True)
     print(f"done global_step={int(step)} accuracy={accuracy:.4f}", flush=True)
     return accuracy, chief
 
@@ -214,11 +247,29 @@ async def mark_done(sess: dt.Session, model: Model, sv: dt.train.Supervisor,
             await asyncio.sleep(0.1)
 
 
-async def wait_for_workers(sess: dt.Session, model: Model, n: int, limit_s: float) -> None:
-    """Wait until all ``n`` workers reported done, saying every few seconds how
-    many are missing; past ``limit_s`` go on without them (a worker died)."""
+async def membership_of(members: MembershipReader, own: str) -> Any:
+    """The cluster membership this task's server holds (an elastic launch's);
+    None without one."""
+    try:
+        return await members.read(own)
+    except dt.errors.OpError as e:
+        log.warning("could not read the cluster membership: %s", e)
+        return None
+
+
+async def live_workers(members: MembershipReader, own: str, cluster: dt.ClusterSpec) -> int:
+    """The workers in the job now: the cluster membership's (an elastic launch
+    changes it), else the cluster's."""
+    membership = await membership_of(members, own)
+    return cluster.num_tasks("worker") if membership is None else membership.num_workers
+
+
+async def wait_for_workers(sess: dt.Session, model: Model, workers: Any, limit_s: float) -> None:
+    """Wait until all workers (``await workers()``, asked anew each time: the
+    membership may change) reported done, saying every few seconds how many
+    are missing; past ``limit_s`` go on without them (a worker died)."""
     start = time.monotonic()
-    said = start
+    said, n, asked = start, await workers(), start
     while (done := int(await sess.run(model.read_done))) < n:
         now = time.monotonic()
         if now - start > limit_s:
@@ -228,6 +279,8 @@ async def wait_for_workers(sess: dt.Session, model: Model, n: int, limit_s: floa
         if now - said >= 5:
             log.info("chief: %d of %d workers finished; waiting for the others", done, n)
             said = now
+        if now - asked >= 0.5:
+            n, asked = await workers(), now
         await asyncio.sleep(0.1)
 
 

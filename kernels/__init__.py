@@ -11,7 +11,7 @@ errors. Re-exports only.
 """
 from __future__ import annotations
 
-from kernels import cpu, gpu_loader  # noqa: F401  (register the CPU kernels, the GPU loader)
+from kernels import cpu, cpu_fused, gpu_loader  # noqa: F401  (register the CPU kernels, the GPU loader)
 from kernels.registry import (
     CPU,
     GPU,

@@ -27,6 +27,7 @@ import numpy as np
 from kernels import cpu_array as _cpu_array  # noqa: F401  (registers concat, slice)
 from kernels import cpu_nn as _cpu_nn  # noqa: F401  (registers nn kernels)
 from kernels import cpu_update as _cpu_update  # noqa: F401  (registers Apply* kernels)
+from kernels.cuda_memory import mark_constant
 from kernels.dtypes import as_dtype, concrete_shape, reduction_axes
 from kernels.registry import CPU, KernelError, register
 
@@ -45,9 +46,8 @@ def const(inputs: list, attrs: dict) -> list:
         want = as_dtype(dtype)
         if want.kind not in "UOS" and value.dtype != want:
             value = value.astype(want)
-    view = value.view()
-    view.flags.writeable = False
-    return [view]
+    # read-only, and a constant of the runtime's: a GPU keeps its copy (kernels.cuda_memory)
+    return [mark_constant(value.view())]
 
 
 @register("Placeholder", CPU)

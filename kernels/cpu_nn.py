@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, get_kernel, register
 
 __all__ = ["softmax", "log_softmax"]
 
@@ -55,6 +55,15 @@ def bias_add(inputs: list, attrs: dict) -> list:
     _check_bias("BiasAdd", x, bias)
     _check_same_dtype("BiasAdd", x, bias)
     return [x + bias]
+
+
+@register("_FusedBiasRelu", CPU)
+def fused_bias_relu(inputs: list, attrs: dict) -> list:
+    """``Relu(BiasAdd(x, b))`` or ``Relu(Add(x, b))`` (the GPU fusion's op,
+    kernels.cuda_fusion; here for a partition whose GPU op fell back to CPU)."""
+    add = bias_add if attrs.get("bias_add") else get_kernel("Add", CPU)
+    y = add([inputs[0], inputs[1]], {})[0]
+    return [np.maximum(y, np.zeros((), y.dtype), out=y) if y.dtype.kind in "fiu" else y]
 
 
 @register("BiasAddGrad", CPU)

@@ -24,6 +24,7 @@ from numba import cuda
 
 from kernels import cuda_math as cm
 from kernels.cpu import binary_operands
+from kernels.cuda_fusion import FUSED_BIAS_RELU
 from kernels.cuda_launch import (
     as_device,
     device_empty,
@@ -31,9 +32,12 @@ from kernels.cuda_launch import (
     flat,
     gpu_kernel,
     host_fallback,
+    launch,
     launch_1d,
     register_gpu,
+    repeat_plan,
 )
+from kernels.cuda_memory import copy_in, current_device
 from kernels.devices import is_device_array, to_host
 from kernels.dtypes import as_dtype, concrete_shape
 from kernels.registry import CPU, GPU, KernelError, get_kernel
@@ -46,13 +50,26 @@ def _copy(x: Any) -> Any:
     out = device_empty(x.shape, x.dtype)
     if x.size:
         blocks, threads = launch_1d(x.size)
-        cm.cast_copy[blocks, threads](flat(x), flat(out))
+        launch(cm.cast_copy, blocks, threads, flat(x), flat(out))
     return out
+
+
+# a Const node's device value, by its attrs (one dict per node for the graph's
+# life, held here so its id stays its own) and device: copied in once, not every step
+_CONSTS: dict[tuple[int, int], tuple[dict, Any]] = {}
 
 
 @gpu_kernel("Const")
 def const(inputs: list, attrs: dict) -> list:
-    return [as_device(get_kernel("Const", CPU)(inputs, attrs)[0])]
+    key = (id(attrs), current_device())
+    hit = _CONSTS.get(key)
+    if hit is not None and hit[0] is attrs:
+        return [hit[1]]
+    value = as_device(get_kernel("Const", CPU)(inputs, attrs)[0])
+    if len(_CONSTS) >= 4096:
+        _CONSTS.clear()
+    _CONSTS[key] = (attrs, value)   # no GPU kernel writes into its inputs
+    return [value]
 
 
 @gpu_kernel("Zeros")
@@ -94,7 +111,7 @@ def cast(inputs: list, attrs: dict) -> list:
     if x.size:
         blocks, threads = launch_1d(x.size)
         kern = cm.cast_bool if dtype == np.bool_ else cm.cast_copy
-        kern[blocks, threads](flat(x), flat(out))
+        launch(kern, blocks, threads, flat(x), flat(out))
     return [out]
 
 
@@ -136,23 +153,43 @@ def _result_dtype(a: Any, b: Any) -> np.dtype:
 
 
 def _binary(op: str, fn: Callable, out_dtype: Any = None,
-            check: Callable[[Any, Any], None] | None = None) -> None:
-    same, bcast = cm.binary_same(fn), cm.binary_bcast(fn)
+            check: Callable[[Any, Any], None] | None = None) -> Callable:
+    """Register ``op`` as ``out = fn(a, b)`` with numpy's broadcasting."""
+    return register_gpu(op, _binary_kernel(op, fn, out_dtype, check))
+
+
+def _binary_kernel(op: str, fn: Callable, out_dtype: Any = None,
+                   check: Callable[[Any, Any], None] | None = None,
+                   uncovered: Callable[[list, dict], list] | None = None) -> Callable:
+    """``out = fn(a, b)`` with numpy's broadcasting, as a kernel function; a
+    broadcast the device code does not cover runs ``uncovered`` (default: the
+    CPU kernel of ``op`` on host copies)."""
+    same, bcast, rep = cm.binary_same(fn), cm.binary_bcast(fn), cm.binary_rep(fn)
 
     def kernel(inputs: list, attrs: dict) -> list:
         a, b = as_device(inputs[0]), as_device(inputs[1])
         if check is not None:
             check(a, b)
         shape = _broadcast_plan(op, a.shape, b.shape)
-        if shape is None:
-            return host_fallback(op, inputs, attrs)
+        plans = None
+        if shape is None:   # e.g. a column (rows, 1) against (rows, cols)
+            shape = tuple(np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+            plans = repeat_plan(tuple(a.shape), shape), repeat_plan(tuple(b.shape), shape)
+            if None in plans:
+                if uncovered is not None:
+                    return uncovered([a, b], attrs)
+                return host_fallback(op, inputs, attrs)
         out = device_empty(shape, out_dtype or _result_dtype(a, b))
         if out.size:
             blocks, threads = launch_1d(out.size)
-            launch = same if a.shape == b.shape else bcast
-            launch[blocks, threads](flat(a), flat(b), flat(out))
+            if plans is not None:
+                (da, _), (db, _) = plans
+                launch(rep, blocks, threads, flat(a), da, flat(b), db, flat(out))
+            else:
+                kern = same if a.shape == b.shape else bcast
+                launch(kern, blocks, threads, flat(a), flat(b), flat(out))
         return [out]
-    register_gpu(op, kernel)
+    return kernel
 
 
 def _floats_only(a: Any, b: Any) -> None:
@@ -230,13 +267,13 @@ def _assign_update(op: str, fn: Callable, ufunc: Any) -> None:
             raise KernelError(f"{op}: a delta of shape {list(delta.shape)} does not fit the "
                               f"variable's shape {list(var.shape)}")
         if shape is None:   # a broadcast the device code does not cover
-            host = var.copy_to_host()
+            host = to_host(var)
             ufunc(host, to_host(delta), out=host)
-            var.copy_to_device(host)
+            copy_in(var, host)
         elif var.size:
             blocks, threads = launch_1d(var.size)
-            launch = same if delta.shape == var.shape else bcast
-            launch[blocks, threads](flat(var), flat(delta), flat(var))
+            kern = same if delta.shape == var.shape else bcast
+            launch(kern, blocks, threads, flat(var), flat(delta), flat(var))
         return [var]
     register_gpu(op, kernel)
 
@@ -253,24 +290,52 @@ def relu_grad(inputs: list, attrs: dict) -> list:
     out = device_empty(dy.shape, dy.dtype)
     if out.size:
         blocks, threads = launch_1d(out.size)
-        _RELU_GRAD[blocks, threads](flat(dy), flat(y), flat(out))
+        launch(_RELU_GRAD, blocks, threads, flat(dy), flat(y), flat(out))
     return [out]
 
 
 _RELU_GRAD = cm.binary_same(_relu_grad)
 
 
+def _check_bias(op: str, x: Any, bias: Any) -> None:
+    if bias.ndim != 1 or x.ndim < 1 or bias.shape[0] != tuple(x.shape)[-1]:
+        raise KernelError(f"{op}: bias must be a vector as long as the last dimension of "
+                          f"x; got x {list(x.shape)} and bias {list(bias.shape)}")
+
+
 @gpu_kernel("BiasAdd")
 def bias_add(inputs: list, attrs: dict) -> list:
     x, bias = as_device(inputs[0]), as_device(inputs[1])
-    if bias.ndim != 1 or x.ndim < 1 or bias.shape[0] != tuple(x.shape)[-1]:
-        raise KernelError(f"BiasAdd: bias must be a vector as long as the last dimension of "
-                          f"x; got x {list(x.shape)} and bias {list(bias.shape)}")
+    _check_bias("BiasAdd", x, bias)
     return get_kernel("Add", GPU)([x, bias], attrs)
 
 
+@cuda.jit(device=True)
+def _add_relu(x, b):
+    s = x + b
+    return s if s > 0 else 0
+
+
+def _add_then_relu(inputs: list, attrs: dict) -> list:
+    # a broadcast the fused kernel does not cover: the two ops, as unfused
+    return get_kernel("Relu", GPU)(get_kernel("Add", GPU)(inputs, {}), {})
+
+
+_fused_add_relu = _binary_kernel(FUSED_BIAS_RELU, _add_relu, uncovered=_add_then_relu)
+
+
+@gpu_kernel(FUSED_BIAS_RELU)
+def fused_bias_relu(inputs: list, attrs: dict) -> list:
+    """``Relu(Add(x, b))`` or ``Relu(BiasAdd(x, b))`` in one launch
+    (kernels.cuda_fusion writes the node)."""
+    x, b = as_device(inputs[0]), as_device(inputs[1])
+    if attrs.get("bias_add"):
+        _check_bias("BiasAdd", x, b)
+    return _fused_add_relu([x, b], attrs)
+
+
 def _unary(op: str, fn: Callable, float_out: bool) -> None:
-    launch = cm.unary(fn)
+    unary_kern = cm.unary(fn)
 
     def kernel(inputs: list, attrs: dict) -> list:
         x = as_device(inputs[0])
@@ -280,7 +345,7 @@ def _unary(op: str, fn: Callable, float_out: bool) -> None:
         out = device_empty(x.shape, dtype)
         if out.size:
             blocks, threads = launch_1d(out.size)
-            launch[blocks, threads](flat(x), flat(out))
+            launch(unary_kern, blocks, threads, flat(x), flat(out))
         return [out]
     register_gpu(op, kernel)
 

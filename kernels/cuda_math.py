@@ -30,7 +30,7 @@ import numpy as np
 from numba import cuda
 
 __all__ = [
-    "TILE", "BLOCK", "BLOCK_PAD", "binary_same", "binary_bcast", "unary", "fill", "cast_copy",
+    "TILE", "BLOCK", "BLOCK_PAD", "binary_same", "binary_bcast", "binary_rep", "unary", "fill", "cast_copy",
     "cast_bool", "reduce_all", "reduce_axis", "argmax_axis", "softmax_rows",
     "xent_rows", "sparse_xent_rows", "matmul", "apply_gd", "apply_momentum",
     "apply_adagrad", "apply_adam", "apply_rms_prop", "apply_centered_rms_prop",
@@ -70,6 +70,22 @@ def binary_bcast(fn: Callable) -> Any:
         nb = b.size
         while i < out.size:
             out[i] = fn(a[i % na], b[i % nb])
+            i += stride
+    return kernel
+
+
+def binary_rep(fn: Callable) -> Any:
+    """``out[i] = fn(a[(i // da) % na], b[(i // db) % nb])``: each operand a
+    block of the output's axes repeated before and after (a column against
+    a matrix: ``da`` = the columns)."""
+    @cuda.jit(cache=True)
+    def kernel(a, da, b, db, out):
+        i = cuda.grid(1)
+        stride = cuda.gridsize(1)
+        na = a.size
+        nb = b.size
+        while i < out.size:
+            out[i] = fn(a[(i // da) % na], b[(i // db) % nb])
             i += stride
     return kernel
 

@@ -21,8 +21,11 @@ from kernels.cuda_launch import (
     flat,
     gpu_kernel,
     host_fallback,
+    launch,
     launch_1d,
+    repeat_plan,
 )
+from kernels.cuda_memory import device_scalar
 from kernels.devices import is_device_array
 from kernels.dtypes import reduction_axes
 from kernels.registry import KernelError
@@ -51,10 +54,10 @@ def _sum_all(x: Any, mean: bool) -> Any:
     n = x.size
     blocks = max(1, min(math.ceil(n / cm.REDUCE_THREADS), 2 if SIM else 512))
     partial = device_empty((blocks,), acc)
-    kern[blocks, cm.REDUCE_THREADS](flat(x), partial, zero, one)
+    launch(kern, blocks, cm.REDUCE_THREADS, flat(x), partial, zero, one)
     out = device_empty((1,), x.dtype)
     scale = np.float64(1.0 / n) if mean else one
-    kern[1, cm.REDUCE_THREADS](partial, out, zero, scale)
+    launch(kern, 1, cm.REDUCE_THREADS, partial, out, zero, scale)
     return out
 
 
@@ -67,7 +70,7 @@ def _sum_axis(x: Any, axis: int, mean: bool) -> Any:
     scale = np.float64(1.0 / n) if mean else one
     if out.size:
         blocks, threads = launch_1d(out.size)
-        cm.reduce_axis[blocks, threads](flat(x), flat(out), n, inner, zero, scale)
+        launch(cm.reduce_axis, blocks, threads, flat(x), flat(out), n, inner, zero, scale)
     return out
 
 
@@ -120,6 +123,43 @@ def sum_to_shape_of(inputs: list, attrs: dict) -> list:
     return host_fallback("SumToShapeOf", inputs, attrs)
 
 
+@cuda.jit(device=True)
+def _scaled(x, scale):
+    return x * scale
+
+
+_BROADCAST_SCALED = cm.binary_rep(_scaled)
+
+
+@gpu_kernel("BroadcastToShapeOf")
+def broadcast_to_shape_of(inputs: list, attrs: dict) -> list:
+    """A reduction's gradient spread back over the reduced axes (divided by
+    their size for a mean): one launch, the gradient read in place."""
+    op = "BroadcastToShapeOf"
+    grad, ref = as_device(inputs[0]), tuple(inputs[1].shape)
+    axes = reduction_axes(attrs.get("axis"), len(ref), op)
+    axes = tuple(range(len(ref))) if axes is None else tuple(a % max(len(ref), 1) for a in axes)
+    kept = tuple(1 if i in axes else d for i, d in enumerate(ref))
+    src = tuple(grad.shape) if attrs.get("keepdims", False) else kept
+    mean = bool(attrs.get("mean"))
+    if grad.size != math.prod(src) or (mean and np.dtype(grad.dtype).kind != "f"):
+        return host_fallback(op, inputs, attrs)   # the CPU kernel says what is wrong
+    try:
+        fits = tuple(np.broadcast_shapes(src, ref)) == ref
+    except ValueError:
+        fits = False
+    plan = repeat_plan(src, ref) if fits else None
+    if plan is None:
+        return host_fallback(op, inputs, attrs)
+    count = math.prod(ref[a] for a in axes) if mean else 1
+    out = device_empty(ref, grad.dtype)
+    if out.size:
+        blocks, threads = launch_1d(out.size)
+        scale = device_scalar(1.0 / count if mean else 1, grad.dtype)
+        launch(_BROADCAST_SCALED, blocks, threads, flat(grad), plan[0], scale, 1, flat(out))
+    return [out]
+
+
 @gpu_kernel("ArgMax")
 def arg_max(inputs: list, attrs: dict) -> list:
     x = as_device(inputs[0])
@@ -131,7 +171,7 @@ def arg_max(inputs: list, attrs: dict) -> list:
     out = device_empty(tuple(x.shape)[:axis] + tuple(x.shape)[axis + 1:], np.dtype(attrs.get("output_type") or "int64"))
     if out.size:
         blocks, threads = launch_1d(out.size)
-        cm.argmax_axis[blocks, threads](flat(x), flat(out), tuple(x.shape)[axis],
+        launch(cm.argmax_axis, blocks, threads, flat(x), flat(out), tuple(x.shape)[axis],
                                         math.prod(tuple(x.shape)[axis + 1:]))
     return [out]
 
@@ -153,7 +193,7 @@ def _softmax(op: str, log: bool) -> None:
         out = device_empty(x.shape, x.dtype)
         if rows:
             blocks, threads = launch_1d(rows)
-            cm.softmax_rows[blocks, threads](flat(x), flat(out), classes, log)
+            launch(cm.softmax_rows, blocks, threads, flat(x), flat(out), classes, log)
         return [out]
 
 
@@ -172,7 +212,8 @@ def softmax_xent(inputs: list, attrs: dict) -> list:
     loss, backprop = device_empty(tuple(x.shape)[:-1], x.dtype), device_empty(x.shape, x.dtype)
     if rows:
         blocks, threads = launch_1d(rows)
-        cm.xent_rows[blocks, threads](flat(x), flat(labels), flat(loss), flat(backprop), classes)
+        launch(cm.xent_rows, blocks, threads, flat(x), flat(labels), flat(loss), flat(backprop),
+               classes)
     return [loss, backprop]
 
 
@@ -188,7 +229,7 @@ def sparse_softmax_xent(inputs: list, attrs: dict) -> list:
     loss, backprop = device_empty(tuple(x.shape)[:-1], x.dtype), device_empty(x.shape, x.dtype)
     if rows:
         blocks, threads = launch_1d(rows)
-        cm.sparse_xent_rows[blocks, threads](flat(x), flat(labels), flat(loss),
+        launch(cm.sparse_xent_rows, blocks, threads, flat(x), flat(labels), flat(loss),
                                              flat(backprop), classes)
     return [loss, backprop]
 
@@ -211,7 +252,7 @@ def matmul_device(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool =
         if k == 0:
             return device_filled((m, n), dtype, 0)
         grid = (math.ceil(n / cm.BLOCK), math.ceil(m / cm.BLOCK))
-        kern[grid, (cm.TILE, cm.TILE)](a, b, c, bool(transpose_a), bool(transpose_b))
+        launch(kern, grid, (cm.TILE, cm.TILE), a, b, c, bool(transpose_a), bool(transpose_b))
     return c
 
 
@@ -261,13 +302,13 @@ def _scalar(op: str, name: str, x: Any, dtype: Any) -> Any:
     a = np.asarray(x)
     if a.size != 1:
         raise KernelError(f"{op}: {name} must be a scalar, got shape {list(a.shape)}")
-    return cuda.to_device(a.astype(dtype).reshape(1))
+    return device_scalar(a, dtype)
 
 
 def _launch_update(kern: Any, var: Any, *args: Any) -> None:
     if var.size:
         blocks, threads = launch_1d(var.size)
-        kern[blocks, threads](*args)
+        launch(kern, blocks, threads, *args)
 
 
 @gpu_kernel("ApplyGradientDescent")

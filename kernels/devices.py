@@ -32,7 +32,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["backend", "gpu_devices", "to_device", "to_host", "is_device_array", "GpuOrderError"]
+__all__ = ["backend", "gpu_devices", "to_device", "to_host", "copy_in", "is_device_array",
+           "GpuOrderError"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,12 @@ def backend() -> str:
         return NONE
     if _simulator_enabled(cuda):
         return CUDASIM
+    try:
+        from kernels import cuda_memory
+        cuda_memory.install()   # the caching allocator, before the first context
+    except Exception as exc:   # numba's own allocator still works: note it, go on
+        logger.warning("cannot install the caching GPU allocator (%s: %s); using numba's",
+                       type(exc).__name__, exc)
     try:
         return CUDA if cuda.is_available() else NONE
     except Exception as exc:  # a driver that fails to initialise: treat as no GPU
@@ -184,27 +191,58 @@ def is_device_array(x: Any) -> bool:
     return hasattr(x, "copy_to_host") or hasattr(x, "__cuda_array_interface__")
 
 
+def _gpu_of(array: Any) -> int | None:
+    """The driver's id of the GPU holding numba device array ``array`` (None:
+    unknown, e.g. under the simulator)."""
+    ctx = getattr(getattr(array, "gpu_data", None), "context", None)
+    try:
+        return int(ctx.device.id) if ctx is not None else None
+    except (AttributeError, ReferenceError, TypeError, ValueError):
+        return None
+
+
 def to_device(array: Any, index: int = 0) -> Any:
-    """Copy a host array to GPU ``index`` (a device array passes through)."""
+    """Copy a host array to GPU ``index``; a device array passes through,
+    unless it is on another GPU of this process: then it is copied device to
+    device (a mirrored replica's tensor reaching the device that sums them:
+    the bytes never cross the host)."""
     from numba import cuda
+
+    from kernels import cuda_memory
     if is_device_array(array):
         if not hasattr(array, "copy_to_host"):  # e.g. a CuPy array: wrap, no copy
             return cuda.as_cuda_array(array)
+        if backend() == CUDA and len(cuda.gpus) > 1:
+            src = _gpu_of(array)
+            if src is not None and src != cuda.gpus[index].id:
+                with cuda.gpus[index]:
+                    out = cuda_memory.device_empty(tuple(array.shape), array.dtype)
+                    out.copy_to_device(array)   # device to device (unified addressing)
+                return out
         return array
     host = np.asarray(array, order="C")  # not ascontiguousarray: that makes 0-d arrays 1-d
     if backend() == CUDASIM:
-        return cuda.to_device(host)
-    with cuda.gpus[index]:
-        return cuda.to_device(host)
+        return cuda_memory.cached_to_device(host)
+    gpu = cuda.gpus[index]
+    with gpu:   # a constant's copy kept for reuse is kept per GPU
+        return cuda_memory.cached_to_device(host, gpu.id)
 
 
 def to_host(array: Any) -> np.ndarray:
     """A numpy array with ``array``'s contents (numpy passes through unchanged)."""
     if isinstance(array, np.ndarray):
         return array
+    from kernels import cuda_memory
     if hasattr(array, "copy_to_host"):
-        return array.copy_to_host()
+        return cuda_memory.to_host(array)
     if hasattr(array, "__cuda_array_interface__"):
         from numba import cuda
-        return cuda.as_cuda_array(array).copy_to_host()
+        return cuda_memory.to_host(cuda.as_cuda_array(array))
     return np.asarray(array)
+
+
+def copy_in(device_array: Any, host: Any) -> None:
+    """Write host array ``host`` into the existing ``device_array`` (a counted
+    copy in, see kernels.counters)."""
+    from kernels import cuda_memory
+    cuda_memory.copy_in(device_array, host)

@@ -1,11 +1,12 @@
 """Process helpers for tests: start a peer, read its address, always stop it."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,6 +16,17 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra)
     return env
+
+
+def simulated_json(args: Sequence[str], timeout: float = 300) -> Any:
+    """Run ``python *args`` from the repository root under numba's CUDA
+    simulator (set before numba is imported: a fresh process) and return the
+    JSON object its stdout holds; the child's failure fails the caller."""
+    out = subprocess.run([sys.executable, *args], cwd=ROOT,
+                         env=child_env(NUMBA_ENABLE_CUDASIM="1"), capture_output=True,
+                         text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
 
 
 class Proc:

@@ -29,6 +29,15 @@ BAD_GRAPHS = [
     ({"nodes": [node("x", "Const", value=1.0, dtype="float32", )]}, ["x:7"],
      InvalidArgumentError),
     ("not a dict", ["x:0"], InvalidArgumentError),
+    # the runtime's internal ops are not for clients (a bad fused program
+    # once wrote out of bounds and killed the server)
+    ({"nodes": [node("x", "Const", value=np.ones(3, np.float32), dtype="float32"),
+                node("y", "_FusedElementwise", ["x:0"], dtype="float32",
+                     code=np.array([[1, 100000000, 0, 0, 0, 0]], np.int64), ops=["Add"],
+                     imms=np.zeros(0), n_regs=1, fused=["y"])]}, ["y:0"],
+     InvalidArgumentError),
+    ({"nodes": [node("x", "_Recv", key="k", src_task="/job:a/task:0",
+                     dst_task="/job:a/task:0", dtype="float32")]}, ["x:0"], InvalidArgumentError),
 ]
 
 GOOD = {"nodes": [node("x", "Const", value=np.ones(3, np.float32), dtype="float32")]}

@@ -219,6 +219,97 @@ async def test_a_partitioner_shards_a_large_variable_over_the_ps_tasks(in_proces
         await stop_chief(strategy)
 
 
+def _gate(op_type: str, inputs=(), device: str | None = None):
+    """An op of the queue ``gate`` (a FIFO of int64 on the task that runs it):
+    ``QueueDequeue`` waits until something is enqueued there."""
+    graph = dt.get_default_graph()
+    specs = [(dt.int64, [])] if op_type == "QueueDequeue" else []
+    return graph.create_op(op_type, list(inputs), {"queue": "gate", "dtype": "int64"}, op_type,
+                           output_specs=specs, device=device)
+
+
+async def test_a_worker_holds_two_closures_at_once() -> None:
+    """With one worker, a closure that waits on the worker's queue finishes only
+    because the next closure, which fills the queue, reached the worker while
+    the first one ran (one closure at a time would never end)."""
+    spec = cluster_spec(chief=1, ps=1, worker=1)
+    servers = [dt.Server(spec, job_name=j, task_index=0) for j in ("ps", "worker")]
+    strategy = strategy_for(spec)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+
+        @dt.function
+        def wait():
+            return _gate("QueueDequeue").outputs[0] + 0
+
+        @dt.function
+        def release():
+            return _gate("QueueEnqueueMany", [dt.constant(np.array([7], np.int64))])
+
+        async with asyncio.timeout(BOUND_S):
+            waiting = coord.schedule(wait)
+            releasing = coord.schedule(release)
+            await coord.join()
+            assert int(await waiting.fetch()) == 7
+            assert await releasing.fetch() is None
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+        for s in servers:
+            s.stop()
+
+
+async def test_a_closure_whose_worker_fails_after_an_error_is_cancelled(monkeypatch) -> None:
+    """fn failed on one closure while another waited on worker 1; worker 1 then
+    stops: that closure is cancelled (TF's put_back), not queued again where no
+    slot would take it, so its RemoteValue settles and a second join returns."""
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
+    spec = cluster_spec(chief=1, ps=1, worker=2)
+    servers = [dt.Server(spec, job_name=j, task_index=i)
+               for j, n in (("ps", 1), ("worker", 2)) for i in range(n)]
+    strategy = strategy_for(spec)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+
+        @dt.function
+        def wait():
+            return _gate("QueueDequeue", device="/job:worker/task:1").outputs[0] + 0
+
+        @dt.function
+        def release():
+            return _gate("QueueEnqueueMany", [dt.constant(np.array([7], np.int64))],
+                         device="/job:worker/task:1")
+
+        @dt.function
+        def bad():
+            return dt.reshape(dt.constant([1.0, 2.0, 3.0]), [2, 2])   # fails when it runs
+
+        async with asyncio.timeout(BOUND_S):
+            warm = [coord.schedule(wait), coord.schedule(release)]   # the chief reaches worker 1
+            await coord.join()
+            assert int(await warm[0].fetch()) == 7
+            waiting = coord.schedule(wait)
+            while coord._inflight < 1:   # noqa: SLF001 (the test waits for the closure to start)
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)     # (its step reaches worker 1; only speed depends on it)
+            failing = coord.schedule(bad)
+            with pytest.raises(dt.errors.InvalidArgumentError):
+                await failing.fetch()
+            assert not waiting.done()
+            await asyncio.to_thread(servers[2].stop)   # worker 1: the waiting step fails
+            with pytest.raises(dt.errors.InvalidArgumentError):
+                await coord.join()
+            with pytest.raises(dt.errors.CancelledError):
+                await waiting.fetch()
+            await coord.join()                         # nothing left: returns at once
+            assert coord.done()
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+        for s in servers:
+            s.stop()
+
+
 # -- failures, with real server processes ----------------------------------------------------
 @pytest.fixture
 def process_cluster(tmp_path):
@@ -273,6 +364,50 @@ async def test_a_killed_worker_loses_no_closure_and_comes_back(process_cluster,
         assert after.sum() >= before.sum() + 200
         assert after[1] > before[1]                           # worker 1 took closures again
         assert all(r.done() for r in more)
+        await coord.shutdown()
+    finally:
+        await stop_chief(strategy)
+
+
+@pytest.mark.slow
+async def test_a_killed_worker_holding_two_closures_loses_none_and_runs_none_twice(
+        process_cluster, monkeypatch) -> None:
+    """Both workers hold two closures, each waiting on its worker's queue; worker
+    1 is killed: its two closures run again on worker 0, every RemoteValue
+    holds its own closure's result, and no closure's update reached the ps
+    twice (the killed ones never got past their wait)."""
+    monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
+    spec, cfg, procs, env = process_cluster
+    strategy = strategy_for(spec)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        with strategy.scope():
+            runs = dt.Variable(0.0, name="runs")
+
+        @dt.function
+        def gated(i):
+            token = _gate("QueueDequeue").outputs[0]
+            runs.assign_add(dt.cast(token, dt.float32))
+            return i + 0
+
+        @dt.function
+        def release():
+            return _gate("QueueEnqueueMany", [dt.constant(np.ones(4, np.int64))],
+                         device="/job:worker/task:0")
+
+        async with asyncio.timeout(BOUND_S):
+            results = [coord.schedule(gated, args=(np.int64(i),)) for i in range(4)]
+            while coord._inflight < 4:     # two on each worker, all waiting
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)
+            procs[("worker", 1)].kill()                       # kill -9, two closures on it
+            with strategy.scope():
+                await release()                               # worker 0's queue: 4 tokens
+            await coord.join()
+            got = sorted([int(await r.fetch()) for r in results])
+            total = float(await _read(strategy, runs))
+        assert got == [0, 1, 2, 3]                            # each result, once
+        assert total == 4.0                                   # each closure's update, once
         await coord.shutdown()
     finally:
         await stop_chief(strategy)

@@ -31,7 +31,7 @@ import pytest
 from distrib.client.channel import MasterChannel
 from distrib.runtime.actors.door import Door
 from distrib.runtime.actors.system import ActorSystem
-from distrib.runtime.chief.doors import Campaign, ChiefLeaseDoor, FenceDoor
+from distrib.runtime.chief.doors import Campaign, ChiefLeaseDoor, FenceDoor, MembershipDoor
 from distrib.runtime.chief.lease import ChiefLease
 from distrib.runtime.collective.doors import CollectiveDoor
 from distrib.runtime.collective.engine import CollectiveEngine
@@ -43,7 +43,8 @@ from distrib.server.doors import ServerDoor
 from distrib.server.server_lib import ServerCore
 
 ROOT = Path(__file__).resolve().parent.parent
-DOORS = [WorkerDoor, FenceDoor, MasterDoor, CollectiveDoor, ChiefLeaseDoor, ServerDoor]
+DOORS = [WorkerDoor, FenceDoor, MasterDoor, CollectiveDoor, ChiefLeaseDoor, ServerDoor,
+         MembershipDoor]
 # the public methods of a service that are not messages (helpers its own task calls)
 NOT_MESSAGES = {
     "worker": {"detached", "peer", "on_stop"},
@@ -51,6 +52,7 @@ NOT_MESSAGES = {
     "collective": {"start"},
     "chief_lease": set(),
     "server": set(),
+    "membership": set(),
 }
 SENDS = {"call", "tell", "request"}
 # receivers whose .call("name") is not an actor message: keras' CallbackList
@@ -201,7 +203,7 @@ async def test_a_wrong_argument_fails_at_the_caller_before_anything_is_sent():
     with pytest.raises(TypeError):
         door.get_status(5.0)                                           # timeout is a keyword
     with pytest.raises(TypeError):
-        door.run_partition("k", 1, {}, {}, {}, None, None, 7)          # one too many
+        door.run_partition("k", 1, {}, {}, {}, None, None, True, 7)    # one too many
     with pytest.raises(TypeError):
         door.abort_step(1, {}, timeout=1.0)                            # a tell has no timeout
     with pytest.raises(TypeError):
@@ -227,7 +229,7 @@ async def test_a_door_sends_the_handlers_arguments_in_order():
     await ChiefLeaseDoor(lease).campaign(   # type: ignore[arg-type]
         Campaign(candidate="/job:worker/task:1", incarnation=7, preferred=True))
     assert worker.sent == [
-        ("call", "register_partition", ["s/1", [node], ["x:0"], False], 3.0),
+        ("call", "register_partition", ["s/1", [node], ["x:0"], False, None], 3.0),
         ("request", "run_partition", ["s/1", 9, {}, {"/job:ps/task:0": 5}, {}, 2.0, 4], 7.0),
         ("tell", "recv_tensors", [9, [["k", 1.0]], "/job:ps/task:0", 5]),
         ("call", "fence", [3], 60.0)]

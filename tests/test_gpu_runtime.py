@@ -12,16 +12,12 @@ import pytest
 
 import distrib as dt
 from distrib.errors import InvalidArgumentError
-from tests.helpers import ROOT, child_env
+from tests.helpers import ROOT, child_env, simulated_json
 
 
 @pytest.mark.slow
 def test_mlp_pinned_to_gpu_matches_cpu_under_the_simulator():
-    out = subprocess.run([sys.executable, "tests/peers/gpu_mlp.py"], cwd=ROOT,
-                         env=child_env(NUMBA_ENABLE_CUDASIM="1"), capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout)
+    res = simulated_json(["tests/peers/gpu_mlp.py"], timeout=300)
     assert any(d.endswith("/device:GPU:0") for d in res["devices"])
     for g, c in zip(res["gpu"], res["cpu"]):
         np.testing.assert_allclose(np.asarray(g), np.asarray(c), rtol=1e-4, atol=1e-5)

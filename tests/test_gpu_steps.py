@@ -16,16 +16,13 @@ is imported).
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 import distrib as dt
-from tests.helpers import ROOT, Proc, child_env
+from tests.helpers import Proc, child_env, simulated_json
 from tests.peers.cli_cluster import cluster_spec, write_cluster
 
 HEARTBEAT_S = 0.2   # a silent peer is dead after three: 0.6 s
@@ -33,11 +30,7 @@ COMPILE_S = 1.0     # each GPU op's first run "compiles" this long: > 3 heartbea
 
 
 def _state_run(*flags: str) -> dict:
-    out = subprocess.run([sys.executable, "tests/peers/gpu_state.py", *flags], cwd=ROOT,
-                         env=child_env(NUMBA_ENABLE_CUDASIM="1"), capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    return simulated_json(["tests/peers/gpu_state.py", *flags], timeout=300)
 
 
 def _assert_same(res: dict) -> None:

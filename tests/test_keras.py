@@ -43,6 +43,55 @@ def digits_model(optimizer: object = None) -> keras.Sequential:
     return model
 
 
+def step_ops(function, *args) -> int:
+    """How many ops one call of a traced ``dt.function`` runs: those its outputs
+    and side effects need (the master's pruning), its placeholders included."""
+    from distrib.client.fetches import FetchPlan
+    from distrib.runtime.step.plan import prune
+    trace = function.get_concrete_function(*args)
+    graph = dt.get_default_graph()
+    plan = FetchPlan([trace.structured_outputs, trace.side_effect_ops], graph)
+    nodes = {n["name"]: n for n in graph.as_graph_def()["nodes"]}
+    return len(prune(nodes, plan.tensors, plan.targets, []))
+
+
+@pytest.mark.parametrize("metrics", [[], ["accuracy"], ["accuracy", "sparse_categorical_accuracy"]])
+def test_the_train_step_has_the_ops_of_the_hand_written_step_plus_the_metrics(metrics) -> None:
+    """Keras' train step against the same step written by hand (the loss
+    object's mean, tape, the optimizer) that also sums each metric's values:
+    the statistics fit reports cost no op of their own."""
+    x = np.zeros((32, 20), np.float32)
+    y = np.zeros(32, np.int64)
+
+    def model_and_loss():
+        model = keras.Sequential([keras.layers.Dense(16, activation="relu", input_shape=(20,)),
+                                  keras.layers.Dense(4)])
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, metrics=metrics)
+        return model, loss
+
+    model, _ = model_and_loss()
+    with model.function_scope():
+        keras_ops = step_ops(model._steps.train_function(), (x, y))
+
+    with dt.Graph().as_default():
+        hand, loss_fn = model_and_loss()
+        hand.build((None, 20))
+
+        @dt.function
+        def by_hand(data):
+            bx, by = data
+            with dt.GradientTape() as tape:
+                logits = hand(bx, training=True)
+                loss = loss_fn(by, logits)
+            grads = tape.gradient(loss, hand.trainable_variables)
+            hand.optimizer.apply_gradients(zip(grads, hand.trainable_variables))
+            return [loss] + [dt.reduce_sum(m.values(by, logits)) for m in hand.compiled_metrics]
+        with hand.function_scope():
+            hand_ops = step_ops(by_hand, (x, y))
+    assert keras_ops <= hand_ops, (keras_ops, hand_ops)
+
+
 # -- training on real data ----------------------------------------------------------------
 async def test_fit_on_digits_lowers_the_loss_and_reaches_ninety_percent() -> None:
     dt.set_random_seed(3)

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -66,7 +67,7 @@ def _x(dtype: str, *shape: int) -> np.ndarray:
 def _binary(d: str) -> list:
     x = _x(d)
     return [([x, _x(d)], {}), ([x, _x(d, 6)], {}), ([x, _x(d, 1).reshape(())], {}),
-            ([_x(d, 1).reshape(()), x], {})]
+            ([_x(d, 1).reshape(()), x], {}), ([_x(d, 4, 1), x], {})]
 
 
 def _labels(dtype: str) -> list:
@@ -86,6 +87,11 @@ CASES: dict[str, Callable[[str], list]] = {
     "Sum": lambda d: [([_x(d)], {"axis": a}) for a in (None, 0, 1)],
     "Mean": lambda d: [([_x(d)], {"axis": a}) for a in (None, 0, 1)],
     "ArgMax": lambda d: [([_x(d)], {"axis": 1, "output_type": t}) for t in ("int32", "int64")],
+    "_FusedBiasRelu": lambda d: [([_x(d), _x(d, 6)], {"bias_add": True}), ([_x(d), _x(d)], {}),
+                                 ([_x(d), _x(d, 4, 1)], {})],
+    "BroadcastToShapeOf": lambda d: [
+        ([_x(d, 1).reshape(()), np.zeros((4, 6), d)], {"mean": m}) for m in (False, True)] + [
+        ([_x(d, 4), np.zeros((4, 6), d)], {"axis": 1})],
     "SumToShapeOf": lambda d: [([_x(d), np.zeros(s, d)], {}) for s in ((), (6,), (1, 6))],
     "SoftmaxCrossEntropyWithLogits": _labels,
     "SparseSoftmaxCrossEntropyWithLogits": lambda d: [
@@ -168,6 +174,8 @@ def _install_fakes(launches: dict, label: list) -> None:
     cuda.device_array = lambda shape, dtype=np.float64, *a, **k: FakeDeviceArray(
         np.zeros(shape, dtype=dtype))
     cuda.as_cuda_array = lambda obj, *a, **k: FakeDeviceArray(np.asarray(obj))
+    # the device copies kept for reuse are keyed by the current device's id
+    cuda.get_current_device = lambda: SimpleNamespace(id=0)
 
 
 def _kernel_objects() -> dict[int, tuple[Any, str]]:
@@ -299,8 +307,6 @@ def compile_all(cc: tuple[int, int]) -> dict:
     ``cc``, and stays compiled in its dispatcher."""
     t0 = time.perf_counter()
     launches, no_case, served = record()
-    from types import SimpleNamespace
-
     import numba.cuda.dispatcher as dispatcher
     from numba import cuda
     dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)

@@ -32,7 +32,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("distrib", "transports", "kernels")
 LAYERS = ("settings", "errors", "cluster", "app", "framework", "ops", "client", "runtime", "server",
-          "train", "data", "distribute", "keras", "launch", "status")
+          "summary", "train", "data", "distribute", "keras", "launch", "status")
 # distrib/runtime's wings, bottom first (docs/ARCHITECTURE.md, "Packages and layers")
 WINGS = ("core", "actors", "chief", "state", "collective", "step")
 TOP = ("__init__", "demo")   # distrib's own modules that stand above every layer

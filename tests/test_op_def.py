@@ -22,6 +22,7 @@ from distrib.ops.variables import Variable, is_variable_initialized
 from distrib.runtime.core import kernel_pool
 from distrib.runtime.step.executor import CompiledPartition
 from distrib.runtime.step.plan import partition, place
+from distrib.summary import summary_ops
 from distrib.train.learning_rate_decay import exponential_decay
 from distrib.train.optimizers import (
     AdagradOptimizer,
@@ -126,6 +127,12 @@ def _build_everything() -> Graph:
         collective_ops.all_gather(v, **common)
         collective_ops.broadcast_send(v, [2], dtypes.float32, **common)
         collective_ops.broadcast_recv([2], dtypes.float32, **common)
+        # the summary ops (distrib.summary.summary_ops) and their merge
+        summary_ops.scalar_op("loss", loss)
+        summary_ops.histogram_op("h", h)
+        summary_ops.image_op("img", ops.reshape(h, [1, 4, -1, 1]))
+        summary_ops.text_op("note", ops.constant("text"))
+        summary_ops.merge_all()
     return g
 
 
@@ -145,7 +152,11 @@ def test_every_op_the_builders_and_the_partitioner_make_has_an_entry_of_its_arit
             assert _arity_fits(entry, n), (node["name"], node["op"], n, entry.inputs)
             seen.setdefault(node["op"], node["name"])
     # the graph above makes every op type of the catalogue but the kernel-only ones
-    assert sorted(set(d.name for d in op_defs()) - set(seen)) == ["ExpandDims", "Tile"]
+    # (and the ops a worker makes when it compiles a partition: the GPU fusion's;
+    # and the one the master's graph optimizer makes: _FusedElementwise)
+    assert sorted(set(d.name for d in op_defs()) - set(seen)
+                  - {"_FusedBiasRelu", "_FusedElementwise"}) == [
+        "ExpandDims", "Tile"]
 
 
 def test_unknown_op_type_is_not_found_naming_it():

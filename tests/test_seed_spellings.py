@@ -34,7 +34,7 @@ from distrib.client.session import parse_target
 from distrib.errors import AlreadyExistsError, InvalidArgumentError
 from distrib.framework import config
 from distrib.launch import free_ports
-from tests.helpers import ROOT, child_env
+from tests.helpers import ROOT, child_env, simulated_json
 
 # --- the names -------------------------------------------------------------
 
@@ -515,11 +515,7 @@ print(json.dumps(out))
 
 
 def test_visibility_and_visible_device_list_under_the_cuda_simulator():
-    out = subprocess.run([sys.executable, "-c", _SIMULATOR], cwd=ROOT,
-                         env=child_env(NUMBA_ENABLE_CUDASIM="1"), capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout)
+    res = simulated_json(["-c", _SIMULATOR], timeout=120)
     assert res["hidden"] == ["CPU"] and res["numba"] is False   # hidden: the driver never asked
     assert "invalid GPU id '1' but visible device count is 1" in res["bad"]
     assert res["shown"] == ["CPU", "GPU"] and res["y"] == [[11.0]]

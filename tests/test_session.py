@@ -137,6 +137,20 @@ async def test_feeding_an_intermediate_tensor_replaces_it(server, graph):
         assert await sess.run(c, {b: 5.0}) == 50.0
 
 
+async def test_a_fed_tensor_is_fed_even_where_its_producer_runs_too(server, graph, monkeypatch):
+    # its producer runs as a target or a control input: its readers still get the feed
+    c = dt.constant(2.0)
+    y = c * 3.0 + 1.0
+    with dt.control_dependencies([c]):
+        z = dt.identity(dt.constant(7.0))
+    for optimizer in ("on", "off"):
+        monkeypatch.setenv("DISTRIB_GRAPH_OPTIMIZER", optimizer)
+        async with dt.Session(server.target) as sess:
+            assert await sess.run([y, z], {c: 5.0}) == [16.0, 7.0]
+            assert (await sess.run([y, c.op], {c: 5.0}))[0] == 16.0
+            assert await sess.run(y) == 7.0
+
+
 async def test_many_concurrent_runs_on_one_session(server, graph):
     x = dt.placeholder(dt.float32, shape=[])
     y = x * x

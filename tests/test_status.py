@@ -31,8 +31,8 @@ from tests.peers.scheduler_env import free_port_base, no_scheduler_env, slurm_en
 GUARD = 60.0
 SECRET = "status-secret"
 KEYS = ["job", "task", "address", "state", "reason", "incarnation", "uptime_s", "role", "term",
-        "global_step", "steps_per_s", "last_checkpoint", "checkpoint_age_s", "sessions",
-        "rss_bytes", "peers"]
+        "global_step", "steps_per_s", "last_loss", "last_checkpoint", "checkpoint_age_s",
+        "sessions", "rss_bytes", "membership_version", "peers"]
 
 
 def status_cli(*args: str, **env: str) -> subprocess.CompletedProcess:

@@ -4,7 +4,8 @@ training reaches the same weights as one replica on the global batch, the
 mirrored copies stay equal after every step, and the replica-context API
 (all_reduce, all_gather, merge_call) and strategy.reduce/gather behave as TF's.
 
-Steps run on this process's local server (real sockets, loopback)."""
+Steps run on this process's local server (on its own loop thread, reached by
+direct calls: runtime/actors/in_process.py)."""
 from __future__ import annotations
 
 import asyncio

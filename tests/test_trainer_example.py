@@ -4,6 +4,7 @@ chief reports an accuracy on held-out data; a restarted chief resumes from
 its checkpoint."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 import signal
@@ -59,6 +60,13 @@ def test_async_between_graph_training_reaches_target_accuracy(tmp_path):
     from distrib.train import latest_checkpoint
     ckpt = latest_checkpoint(str(tmp_path / "logs"))
     assert ckpt is not None and int(ckpt.rsplit("-", 1)[1]) >= 600
+    # the chief (only) wrote the batch's loss and accuracy as summaries TensorBoard reads
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+    assert len(glob.glob(str(tmp_path / "logs" / "events.out.tfevents.*"))) == 1
+    acc = EventAccumulator(str(tmp_path / "logs"))
+    acc.Reload()
+    assert {"loss", "accuracy"} <= set(acc.Tags()["tensors"])
+    assert acc.Tensors("accuracy")[-1].step > acc.Tensors("accuracy")[0].step
     again = run_cluster(tmp_path, steps=700, workers=1)
     for r in again:
         assert r.returncode == 0, r.stdout[-3000:]
@@ -73,6 +81,31 @@ def test_progress_is_due_once_per_multiple_the_global_step_reaches():
     # a worker's view of the shared global step: the others' steps come between
     steps = [0, 2, 5, 9, 11, 12, 17, 21, 22, 26, 29, 33, 41, 42]
     assert [s for s in steps if progress.due(s)] == [0, 11, 21, 33, 41]
+
+
+async def test_the_chief_polls_the_live_workers_through_one_client():
+    """The chief asks the membership for the live workers every half second
+    while it waits for them: every ask goes through the same client actor
+    system (one per ask would start and shut down a system each time)."""
+    import distrib as dt
+    from distrib.cluster import ClusterSpec
+    from distrib.runtime.chief.membership import Membership, MembershipReader, push_membership
+    from examples.trainer import live_workers
+    ports = free_ports(4)
+    spec = {"ps": [f"localhost:{ports[0]}"], "worker": [f"localhost:{p}" for p in ports[1:]]}
+    cluster = ClusterSpec(spec)
+    async with dt.serve(spec, job_name="ps", task_index=0):
+        own = cluster.task_address("ps", 0)
+        async with MembershipReader() as members:
+            assert await live_workers(members, own, cluster) == 3   # no record: the cluster's
+            system = members.system
+            assert system is not None
+            left = ClusterSpec({"ps": spec["ps"], "worker": spec["worker"][:2]})
+            await push_membership(system, own, Membership(2, left, ("/job:worker/task:2",)))
+            for _ in range(5):
+                assert await live_workers(members, own, cluster) == 2
+                assert members.system is system
+        assert members.system is None
 
 
 def test_two_workers_log_progress_once_every_log_every_global_steps(tmp_path):

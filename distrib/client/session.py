@@ -17,7 +17,16 @@ from typing import Any
 
 from distrib.client.channel import MasterChannel, open_master_channel
 from distrib.client.fetches import FetchPlan, feed_name
+from distrib.client.graph_options import GraphOptions
 from distrib.client.loop_thread import client_loop
+from distrib.client.run_metadata import (
+    PARTITION_GRAPHS_OPTION,
+    TRACE_OPTION,
+    RunMetadata,
+    RunOptions,
+    run_options_dict,
+    split_traced,
+)
 from distrib.errors import InvalidArgumentError
 from distrib.framework.config import parse_visible_device_list
 
@@ -70,12 +79,15 @@ class ConfigProto:
     operation_timeout_s: float | None = None
     log_device_placement: bool = False
     gpu_options: GPUOptions = field(default_factory=GPUOptions)
+    # the graph optimizer's passes (distrib.client.graph_options), sent to the master
+    graph_options: GraphOptions = field(default_factory=GraphOptions)
 
     def __post_init__(self) -> None:
         if isinstance(self.gpu_options, dict):
             self.gpu_options = GPUOptions(**self.gpu_options)
         if not isinstance(self.gpu_options, GPUOptions):
             raise TypeError(f"gpu_options is a dt.GPUOptions, not {self.gpu_options!r}")
+        self.graph_options = GraphOptions.coerce(self.graph_options)
 
     def as_dict(self) -> dict[str, Any]:
         """The options a session sends its master (its gpu_options stay here)."""
@@ -163,12 +175,15 @@ class Session:
             self._version = version
 
     async def run(self, fetches: Any, feed_dict: dict | None = None,
-                  options: dict[str, Any] | None = None) -> Any:
-        """Run one step; returns ``fetches`` with numpy values in the same structure."""
+                  options: RunOptions | dict[str, Any] | None = None,
+                  run_metadata: RunMetadata | None = None) -> Any:
+        """Run one step; returns ``fetches`` with numpy values in the same structure.
+        ``options``: a ``dt.RunOptions`` (or a dict of run options);
+        with a trace level, ``run_metadata`` gets the step's trace."""
         await self._open()
         plan = FetchPlan(fetches, self.graph)
         feeds = {feed_name(k, self.graph): v for k, v in (feed_dict or {}).items()}
-        return await self._run_plan(plan, feeds, options)
+        return await self._run_plan(plan, feeds, options, run_metadata)
 
     def make_callable(self, fetches: Any, feed_list: Any = None, accept_options: bool = False) -> Any:
         """TF1's ``Session.make_callable``: an async callable that runs ``fetches``
@@ -179,28 +194,36 @@ class Session:
         plan = FetchPlan(fetches, self.graph)
         names = [feed_name(k, self.graph) for k in (feed_list or [])]
 
-        async def call(*values: Any, options: dict[str, Any] | None = None,
-                       run_metadata: Any = None) -> Any:
-            # run_metadata: accepted as TF's callable does; distrib records none
+        async def call(*values: Any, options: RunOptions | dict[str, Any] | None = None,
+                       run_metadata: RunMetadata | None = None) -> Any:
             if len(values) != len(names):
                 raise TypeError(f"this callable feeds {len(names)} tensors "
                                 f"({', '.join(names) or 'none'}), got {len(values)} values")
             if (options is not None or run_metadata is not None) and not accept_options:
                 raise TypeError("options= needs make_callable(..., accept_options=True)")
             await self._open()
-            return await self._run_plan(plan, dict(zip(names, values)), options)
+            return await self._run_plan(plan, dict(zip(names, values)), options, run_metadata)
         return call
 
     async def _run_plan(self, plan: FetchPlan, feeds: dict[str, Any],
-                        options: dict[str, Any] | None) -> Any:
+                        options: RunOptions | dict[str, Any] | None,
+                        run_metadata: RunMetadata | None = None) -> Any:
         await self._sync_graph()
         assert self._master is not None
+        options = run_options_dict(options)
+        if run_metadata is not None:
+            run_metadata.clear()
+        elif options and (options.get(TRACE_OPTION) or options.get(PARTITION_GRAPHS_OPTION)):
+            # a trace nobody would read is not recorded
+            options = {k: v for k, v in options.items()
+                       if k not in (TRACE_OPTION, PARTITION_GRAPHS_OPTION)}
         # the master bounds a step's calls by operation_timeout_s + 5 s; this
         # bound, a little longer so that the master's own error comes first,
         # covers a master that stopped answering
         limit = (options or {}).get("operation_timeout_s", self.config.operation_timeout_s)
         values = await self._master.run(self._handle, plan.tensors, plan.targets, feeds,
                                         options, timeout=None if limit is None else limit + 6.0)
+        values = split_traced(values, options, run_metadata)
         return plan.build([_pythonic(v) for v in values])
 
     async def list_devices(self) -> list[DeviceAttributes]:
@@ -252,8 +275,10 @@ class SyncSession:
         self._session = Session(target, graph=graph, config=config)
         self.graph = self._session.graph
 
-    def run(self, fetches: Any, feed_dict: dict | None = None, options: dict | None = None) -> Any:
-        return self._loop.run(self._session.run(fetches, feed_dict, options))
+    def run(self, fetches: Any, feed_dict: dict | None = None,
+            options: RunOptions | dict | None = None,
+            run_metadata: RunMetadata | None = None) -> Any:
+        return self._loop.run(self._session.run(fetches, feed_dict, options, run_metadata))
 
     def make_callable(self, fetches: Any, feed_list: Any = None, accept_options: bool = False) -> Any:
         """:meth:`Session.make_callable`, blocking: ``fn(*feed_values)``."""

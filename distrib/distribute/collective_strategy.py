@@ -18,7 +18,10 @@ the same steps in the same order, as in TF.
 ``CommunicationOptions``: ``implementation`` RING forces the ring, NCCL is
 accepted and means the default here (no NCCL on this runtime), AUTO lets the
 engine choose by size; ``timeout_seconds`` bounds each collective
-(``DeadlineExceededError`` naming the late worker; a warning at half).
+(``DeadlineExceededError`` naming the late worker; a warning at half);
+``bytes_per_pack`` sizes the packs a step's gradients are all-reduced in,
+last layer first, so that each pack's all-reduce starts while the backward
+pass goes on (0: about 1 MiB; see ``cross_device_ops``).
 """
 from __future__ import annotations
 
@@ -107,7 +110,8 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
         hint = "ring" if options.implementation == CommunicationImplementation.RING else "auto"
         self._keys = CollectiveKeys(_GROUP_KEY)
         self._cross_device = CollectiveAllReduce(devices, num_workers, self._keys, hint,
-                                                 options.timeout_seconds)
+                                                 options.timeout_seconds,
+                                                 options.bytes_per_pack)
         logger.info("MultiWorkerMirroredStrategy: worker %d of %d, devices %s", index,
                     num_workers, devices)
 

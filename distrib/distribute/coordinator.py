@@ -8,23 +8,31 @@ one program (TF's ``coordinator/cluster_coordinator.py``), on the async client.
     await coordinator.join()
 
 * ``schedule(fn, args, kwargs)`` queues a closure and returns a
-  ``RemoteValue`` at once. One task per worker takes closures from the queue
-  as soon as its worker is free, and runs ``fn`` there: a ``dt.function``
-  traced once per worker under that worker's device (variables stay on the
-  ps), executed through the chief's master. Every closure runs at least once.
+  ``RemoteValue`` at once. Each worker has ``closures_per_worker`` (2) slots,
+  each a task that takes the next closure from the queue as soon as it is
+  free and runs ``fn`` on that worker: a ``dt.function`` traced once per
+  worker under that worker's device (variables stay on the ps), executed
+  through the chief's master. So a worker holds up to two closures: the next
+  one reaches it while the current one runs, and it never idles the round
+  trip between them (TF's remote functions are dispatched asynchronously to
+  the same effect). Closures on one worker may overlap, as closures on two
+  workers do: no order between closures is promised. Every closure runs at
+  least once, and its RemoteValue settles once.
 * A **worker that fails** (its step ends with ``UnavailableError`` or
-  ``AbortedError`` naming it) gets its closure put back at the head of the
-  queue for another worker; the coordinator probes it every second and, when
-  it answers again (the launcher, Kubernetes or SLURM restarted it), rebuilds
-  its datasets and gives it closures again.
+  ``AbortedError`` naming it) gets its closures (each slot's) put back at the
+  head of the queue for another worker; the coordinator probes it every
+  second (one probe per worker, whichever slot finds it down) and, when it
+  answers again (the launcher, Kubernetes or SLURM restarted it), rebuilds
+  its datasets once and gives it closures again.
 * A **ps that fails** fails the closures that need it; they are put back
   and wait until the ps answers, then the coordinator restores the ps's
   variables (``checkpoint_dir``'s newest checkpoint when one is given, else
   their initial values) before running them again; TF makes the user
   restart the coordinator instead.
 * An **error in fn itself** (anything else) is kept: its RemoteValue fails
-  with it, the closures queued after it are cancelled (their RemoteValues
-  fail with ``CancelledError``), and the next ``join``, ``done`` or
+  with it, the closures queued after it, or put back after it by a failed
+  worker or ps, are cancelled (their RemoteValues fail with
+  ``CancelledError``), and the next ``join``, ``done`` or
   ``schedule`` raises it, once, as TF does.
 * ``create_per_worker_dataset(dataset_fn)``: one dataset per worker, each
   from its own call of ``dataset_fn`` (given an ``InputContext`` when it
@@ -83,7 +91,9 @@ class RemoteValue:
 
     async def fetch(self) -> Any:
         """The closure's outputs (numpy), once it ran; its error if it failed."""
-        return await asyncio.shield(self._future)
+        if self._future.done():
+            return self._future.result()
+        return await asyncio.shield(self._future)   # (a cancelled fetch leaves the closure be)
 
     get = fetch
 
@@ -129,6 +139,7 @@ class ClusterCoordinator:
     are restored from (the newest good checkpoint of the graph's Saver)."""
 
     ps_wait_s = 600.0   # how long closures wait for a ps to come back before failing
+    closures_per_worker = 2   # closures a worker holds at once (the next sent while one runs)
 
     def __init__(self, strategy: Any, checkpoint_dir: str | None = None) -> None:
         if not hasattr(strategy, "worker_devices"):
@@ -140,8 +151,11 @@ class ClusterCoordinator:
         self._error: BaseException | None = None
         self._inflight = 0
         self._up = [True] * len(self._devices)
+        self._probing: list[asyncio.Lock] = []   # per worker: one slot probes, the other waits
         self._tasks: list[asyncio.Task] = []
-        self._changed: asyncio.Event | None = None
+        self._changed: asyncio.Event | None = None   # join's: a closure ended, an error came
+        self._idle: collections.deque[asyncio.Future] = collections.deque()   # slots with
+        # nothing to do: a closure queued wakes one of them (not every slot)
         self._datasets: weakref.WeakSet[_PerWorkerDataset] = weakref.WeakSet()   # (rebuilt
         # when a worker comes back; a dataset nobody holds any more is let go)
         self._system: ActorSystem | None = None
@@ -163,7 +177,7 @@ class ClusterCoordinator:
             fn = wrapped
         closure = _Closure(fn, tuple(args or ()), dict(kwargs or {}))
         self._queue.append(closure)
-        self._wake()
+        self._wake_slot()
         return closure.result
 
     async def join(self) -> None:
@@ -227,9 +241,12 @@ class ClusterCoordinator:
         if self._tasks and not all(t.done() for t in self._tasks):
             return
         self._changed = asyncio.Event()
+        self._idle = collections.deque()
         self._ps_lock = asyncio.Lock()
+        self._probing = [asyncio.Lock() for _ in self._devices]
+        slots = max(1, int(self.closures_per_worker))
         self._tasks = [asyncio.ensure_future(self._worker_loop(i))
-                       for i in range(len(self._devices))]
+                       for _ in range(slots) for i in range(len(self._devices))]
 
     def _wake(self) -> None:
         if self._changed is not None:
@@ -240,17 +257,43 @@ class ClusterCoordinator:
         self._changed.clear()
         await self._changed.wait()
 
+    def _wake_slot(self) -> None:
+        """A closure was queued: wake one idle slot to take it."""
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _until_work(self) -> None:
+        """An idle slot waits here until ``_wake_slot`` picks it."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._idle.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._wake_slot()   # picked as it was cancelled: another slot takes it
+            raise
+
     async def _worker_loop(self, index: int) -> None:
+        """One slot of worker ``index``: takes the next closure whenever it is free."""
         device = self._devices[index]
-        if device not in self._incarnations:   # to tell a restart from a passing failure
-            found = await self._ping(device)
-            if found is not None:
-                self._incarnations[device] = found
+        async with self._probing[index]:
+            if device not in self._incarnations:   # to tell a restart from a passing failure
+                found = await self._ping(device)
+                if found is not None:
+                    self._incarnations[device] = found
         while True:
             if not self._up[index]:
-                await self._until_back(index)
+                if self._queue:
+                    self._wake_slot()   # a slot of a worker that is up takes the closure
+                async with self._probing[index]:   # the worker's other slot may be probing
+                    if not self._up[index]:
+                        await self._until_back(index)
+                continue
             if not self._queue or self._error is not None:
-                await self._wait_change()
+                await self._until_work()
                 continue
             closure = self._queue.popleft()
             self._inflight += 1
@@ -263,7 +306,8 @@ class ClusterCoordinator:
                 self._set_error(exc)
             finally:
                 self._inflight -= 1
-                self._wake()
+                if self._error is not None or not (self._queue or self._inflight):
+                    self._wake()   # what join waits for
 
     async def _run(self, index: int, closure: _Closure) -> None:
         device = self._devices[index]
@@ -292,7 +336,7 @@ class ClusterCoordinator:
             else:
                 logger.warning("%s failed (%s); the closure waits for it", failed, exc.message)
                 await self._recover_ps(failed)
-            self._queue.appendleft(closure)
+            self._put_back(closure)
             return
         except OutOfRangeError as exc:
             closure.fail(exc)
@@ -303,6 +347,18 @@ class ClusterCoordinator:
             self._set_error(exc)
             return
         closure.succeed(value)
+
+    def _put_back(self, closure: _Closure) -> None:
+        """A closure whose worker or ps failed goes back to the head of the
+        queue, unless an error of fn is pending: then it is cancelled as the
+        closures queued were (TF's ``put_back``), for no slot takes a closure
+        while the error waits for ``join``, and nothing wakes one after."""
+        if self._error is not None:
+            closure.fail(CancelledError(
+                f"closure cancelled: an earlier closure failed: "
+                f"{type(self._error).__name__}: {self._error}"))
+            return
+        self._queue.appendleft(closure)
 
     def _failed_task(self, exc: OpError) -> str | None:
         """The task a failure blames, if it is one of ours: the error's ``peer``

@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from distrib.client.run_metadata import function_tracing
 from distrib.client.session import Session
 from distrib.distribute.distribute_lib import (
     get_strategy,
@@ -58,6 +59,7 @@ from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_gr
 from distrib.framework.op_def import op_types
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
+from distrib.summary.writer import capture as summary_writes
 
 __all__ = ["function", "Function"]
 
@@ -152,7 +154,8 @@ class _Trace:
                 call_kwargs: dict = {}
             else:
                 call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders)
-            with strategies_used() as used, auto_deps.trace():
+            # summary_writes: what dt.summary writes through a writer at each call
+            with strategies_used() as used, auto_deps.trace(), summary_writes() as self._summaries:
                 if strategy is not None:
                     with distribution_context.enter(strategy,
                                                     distribution_context.replica_context()), \
@@ -195,9 +198,12 @@ class _Trace:
         await _initialize_variables(session, self.graph, self.strategy)
         call = self._calls.get(session)   # fetches and feed names worked out once a session
         if call is None:
-            call = self._calls[session] = session.make_callable([self._fetches, self._effects],
-                                                                self._placeholders)
-        out = await call(*values)
+            call = self._calls[session] = session.make_callable(
+                [self._fetches, self._effects, self._summaries.fetches()], self._placeholders, True)
+        tracing = function_tracing()   # dt.summary.trace_on: this call runs traced
+        out = await (call(*values) if tracing is None else call(*values, **tracing.run_kwargs()))
+        if self._summaries:
+            self._summaries.write(out[2])
         return self._rebuild(out[0])
 
     def _target(self) -> str:

@@ -6,6 +6,12 @@ process, its replicas on the process's logical CPUs or GPUs), run on one
 local server per process, made on first use (``Server.create_local_server``:
 a free loopback port, its own loop thread) and stopped when the process
 exits, or by ``shutdown()``.
+
+The sessions of this process reach that server, and a multi-worker or ps
+strategy's own server (``set_default_target``), by direct calls on the
+server's loop: no socket, no encoding, no copy of feeds into shared memory
+(``Server.accept_direct_calls``). The server keeps its own loop thread, so
+that its variables outlive the caller's ``asyncio.run``.
 """
 from __future__ import annotations
 
@@ -28,6 +34,8 @@ def set_default_target(server: Server | None) -> None:
     """Where TF2-style code runs from now on in this process: a multi-worker
     strategy sets its task's server, as TF's sets up the eager context's."""
     global _default
+    if server is not None:
+        server.accept_direct_calls()
     _default = server
 
 
@@ -46,6 +54,7 @@ def local_server() -> Server:
     with _lock:
         if _server is None:
             _server = Server.create_local_server()
+            _server.accept_direct_calls()
             logger.info("started this process's local server at %s", _server.target)
             atexit.register(shutdown)
         return _server

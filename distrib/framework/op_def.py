@@ -230,6 +230,8 @@ register_op("MatMul", inputs=("a", "b"), shape_fn=op_shapes.matmul, heavy=matmul
             arena_out=True)
 register_op("BiasAdd", inputs=("value", "bias"), shape_fn=op_shapes.bias_add)
 register_op("BiasAddGrad", inputs=("dy",), shape_fn=op_shapes.bias_add_grad)
+# Relu(Add/BiasAdd(x, b)) on a GPU, fused by the worker into one kernel (kernels.cuda_fusion)
+register_op("_FusedBiasRelu", inputs=("x", "bias"))
 register_op("Softmax", inputs=("logits",), shape_fn=op_shapes.float_unary)
 register_op("LogSoftmax", inputs=("logits",), shape_fn=op_shapes.float_unary)
 register_op("SoftmaxCrossEntropyWithLogits", inputs=("logits", "labels"),
@@ -292,6 +294,16 @@ register_op("QueueClose", is_stateful=True, is_resource=True)
 for _t in ("CollectiveReduce", "CollectiveGather", "CollectiveBcastSend"):
     register_op(_t, inputs=("t",), is_collective=True)
 register_op("CollectiveBcastRecv", is_collective=True)
+
+# summaries: a serialized Summary (a string scalar), computed on the task that owns
+# the input (distrib.summary.summary_ops holds the kernels and the builders)
+for _t in ("ScalarSummary", "HistogramSummary", "ImageSummary", "TextSummary"):
+    register_op(_t, inputs=("values",), shape_fn=op_shapes.string_scalar)
+register_op("MergeSummary", inputs=("inputs*",), shape_fn=op_shapes.string_scalar)
+
+# a chain of elementwise ops fused by the master's graph optimizer into one CPU
+# kernel (distrib.runtime.step.graph_optimizer, kernels.cpu_fused)
+register_op("_FusedElementwise", inputs=("inputs*",))
 
 # cross-task edges, inserted by the master's partitioner (distrib.runtime.step.plan)
 register_op("_Send", inputs=_X, runs_kernel=False)

@@ -144,6 +144,11 @@ def no_outputs(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]
     return []
 
 
+def string_scalar(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
+    """One string scalar: a serialized ``Summary`` (the summary ops)."""
+    return [(dtypes.string, TensorShape([]))]
+
+
 # -- linear algebra / nn -----------------------------------------------------------
 def matmul(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     a, b = inputs

@@ -21,9 +21,17 @@ nothing unless some callback overrides them (Keras' rule too).
   at the next epoch (it tells ``fit`` through ``resume_from_epoch``); a fit
   that completes deletes the backup.
 * ``EarlyStopping``, ``LambdaCallback`` as in Keras.
+* ``TensorBoard(log_dir="logs", histogram_freq=0, update_freq="epoch")``:
+  event files in ``log_dir/train`` and ``log_dir/validation``: ``epoch_loss``
+  and ``epoch_<metric>`` each epoch (the ``val_`` logs go to validation/),
+  ``batch_<name>`` every ``update_freq`` batches (``"batch"``: 1), and every
+  ``histogram_freq`` epochs a histogram of each weight. Only the chief writes
+  (a multi-worker strategy's other workers make no writer). ``write_graph``
+  and the profiler arguments are accepted and ignored.
 """
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import math
@@ -34,11 +42,12 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from distrib.keras.progbar import Progbar, format_value
+from distrib.summary import create_file_writer, values
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Callback", "CallbackList", "History", "ProgbarLogger", "ModelCheckpoint",
-           "BackupAndRestore", "EarlyStopping", "LambdaCallback"]
+           "BackupAndRestore", "EarlyStopping", "LambdaCallback", "TensorBoard"]
 
 _BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_test_batch_begin",
                 "on_test_batch_end", "on_predict_batch_begin", "on_predict_batch_end")
@@ -364,3 +373,64 @@ def _mode(mode: str, monitor: str) -> str:
     if mode != "auto":
         return mode
     return "max" if ("acc" in monitor or monitor.startswith("fmeasure")) else "min"
+
+
+class TensorBoard(Callback):
+    """Keras' ``TensorBoard`` callback (see the module header)."""
+
+    def __init__(self, log_dir: str = "logs", histogram_freq: int = 0, write_graph: bool = True,
+                 write_images: bool = False, write_steps_per_second: bool = False,
+                 update_freq: str | int = "epoch", profile_batch: Any = 0,
+                 embeddings_freq: int = 0, embeddings_metadata: Any = None) -> None:
+        super().__init__()
+        self.log_dir = os.fspath(log_dir)
+        self.histogram_freq = int(histogram_freq or 0)
+        self.update_freq = 1 if update_freq == "batch" else update_freq
+        self._writers: dict[str, Any] = {}
+        self._batches = 0   # train batches over the whole fit: the batch summaries' step
+        if isinstance(self.update_freq, int):   # a batch hook only when it writes (Keras' rule)
+            self.on_train_batch_end = self._on_batch_end
+
+    def _writer(self, which: str) -> Any:
+        if which not in self._writers:
+            self._writers[which] = create_file_writer(os.path.join(self.log_dir, which))
+        return self._writers[which]
+
+    def _writes(self) -> bool:
+        strategy = getattr(self.model, "distribute_strategy", None)
+        return strategy is None or bool(getattr(strategy.extended, "should_checkpoint", True))
+
+    def _scalars(self, which: str, prefix: str, logs: Mapping[str, Any], step: int) -> None:
+        items = [values.scalar_value(prefix + name, value) for name, value in logs.items()
+                 if np.ndim(value) == 0 and isinstance(value, (int, float, np.number))]
+        if items:
+            self._writer(which).write(values.serialize(items), step)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._batches = 0
+
+    def _on_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._batches += 1
+        if logs and self._batches % self.update_freq == 0 and self._writes():
+            self._scalars("train", "batch_", logs, self._batches)
+
+    async def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if not self._writes():
+            return
+        logs = dict(logs or {})
+        self._scalars("train", "epoch_", {k: v for k, v in logs.items() if not k.startswith("val_")},
+                      epoch)
+        self._scalars("validation", "epoch_", {k[4:]: v for k, v in logs.items()
+                                               if k.startswith("val_")}, epoch)
+        if self.histogram_freq and epoch % self.histogram_freq == 0:
+            weights = self.model.weights
+            found = await self.model.get_weights()
+            items = [values.histogram_value(getattr(w, "name", f"weight_{i}").split(":")[0], value)
+                     for i, (w, value) in enumerate(zip(weights, found))]
+            if items:
+                self._writer("train").write(values.serialize(items), epoch)
+
+    async def on_train_end(self, logs: Any = None) -> None:
+        writers, self._writers = self._writers, {}
+        for writer in writers.values():   # the disk I/O off the loop
+            await asyncio.to_thread(writer.close)

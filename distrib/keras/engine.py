@@ -14,11 +14,17 @@ with no graph building after the first (a short last batch traces once more).
   so the summed gradient is the global batch's mean gradient; ``SUM`` (and
   ``NONE``, whose per-example values TF differentiates as their sum) is the
   plain sum.
-* **Statistics in the same fetch.** The step returns one small vector:
-  ``[sum of the per-example losses, rows, sum of each metric's values]``,
-  summed over replicas (one reduce, one collective across workers). The
-  client adds the vectors up (``EpochStats``): Keras' running means without
-  metric variables or another round trip.
+* **Statistics in the same fetch, at no op's cost.** The step returns
+  ``[sum of the per-example losses, rows, sum of each metric's values]``:
+  the loss sum and the rows are the ones the mean loss is made of (nothing
+  more to compute), and each metric adds its own values and their sum, so
+  the step has no more ops than the same step written by hand plus the
+  metrics asked for (``tests/test_keras.py`` pins it). Without a strategy
+  they come back as scalars in the step's own reply; under a strategy as one
+  small vector summed over replicas (one reduce, one collective across
+  workers; three ops pack it). The client adds them up (``EpochStats``):
+  Keras' running means without metric variables, their updates or another
+  round trip; the logs are worked out from the totals when a callback asks.
 * **Evaluate and predict** run on one replica's device of this worker (every
   copy of a mirrored variable is equal), not split across replicas: no
   collectives, so a worker may validate or predict on its own.
@@ -73,10 +79,10 @@ class StepFunctions:
             model = self._model
             strategy = model.distribute_strategy
 
-            def train_step(data: Any) -> Tensor:
+            def train_step(data: Any) -> Any:
                 x, y = unpack(data)
                 if strategy is None:
-                    return self._train_replica(x, y, 1)
+                    return self._train_replica(x, y, 1, pack=False)
                 per_replica = strategy.run(self._train_replica,
                                            args=(x, y, strategy.num_replicas_in_sync))
                 return strategy.reduce(ReduceOp.SUM, per_replica, axis=None)
@@ -100,10 +106,10 @@ class StepFunctions:
 
     def test_function(self) -> Function:
         if self._test is None:
-            def test_step(data: Any) -> Tensor:
+            def test_step(data: Any) -> Any:
                 x, y = unpack(data)
                 y_pred = self._model(x, training=False)
-                return self._loss_and_stats(y, y_pred, 1)[1]
+                return self._loss_and_stats(y, y_pred, 1)[1]   # (one replica: no reduce)
             self._test = function(test_step)
         return self._test
 
@@ -116,7 +122,9 @@ class StepFunctions:
         return self._predict
 
     # -- the pieces -------------------------------------------------------------------------
-    def _train_replica(self, x: Any, y: Any, replicas: int) -> Tensor:
+    def _train_replica(self, x: Any, y: Any, replicas: int, pack: bool = True) -> Any:
+        """One replica's step; its statistics as one vector (``pack``: for the
+        strategy's reduce) or as scalars."""
         model = self._model
         with GradientTape() as tape:
             y_pred = model(x, training=True)
@@ -124,10 +132,13 @@ class StepFunctions:
         variables = model.trainable_variables
         grads = tape.gradient(loss, variables)
         model.optimizer.apply_gradients(zip(grads, variables))
+        if pack:
+            return concat([ops.reshape(s, [1]) for s in stats], 0)
         return stats
 
-    def _loss_and_stats(self, y: Any, y_pred: Tensor, replicas: int) -> tuple[Tensor, Tensor]:
-        """The loss to differentiate and the statistics vector (module header)."""
+    def _loss_and_stats(self, y: Any, y_pred: Tensor, replicas: int
+                        ) -> tuple[Tensor, list[Tensor]]:
+        """The loss to differentiate and the statistics (float32 scalars: module header)."""
         model = self._model
         if y is None:
             raise ValueError("the data has no targets (y): fit and evaluate need (x, y)")
@@ -142,8 +153,7 @@ class StepFunctions:
                 loss = loss * (1.0 / replicas)
         parts = [total, rows] + [ops.reduce_sum(m.values(y, y_pred))
                                  for m in model.compiled_metrics]
-        stats = concat([ops.reshape(ops.cast(p, "float32"), [1]) for p in parts], 0)
-        return loss, stats
+        return loss, [p if p.dtype.name == "float32" else ops.cast(p, "float32") for p in parts]
 
 
 class EpochStats:

@@ -4,6 +4,8 @@
                              [--logdir DIR] -- COMMAND [ARGS...]
     python -m distrib.launch --ps 1 --workers 2 [...] -- COMMAND [ARGS...]  # free loopback ports
     python -m distrib.launch --ps 1 --workers 2                             # bare servers only
+    python -m distrib.launch --ps 1 --workers 2:4 --logdir DIR -- COMMAND   # elastic: 2, up to 4
+    python -m distrib.launch scale --logdir DIR --workers 3                 # ... grow/shrink it
     srun python -m distrib.launch [...] -- COMMAND [ARGS...]   # under a scheduler: this task
 
 Under a scheduler, with neither ``--cluster`` nor ``--ps/--workers``, the
@@ -24,6 +26,13 @@ starts, so a bad cluster file, an unknown ``--only`` name, no tasks or a
 COMMAND that is not found is one line on stderr and exit code 2. Then the
 launcher's exit code: 0 when training is over, 1 when a task failed past its
 restarts, 130 after SIGINT, 143 after SIGTERM.
+
+``--workers MIN:MAX`` (with ``--ps``, and ``--logdir`` for the control
+socket) is an elastic launch (``distrib.launch.elastic``): MIN workers start,
+and ``scale`` grows or shrinks the running job to N between MIN and MAX.
+``scale`` exits 0 once the change is under way, 1 when the launcher refuses
+it (N outside MIN..MAX, the launcher stopping), 3 when no launcher answers
+at ``--logdir``, 2 for a usage error; the reason is one line on stderr.
 """
 from __future__ import annotations
 
@@ -38,6 +47,7 @@ from typing import Any, NoReturn
 from distrib.cluster import ClusterSpec
 from distrib.cluster.resolvers import detect_scheduler, no_cluster, resolver_from_environment
 from distrib.cluster.tf_config import split_command
+from distrib.launch.elastic import ScaleError, parse_workers, request_scale
 from distrib.launch.launcher import LaunchConfig, Launcher
 from distrib.launch.tasks import loopback_cluster, select_tasks
 from distrib.settings import LAUNCH_SETTINGS, SettingError
@@ -69,8 +79,16 @@ saved its progress) is restarted after --restart_backoff s, not counted.
 When every chief/worker task is done, the ps tasks are told to stop
 (request_stop), the rest terminated after --ps_grace, and the exit code is 0.
 SIGINT/SIGTERM stop the workers first, then the rest: exit 130/143. A task
-that fails past its restarts stops the cluster: exit 1. Every flag has an
-environment twin DISTRIB_LAUNCH_<FLAG> (e.g. DISTRIB_LAUNCH_MAX_RESTARTS=5)."""
+that fails past its restarts stops the cluster: exit 1.
+
+Elastic: --workers MIN:MAX (with --ps and --logdir DIR) starts MIN workers;
+`python -m distrib.launch scale --logdir DIR --workers N` grows or shrinks
+the running job to N (exit 0 under way, 1 refused, 3 no launcher there). A
+removed worker stops after its current step and is not restarted;
+DIR/cluster.json is the live cluster (python -m distrib.status --cluster).
+
+Every flag has an environment twin DISTRIB_LAUNCH_<FLAG> (e.g.
+DISTRIB_LAUNCH_MAX_RESTARTS=5)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,6 +118,14 @@ def _typed(flag: str) -> Callable[[str], Any]:
     return convert
 
 
+def _workers(text: str) -> tuple[int, int | None]:
+    """--workers M (a fixed count) or MIN:MAX (elastic)."""
+    try:
+        return parse_workers(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _chief_default(p: argparse.ArgumentParser) -> bool:
     try:
         return bool(LAUNCH_SETTINGS["chief"].get())
@@ -115,8 +141,9 @@ def parser() -> argparse.ArgumentParser:
                    help='cluster file {"job": ["host:port", ...]}')
     p.add_argument("--ps", type=_typed("ps"), metavar="N", default=_env("ps"),
                    help="N ps tasks on free loopback ports (with --workers)")
-    p.add_argument("--workers", type=_typed("workers"), metavar="M", default=_env("workers"),
-                   help="M worker tasks on free loopback ports (with --ps)")
+    p.add_argument("--workers", type=_workers, metavar="M", default=_env("workers"),
+                   help="M worker tasks on free loopback ports (with --ps); MIN:MAX: an "
+                        "elastic job of MIN workers, grown or shrunk by `scale` (needs --logdir)")
     p.add_argument("--chief", action="store_true", default=_chief_default(p),
                    help="one chief task too (with --ps/--workers): the coordinator of "
                         "ParameterServerStrategy training")
@@ -142,6 +169,12 @@ def parser() -> argparse.ArgumentParser:
                    default=_env("threads_per_task"),
                    help="OMP/OPENBLAS/MKL_NUM_THREADS for each task where unset "
                         "(default 0: the cores shared out among the tasks)")
+    p.add_argument("--gpus_per_task", type=_typed("gpus_per_task"), metavar="N",
+                   default=_env("gpus_per_task"),
+                   help="give each task its own N GPUs of this host through "
+                        "CUDA_VISIBLE_DEVICES: chief, workers, then others take consecutive "
+                        "slices of the launcher's own list; ps tasks get none (default 0: "
+                        "left as it is)")
     p.add_argument("--logdir", metavar="DIR", default=_env("logdir"),
                    help="also write each task's output to DIR/JOB-INDEX.log")
     return p
@@ -156,7 +189,12 @@ def _plan(args: argparse.Namespace) -> tuple[ClusterSpec, list[tuple[str, int]],
     if args.cluster:
         cluster = ClusterSpec.from_json(args.cluster)
     elif counted:
-        cluster = loopback_cluster(args.ps or 0, args.workers or 0, 1 if args.chief else 0)
+        workers, most = args.workers or (0, None)
+        if most is not None and not args.logdir:
+            raise ValueError("--workers MIN:MAX needs --logdir DIR: `scale` finds the launcher there")
+        if most is not None and args.only:
+            raise ValueError("--workers MIN:MAX starts every task here: drop --only")
+        cluster = loopback_cluster(args.ps or 0, workers, 1 if args.chief else 0)
     else:
         return _scheduler_plan(args.only)
     return cluster, select_tasks(cluster, args.only), None
@@ -179,8 +217,35 @@ def _scheduler_plan(only: str | None) -> tuple[ClusterSpec, list[tuple[str, int]
     return cluster, select_tasks(cluster, only or f"{job}:{index}"), kind
 
 
+def scale_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"{PROG} scale",
+                description="Grow or shrink the elastic launch running with --logdir DIR to N "
+                            "workers. Exit 0 once under way, 1 refused, 3 no launcher there.")
+    p.add_argument("--logdir", metavar="DIR", required=True,
+                   help="the --logdir of the running launcher")
+    p.add_argument("--workers", type=int, metavar="N", required=True,
+                   help="the number of workers wanted, within the launch's MIN:MAX")
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="how long to wait for the launcher's answer (default 30)")
+    return p
+
+
+def scale_main(argv: Sequence[str]) -> int:
+    args = scale_parser().parse_args(list(argv))
+    try:
+        message = asyncio.run(request_scale(args.logdir, args.workers, args.timeout))
+    except ScaleError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(message, flush=True)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    own, command = split_command(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["scale"]:
+        return scale_main(argv[1:])
+    own, command = split_command(argv)
     args = parser().parse_args(own)
     try:
         cluster, tasks, scheduler = _plan(args)
@@ -201,9 +266,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                           max_backoff_s=args.max_backoff,
                           ps_grace_s=args.ps_grace, stop_timeout_s=args.stop_timeout,
                           tail_lines=args.tail_lines, threads_per_task=args.threads_per_task,
+                          gpus_per_task=args.gpus_per_task,
                           logdir=args.logdir)
+    most = args.workers[1] if args.workers and not args.cluster else None
     try:
-        result = asyncio.run(Launcher(cluster, tasks, command or None, config).run())
+        launcher = Launcher(cluster, tasks, command or None, config,
+                            elastic_workers=None if most is None else (args.workers[0], most))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = asyncio.run(launcher.run())
     except KeyboardInterrupt:   # before the launcher's own handler was in place
         return 130
     if result.message:

@@ -55,13 +55,14 @@ from typing import IO
 
 from distrib.cluster import ClusterSpec, task_string
 from distrib.cluster.exit_codes import RESTART_EXIT_CODE
-from distrib.launch.tasks import TRAINING_JOBS, tf_config
+from distrib.launch.elastic import Elastic
+from distrib.launch.tasks import TRAINING_JOBS, gpu_slice, tf_config
 from distrib.server import request_stop
 
 __all__ = ["LaunchConfig", "LaunchResult", "Launcher", "TaskProcess"]
 
-PENDING, RUNNING, BACKOFF, DONE, FAILED, STOPPED = (
-    "pending", "running", "backoff", "done", "failed", "stopped")
+PENDING, RUNNING, BACKOFF, DONE, FAILED, STOPPED, LEFT = (
+    "pending", "running", "backoff", "done", "failed", "stopped", "left")
 # the folder that holds the distrib package: a bare server task needs it on its path
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 _READ_CHUNK = 64 * 1024
@@ -86,6 +87,7 @@ class LaunchConfig:
     stop_timeout_s: float = 30.0     # after SIGTERM, before SIGKILL
     tail_lines: int = 20
     threads_per_task: int = 0        # BLAS/OpenMP threads; 0: the cores shared out
+    gpus_per_task: int = 0           # each task's CUDA_VISIBLE_DEVICES slice; 0: as it is
     logdir: str | None = None        # also write each task's output to DIR/J-I.log
 
 
@@ -137,6 +139,8 @@ class TaskProcess:
         self.state = PENDING
         self.restarts = 0
         self.preemptions = 0    # exits with RESTART_EXIT_CODE: restarted, never counted
+        self.leaving = False    # removed by an elastic scale-down: its exit is a leave
+        self.leave_deadline: asyncio.Task[None] | None = None   # its stop if it outstays
         self.returncode: int | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=max(1, tail_lines))
         self.log: IO[str] | None = (open(log_path, "w", encoding="utf-8", errors="replace")
@@ -187,24 +191,81 @@ class Launcher:
     def __init__(self, cluster: ClusterSpec, tasks: Sequence[tuple[str, int]],
                  command: Sequence[str] | None = None, config: LaunchConfig = LaunchConfig(),
                  *, env: dict[str, str] | None = None, stdout: IO[str] | None = None,
-                 stderr: IO[str] | None = None) -> None:
+                 stderr: IO[str] | None = None,
+                 elastic_workers: tuple[int, int] | None = None) -> None:
         self.cluster = cluster
         self.config = config
         self._out = stdout or sys.stdout
         self._err = stderr or sys.stderr
-        argv = list(command) if command else [sys.executable, "-m", "distrib.server"]
-        base = dict(os.environ if env is None else env)
-        threads = config.threads_per_task or max(1, (os.cpu_count() or 1) // max(1, len(tasks)))
-        self.tasks = [
-            TaskProcess(job, i, argv, self._task_env(base, job, i, not command, threads),
-                        config.tail_lines,
-                        os.path.join(config.logdir, f"{job}-{i}.log") if config.logdir else None)
-            for job, i in tasks]
+        self._argv = list(command) if command else [sys.executable, "-m", "distrib.server"]
+        self._base_env = dict(os.environ if env is None else env)
+        self._bare = not command
+        self._threads = config.threads_per_task or max(1, (os.cpu_count() or 1) // max(1, len(tasks)))
+        for job, i in tasks if config.gpus_per_task else ():   # too few GPUs: refused now
+            gpu_slice(cluster, job, i, config.gpus_per_task, self._base_env.get("CUDA_VISIBLE_DEVICES"))
+        self.tasks = [self._new_task(job, i) for job, i in tasks]
+        self._watchers: list[asyncio.Task[None]] = []
+        # --workers MIN:MAX: the membership, the control socket, scale (launch/elastic.py)
+        self.elastic: Elastic | None = None
+        if elastic_workers is not None:
+            if not config.logdir:
+                raise ValueError("--workers MIN:MAX needs --logdir (its control socket lives there)")
+            self.elastic = Elastic(self, *elastic_workers, config.logdir)
         self._wake = asyncio.Event()
         self._stop_event = asyncio.Event()
         self._stopping = False
         self._signal: int | None = None
         self._preexec = _pdeathsig_setup()
+
+    def _new_task(self, job: str, i: int) -> TaskProcess:
+        logdir = self.config.logdir
+        return TaskProcess(job, i, self._argv,
+                           self._task_env(self._base_env, job, i, self._bare, self._threads),
+                           self.config.tail_lines,
+                           os.path.join(logdir, f"{job}-{i}.log") if logdir else None)
+
+    def new_task(self, job: str, index: int) -> TaskProcess:
+        """Task ``index`` of ``job`` of ``self.cluster``, not started (a
+        ValueError where its environment cannot be made, e.g. too few GPUs)."""
+        return self._new_task(job, index)
+
+    def add_task(self, t: TaskProcess) -> None:
+        """Start ``t`` (from :meth:`new_task`) now, while the launch runs (an
+        elastic scale-up), watched like the others."""
+        self.tasks.append(t)
+        self._watchers.append(asyncio.create_task(self._watch(t)))
+
+    def leave_task(self, job: str, index: int) -> None:
+        """Task ``index`` of ``job`` leaves (an elastic scale-down): it stops by
+        itself after its current step; its exit is not a failure and is not
+        restarted; still running after ``stop_timeout_s``, it is terminated as
+        a stop terminates a task (SIGTERM, then SIGKILL ``stop_timeout_s`` later)."""
+        for t in self.tasks:
+            if (t.job, t.index) == (job, index) and not t.leaving:
+                t.leaving = True
+                t.leave_deadline = asyncio.create_task(self._end_leave(t))
+                if not t.running:   # in backoff, or not started yet: it just goes
+                    self._wake.set()
+
+    async def _end_leave(self, t: TaskProcess) -> None:
+        """A leaving task still running ``stop_timeout_s`` after its leave:
+        SIGTERM, and SIGKILL if it outlasts another ``stop_timeout_s`` (a
+        task that handles SIGTERM and hangs). Cancelled once it exits."""
+        await asyncio.sleep(self.config.stop_timeout_s)
+        if not t.running:
+            return
+        self.say(f"{t.name} did not leave within {self.config.stop_timeout_s:g} s: "
+                 "terminating it", t)
+        t.send(signal.SIGTERM)
+        await self._wait_exit([t], self.config.stop_timeout_s)
+        if t.running:
+            self.say(f"{t.name} did not stop within {self.config.stop_timeout_s:g} s: "
+                     "killing it", t)
+            t.send(signal.SIGKILL)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def _task_env(self, base: dict[str, str], job: str, index: int, bare: bool,
                   threads: int) -> dict[str, str]:
@@ -212,6 +273,10 @@ class Launcher:
         env.setdefault("PYTHONUNBUFFERED", "1")
         for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(name, str(threads))
+        if self.config.gpus_per_task:
+            env["CUDA_VISIBLE_DEVICES"] = gpu_slice(self.cluster, job, index,
+                                                    self.config.gpus_per_task,
+                                                    base.get("CUDA_VISIBLE_DEVICES"))
         if bare:
             path = env.get("PYTHONPATH")
             env["PYTHONPATH"] = _SOURCE_ROOT + (os.pathsep + path if path else "")
@@ -223,11 +288,19 @@ class Launcher:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
-        watchers: list[asyncio.Task[None]] = []
+        watchers = self._watchers
         try:
+            if self.elastic is not None:
+                try:
+                    await self.elastic.open()
+                except OSError as e:
+                    return LaunchResult(2, str(e))
+                self.say(f"elastic: {self.elastic.min} to {self.elastic.max} workers; "
+                         f"scale with: python -m distrib.launch scale --logdir "
+                         f"{self.config.logdir} --workers N")
             self.say(f"cluster {self.cluster.to_json()}; starting "
                      + ", ".join(t.name for t in self.tasks))
-            watchers = [asyncio.create_task(self._watch(t)) for t in self.tasks]
+            watchers.extend(asyncio.create_task(self._watch(t)) for t in self.tasks)
             outcome = await self._until_outcome()
             if isinstance(outcome, TaskProcess):
                 self.say(f"{outcome.name} failed past its restarts: stopping the cluster")
@@ -239,7 +312,7 @@ class Launcher:
             else:
                 await self._release_rest()
                 result = LaunchResult(0)
-            await asyncio.wait(watchers, timeout=_PUMP_DRAIN_S + 1)
+            await asyncio.wait(list(watchers), timeout=_PUMP_DRAIN_S + 1)
             if self._signal is not None:
                 result = LaunchResult(128 + self._signal, result.message)
             return result
@@ -247,8 +320,12 @@ class Launcher:
             self._begin_stop()
             for t in self.tasks:        # an error or cancellation above: leave nothing behind
                 t.send(signal.SIGKILL)
+                if t.leave_deadline is not None:
+                    t.leave_deadline.cancel()
             for w in watchers:
                 w.cancel()
+            if self.elastic is not None:
+                await self.elastic.close()
             for t in self.tasks:
                 t.close()
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -258,8 +335,10 @@ class Launcher:
         # No chief/worker task here (a launcher of one ps task, under srun):
         # not "training is over" at once, but over when these tasks end by
         # themselves (a ps when its chief tells it to stop), or at a signal.
-        training = [t for t in self.tasks if t.job in TRAINING_JOBS] or self.tasks
         while True:
+            # tasks an elastic scale-up added count from then on, those that left no more
+            training = [t for t in self.tasks if t.job in TRAINING_JOBS and t.state != LEFT] \
+                or [t for t in self.tasks if t.state != LEFT]
             if self._signal is not None:
                 return "signal"
             failed = next((t for t in self.tasks if t.state == FAILED), None)
@@ -285,12 +364,16 @@ class Launcher:
     # -- one task -----------------------------------------------------------
 
     async def _watch(self, t: TaskProcess) -> None:
-        while not self._stopping:
+        while not self._stopping and not t.leaving:
             returncode = await self._run_once(t)
             t.returncode = returncode
             if self._stopping:
                 t.state = DONE if returncode == 0 else STOPPED
                 self.say(f"{t.name} stopped ({describe_exit(returncode)})", t)
+                break
+            if t.leaving:   # an elastic scale-down: neither a failure nor restarted
+                t.state = LEFT
+                self.say(f"{t.name} left the cluster ({describe_exit(returncode)})", t)
                 break
             if returncode == 0:
                 t.state = DONE
@@ -320,7 +403,9 @@ class Launcher:
                      f"{self.config.max_restarts} in {delay:g} s", t)
             await self._backoff(delay)
         if t.state in (PENDING, BACKOFF):
-            t.state = STOPPED
+            t.state = LEFT if t.leaving else STOPPED
+        if t.leave_deadline is not None:   # it is gone: nothing left to terminate
+            t.leave_deadline.cancel()
         self._wake.set()
 
     async def _backoff(self, delay: float) -> None:

@@ -18,7 +18,8 @@ import socket
 
 from distrib.cluster import ClusterSpec
 
-__all__ = ["TRAINING_JOBS", "free_ports", "loopback_cluster", "select_tasks", "tf_config"]
+__all__ = ["TRAINING_JOBS", "free_ports", "loopback_cluster", "select_tasks", "tf_config",
+           "gpu_slice"]
 
 # The jobs whose end is the end of training: when every launched task of
 # these is done, the launcher releases the rest (ps tasks, evaluators).
@@ -87,3 +88,27 @@ def tf_config(cluster: ClusterSpec, job: str, index: int) -> str:
     """The ``TF_CONFIG`` value for task ``index`` of ``job``."""
     return json.dumps({"cluster": json.loads(cluster.to_json()),
                        "task": {"type": job, "index": index}}, sort_keys=True)
+
+
+def gpu_slice(cluster: ClusterSpec, job: str, index: int, per_task: int,
+              visible: str | None) -> str:
+    """``--gpus_per_task N``: the task's ``CUDA_VISIBLE_DEVICES``, its own N of
+    this host's GPUs (``visible``: the launcher's own CUDA_VISIBLE_DEVICES,
+    None or empty: GPUs 0, 1, ...). The chief, then the workers by index,
+    then the other jobs' tasks (evaluators) take consecutive slices; a ps
+    task gets none (its variables live on its CPU), as the seed sets by hand.
+    Raises ValueError when ``visible`` lists too few GPUs."""
+    if job == "ps":
+        return ""
+    order = [(j, i) for j in ("chief", "worker", *sorted(set(cluster.jobs) - {"chief", "worker", "ps"}))
+             if j in cluster.jobs for i in cluster.task_indices(j)]
+    slot = order.index((job, index)) if (job, index) in order else len(order)
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else None
+    first = slot * per_task
+    if ids is None:
+        return ",".join(str(first + k) for k in range(per_task))
+    if first + per_task > len(ids):
+        raise ValueError(f"--gpus_per_task {per_task}: task {job}:{index} needs GPUs "
+                         f"{first}..{first + per_task - 1} of CUDA_VISIBLE_DEVICES={visible!r}, "
+                         f"which lists {len(ids)}")
+    return ",".join(ids[first:first + per_task])

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -24,10 +25,12 @@ from distrib.errors import InvalidArgumentError
 from distrib.framework import config
 from distrib.runtime.actors.system import ActorSystem, client_name
 from distrib.runtime.chief.lease import ChiefLease
+from distrib.runtime.chief.membership import MembershipService
 from distrib.runtime.collective.engine import CollectiveEngine
 from distrib.runtime.step import master_channel  # noqa: F401  (sessions reach masters through it)
 from distrib.runtime.step.master import MasterService
 from distrib.runtime.step.worker import WorkerService
+from distrib.server import training_stats
 from distrib.server.bind_address import bind_error_reason, bind_override, choose_bind_host, fallback_host
 from distrib.server.doors import ServerDoor
 from transports.shm import ARENA
@@ -135,6 +138,9 @@ class ServerCore:
         # the chief role's lease: asked on the arbiter task only (runtime/chief/lease.py)
         self.chief_lease = ChiefLease(self.task)
         self.system.spawn("chief_lease", self.chief_lease)
+        # the cluster's membership at run time, as the source last told it (an elastic launch)
+        self.membership = MembershipService(self.system, self.task, self.cluster)
+        self.system.spawn("membership", self.membership)
         self.started = True
         self.started_at = time.monotonic()
         self._stop_requested = asyncio.Event()
@@ -210,7 +216,9 @@ class _ServerControl:
         combines the answers of every task): ``lease`` is the chief lease
         this task arbitrates (term 0: none), ``term`` the newest chief term it
         has seen, ``peers`` [task, "shm" | "tcp"] per open connection to
-        another task (clients are left out: their names are not task names)."""
+        another task (clients are left out: their names are not task names),
+        ``membership_version`` the elastic membership record it holds (None: none),
+        ``last_loss`` the newest loss this process's summaries wrote (None: none)."""
         core = self._core
         step = _global_step(core.worker)
         lease = core.chief_lease.status()
@@ -222,6 +230,8 @@ class _ServerControl:
                 "term": max(core.worker.fencing.term, lease["term"]),
                 "lease": {"term": lease["term"], "holder": lease["holder"]},
                 "global_step": step, "steps_per_s": self._steps.rate(step),
+                "membership_version": core.membership.version or None,
+                "last_loss": last_loss(),
                 "peers": [[c.peer.name, c.kind] for c in conns
                           if c.peer.name.startswith("/job:")]}
 
@@ -247,6 +257,21 @@ class _StepRate:
             self._samples.popleft()
         t0, s0 = self._samples[0]
         return (step - s0) / (now - t0) if now - t0 >= self.min_s else None
+
+
+def last_loss() -> float | None:
+    """The newest training loss this process's summaries wrote (training_stats):
+    of the tags ending in "loss" ("loss", "train/loss", "epoch_loss"), the one
+    written last, leaving out evaluation ("validation/..." and "eval/...": an
+    evaluation run's writer, see summary.event_writer; Keras' "val_..."); None
+    before any, and for a NaN or infinite loss (status answers are JSON)."""
+    def training(tag: str) -> bool:
+        return tag.endswith("loss") and not tag.startswith(("validation/", "eval/", "val_"))
+    losses = [v for tag, v in training_stats.last_scalars().items() if training(tag)]
+    if not losses:
+        return None
+    value = float(max(losses, key=lambda v: v["wall_time"] or 0.0)["value"])
+    return value if math.isfinite(value) else None
 
 
 def _global_step(worker: WorkerService) -> int | None:
@@ -317,6 +342,14 @@ class Server:
     @property
     def target(self) -> str:
         return self._core.target
+
+    def accept_direct_calls(self) -> None:
+        """Let the sessions of this process reach this server's master by
+        direct calls on its loop, with no socket or encoding (the
+        in-process actor path, ``distrib.runtime.actors.in_process``): the
+        process's local server and a strategy's own server do. Calls between
+        tasks keep the wire."""
+        self._core.system.direct_callers = True
 
     @property
     def server_def(self) -> dict[str, Any]:

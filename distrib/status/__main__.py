@@ -13,7 +13,8 @@ it sees the training step's layout: in the batch script of a step that uses
 the whole allocation, or as that step's own task.
 
 One row per task (docs/CONTRACT.md, "Command lines"): up or down and why,
-incarnation, uptime, chief role and term, global step and steps/s, last
+incarnation, uptime, chief role and term, global step and steps/s, the last
+loss the task's process logged (its summaries: the chief's), last
 checkpoint (with ``--checkpoint_dir``), open sessions, connections by
 transport, memory. ``--json`` prints one object ``{"tasks": [...]}`` (one per line
 under ``--watch``). Exit code 0 when every task is up, 1 otherwise (under

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -68,10 +69,12 @@ class TaskStatus:
     term: int | None = None
     global_step: int | None = None
     steps_per_s: float | None = None
+    last_loss: float | None = None
     last_checkpoint: str | None = None
     checkpoint_age_s: float | None = None
     sessions: int | None = None
     rss_bytes: int | None = None
+    membership_version: int | None = None
     peers: list[dict[str, str]] = field(default_factory=list)
     lease: dict[str, Any] | None = field(default=None, repr=False)  # not in the JSON
 
@@ -188,18 +191,38 @@ async def _probe(address: str, timeout: float) -> str | None:
 
 
 def fill(row: TaskStatus, answer: dict[str, Any]) -> None:
-    """Copy a server's ``status()`` answer into its row."""
+    """Copy a server's ``status()`` answer into its row. A field of the wrong
+    type (another version's server, a damaged answer) is unknown (None), as is
+    a NaN or infinite number: the table formats them, and --json stays JSON."""
     row.state, row.reason = "up", None
-    row.incarnation = answer.get("incarnation")
-    row.uptime_s = answer.get("uptime_s")
-    row.term = answer.get("term") or None
-    row.global_step = answer.get("global_step")
-    row.steps_per_s = answer.get("steps_per_s")
-    row.sessions = answer.get("sessions")
-    row.rss_bytes = answer.get("rss_bytes")
-    row.lease = answer.get("lease")
-    row.peers = [{"task": str(name), "transport": str(kind)}
-                 for name, kind in answer.get("peers") or []]
+    if not isinstance(answer, dict):
+        answer = {}
+    row.incarnation = _number(answer.get("incarnation"), int)
+    row.uptime_s = _number(answer.get("uptime_s"), float)
+    row.term = _number(answer.get("term"), int) or None
+    row.global_step = _number(answer.get("global_step"), int)
+    row.steps_per_s = _number(answer.get("steps_per_s"), float)
+    row.last_loss = _number(answer.get("last_loss"), float)
+    row.membership_version = _number(answer.get("membership_version"), int)
+    row.sessions = _number(answer.get("sessions"), int)
+    row.rss_bytes = _number(answer.get("rss_bytes"), int)
+    lease = answer.get("lease")
+    row.lease = {"term": _number(lease.get("term"), int),
+                 "holder": lease.get("holder") if isinstance(lease.get("holder"), str) else None} \
+        if isinstance(lease, dict) else None
+    peers = answer.get("peers")
+    row.peers = [{"task": str(p[0]), "transport": str(p[1])}
+                 for p in (peers if isinstance(peers, (list, tuple)) else [])
+                 if isinstance(p, (list, tuple)) and len(p) == 2]
+
+
+def _number(value: Any, kind: type) -> Any:
+    """``value`` as an ``int`` (kind int: an int only) or a finite ``float``; else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if kind is int:
+        return value if isinstance(value, int) else None
+    return float(value) if math.isfinite(value) else None
 
 
 def mark_chief(rows: list[TaskStatus]) -> None:

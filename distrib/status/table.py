@@ -15,7 +15,7 @@ __all__ = ["render_table", "human_bytes", "human_seconds"]
 
 _DASH = "-"
 _HEADERS = ("TASK", "ADDRESS", "STATE", "INCARNATION", "UPTIME", "ROLE", "STEP", "STEPS/S",
-            "CHECKPOINT", "AGE", "SESSIONS", "PEERS", "RSS")
+            "LOSS", "CHECKPOINT", "AGE", "SESSIONS", "PEERS", "RSS", "MEMBERS")
 
 
 def human_seconds(s: float | None) -> str:
@@ -62,11 +62,13 @@ def _cells(row: TaskStatus) -> tuple[str, ...]:
         return _DASH if v is None else str(v)
     state = "up" if row.up else f"down ({row.reason})" if row.reason else "down"
     rate = _DASH if row.steps_per_s is None else f"{row.steps_per_s:.1f}"
+    loss = _DASH if row.last_loss is None else f"{row.last_loss:.4g}"
     ckpt = _DASH if row.last_checkpoint is None else row.last_checkpoint.rsplit("/", 1)[-1]
     inc = _DASH if row.incarnation is None else f"{row.incarnation:016x}"[:8]
     return (row.name, row.address, state, inc, human_seconds(row.uptime_s), _role(row),
-            opt(row.global_step), rate, ckpt, human_seconds(row.checkpoint_age_s),
-            opt(row.sessions), _peers(row), human_bytes(row.rss_bytes))
+            opt(row.global_step), rate, loss, ckpt, human_seconds(row.checkpoint_age_s),
+            opt(row.sessions), _peers(row), human_bytes(row.rss_bytes),
+            _DASH if row.membership_version is None else f"v{row.membership_version}")
 
 
 def render_table(rows: list[TaskStatus]) -> str:

@@ -51,6 +51,7 @@ from distrib.train.session_run_hooks import (
     StepCounterHook,
     StopAtStepHook,
 )
+from distrib.train.summary_hooks import SummarySaverHook
 from distrib.train.supervisor import Supervisor
 from distrib.train.sync_replicas import SyncReplicasOptimizer
 
@@ -68,5 +69,5 @@ __all__ = [
     "ChiefSessionCreator", "WorkerSessionCreator", "Coordinator",
     "SessionRunHook", "SessionRunArgs", "SessionRunContext", "SessionRunValues",
     "SecondOrStepTimer", "StopAtStepHook", "CheckpointSaverHook", "CheckpointSaverListener",
-    "LoggingTensorHook", "StepCounterHook",
+    "LoggingTensorHook", "StepCounterHook", "SummarySaverHook",
 ]

@@ -1,4 +1,4 @@
-"""The chief's periodic checkpoints, for a Supervisor.
+"""The chief's periodic checkpoints (and its restore of the newest), for a Supervisor.
 
 Like TF's SVTimerCheckpointThread: a save at once, then one every
 ``save_secs``; and, a distrib extension that the contract's fault tolerance
@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from distrib.errors import FencedError, OpError
+from distrib.errors import DataLossError, FencedError, OpError
+from distrib.train import checkpoint
 from distrib.train.checkpoint_fence import fence_directory
 from distrib.train.chief_role import ChiefRole
 from distrib.train.ps_recovery import recoverable
@@ -97,6 +98,32 @@ class CheckpointService:
             if term is not None:   # the folder refuses an older chief's checkpoints
                 await asyncio.to_thread(fence_directory, self.logdir, term)
             return await self.saver.save(sess, self.save_path, global_step=self.global_step)
+
+    def checkpoint_candidates(self) -> list[str]:
+        """Checkpoints of ``logdir`` that exist, newest first (from the state file)."""
+        return [] if self.saver is None else checkpoint.checkpoint_candidates(self.logdir)
+
+    async def restore_latest(self, sess: Any) -> str | None:
+        """Restore the newest checkpoint that reads back intact; None if there is none
+        (the chief's first step when its session opens)."""
+        for path in self.checkpoint_candidates():
+            try:
+                await self.saver.restore(sess, path, options=self.role.run_options())
+            except DataLossError as exc:
+                logger.warning("checkpoint %s is unusable (%s); trying an older one", path, exc)
+                continue
+            logger.info("chief restored the model from %s", path)
+            self._recover_saver_history()
+            return path
+        return None
+
+    def _recover_saver_history(self) -> None:
+        # So max_to_keep keeps counting the files of the run that wrote them.
+        if self.saver.last_checkpoints:
+            return
+        state = checkpoint.get_checkpoint_state(self.logdir)
+        if state is not None:
+            self.saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
 
     async def _loop(self, sess: Any, stop_event: asyncio.Event) -> None:
         saved_at, saved_step = time.monotonic(), None

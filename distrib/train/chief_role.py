@@ -12,6 +12,12 @@ in TensorFlow.
 either way, ``run_options()`` gives the fencing term that a chief-only write
 carries (see ``distrib.runtime.chief.fencing``), and ``on_change(is_chief)`` runs
 on every change of role.
+
+It also watches the task's place in the cluster's membership (an elastic
+launch, ``distrib.runtime.chief.membership``): every heartbeat it reads the
+record its own server holds, and once the task is among those that left,
+``on_leave()`` runs once (the Supervisor's ``request_stop``: the training
+loop ends after its current step).
 """
 from __future__ import annotations
 
@@ -22,7 +28,9 @@ from typing import Any, Awaitable, Callable
 
 from distrib.client.session import parse_target
 from distrib.errors import OpError
+from distrib.runtime.actors.failure_detector import heartbeat_s
 from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.chief.doors import MembershipDoor
 from distrib.runtime.chief.election import ChiefElection
 from distrib.runtime.chief.lease import lease_seconds
 from distrib.runtime.step.doors import MasterDoor, WorkerDoor
@@ -39,9 +47,13 @@ class ChiefRole:
     """The chief role of one Supervisor's task."""
 
     def __init__(self, preferred: bool,
-                 on_change: Callable[[bool], Awaitable[None] | None] | None = None) -> None:
+                 on_change: Callable[[bool], Awaitable[None] | None] | None = None,
+                 on_leave: Callable[[], None] | None = None) -> None:
         self.preferred = bool(preferred)
         self.on_change = on_change
+        self.on_leave = on_leave
+        self.left = False   # this task was removed from the cluster's membership
+        self._watch: asyncio.Task | None = None
         self.election: ChiefElection | None = None
         self.task: str | None = None
         self.ps: dict[str, str] = {}   # ps task -> address
@@ -69,8 +81,10 @@ class ChiefRole:
         if self._system is not None:
             return self.is_chief
         self._system = await ActorSystem(client_name(), listen=False).start()
-        info = await MasterDoor.at(self._system, parse_target(target)).cluster_info(timeout=30.0)
+        address = parse_target(target)
+        info = await MasterDoor.at(self._system, address).cluster_info(timeout=30.0)
         self.task = info["task"]
+        self._watch = asyncio.ensure_future(self._watch_membership(self._system, address))
         cluster: dict[str, dict[str, str]] = info["cluster"]
         ps = cluster.get("ps") or {}
         self.ps = {f"/job:ps/task:{i}": a for i, a in ps.items()}
@@ -110,6 +124,10 @@ class ChiefRole:
         election, self.election = self.election, None
         if election is not None:
             await election.stop()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
         system, self._system = self._system, None
         if system is not None:
             await system.shutdown()
@@ -119,3 +137,23 @@ class ChiefRole:
             res = self.on_change(chief)
             if inspect.isawaitable(res):
                 await res
+
+    async def _watch_membership(self, system: ActorSystem, address: str) -> None:
+        """Every heartbeat, this task's server's membership record: once it
+        lists this task among those that left, ``on_leave()`` (once)."""
+        door = MembershipDoor.at(system, address)
+        every = heartbeat_s() or 1.0
+        while True:
+            try:
+                record = await door.get(timeout=max(1.0, 2 * every))
+            except OpError:
+                record = None   # the server is busy or going: asked again next time
+            left = record.get("left") if isinstance(record, dict) else None
+            if isinstance(left, list) and self.task in left:
+                self.left = True
+                logger.info("%s left the cluster (membership version %s): stopping after "
+                            "the current step", self.task, record.get("version"))
+                if self.on_leave is not None:
+                    self.on_leave()
+                return
+            await asyncio.sleep(every)

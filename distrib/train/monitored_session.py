@@ -39,8 +39,7 @@ What it does, in order (TF's):
   ``master=""`` is stopped, and the graph is unfinalized if it was not
   finalized before.
 
-Not here: ``run_step_fn`` and ``StepContext``, ``SingularMonitoredSession``,
-summaries (the summary arguments are accepted and unused).
+Not here: ``run_step_fn`` and ``StepContext``, ``SingularMonitoredSession``.
 
 ``MonitoredTrainingSession``'s ``is_chief`` names the preferred chief: in a
 training cluster the role is elected and moves with failures, and each new
@@ -57,6 +56,7 @@ from collections.abc import Sequence
 from typing import Any, Generator
 
 from distrib.client.fetches import feed_name
+from distrib.client.run_metadata import TRACE_OPTION, RunMetadata, run_options_dict
 from distrib.client.session import ConfigProto, Session
 from distrib.errors import AbortedError, OpError, OutOfRangeError, SessionClosedError, UnavailableError
 from distrib.framework.graph import GraphKeys, get_default_graph
@@ -74,6 +74,7 @@ from distrib.train.session_run_hooks import (
     StepCounterHook,
     call_hook,
 )
+from distrib.train.summary_hooks import SummarySaverHook
 
 logger = logging.getLogger(__name__)
 
@@ -123,12 +124,15 @@ class _HookedSession:
         # here: a preemption error is then recovered like the step's own
         self.coord.raise_requested_exception()
         context = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self.session)
-        step_options = dict(options or {})
+        step_options = dict(run_options_dict(options) or {})
         requests, hook_feeds = await self._before_run(context, step_options)
         feeds = self._merge_feeds(feed_dict, hook_feeds)
         merged = [fetches, [fetch for _, fetch in requests]]
+        if run_metadata is None and step_options.get(TRACE_OPTION):
+            run_metadata = RunMetadata()   # a hook asked for the trace (TF's ProfilerHook)
         outputs = await self.session.run(merged, feed_dict=feeds or None,
-                                         options=step_options or None)
+                                         options=step_options or None,
+                                         run_metadata=run_metadata)
         results = {i: value for (i, _), value in zip(requests, outputs[1])}
         for i, hook in enumerate(self.hooks):
             values = SessionRunValues(results.get(i), step_options or None, run_metadata)
@@ -158,7 +162,7 @@ class _HookedSession:
                 hook_keys |= keys
                 hook_feeds.update(request.feed_dict)
             if request.options:
-                _merge_options(step_options, dict(request.options))
+                _merge_options(step_options, dict(run_options_dict(request.options) or {}))
         return requests, hook_feeds
 
     def _merge_feeds(self, user: dict | None, hooks: dict[Any, Any]) -> dict[Any, Any] | None:
@@ -409,7 +413,11 @@ def MonitoredTrainingSession(master: str = "", is_chief: bool = True,  # noqa: N
     ``save_checkpoint_steps``; both given: the seconds) when there is a
     ``checkpoint_dir``, plus ``chief_only_hooks``. A non-chief waits for the
     chief (at most ``max_wait_secs``) and runs ``hooks`` only. ``master=""``
-    runs on a local in-process server. Summaries are not implemented.
+    runs on a local in-process server. With a ``summary_dir`` (default
+    ``checkpoint_dir``) the chief also gets a ``SummarySaverHook`` (every
+    ``save_summaries_steps``, default 100, or ``save_summaries_secs``) and
+    its ``StepCounterHook`` writes ``global_step/sec`` there (both
+    ``save_summaries_steps`` and ``save_summaries_secs`` given: TF's ``ValueError``).
     """
     if save_checkpoint_steps is USE_DEFAULT and save_checkpoint_secs is USE_DEFAULT:
         save_checkpoint_steps, save_checkpoint_secs = None, 600
@@ -428,6 +436,7 @@ def MonitoredTrainingSession(master: str = "", is_chief: bool = True,  # noqa: N
     if summary_dir and log_step_count_steps and log_step_count_steps > 0:
         chief_hooks.append(StepCounterHook(output_dir=summary_dir,
                                            every_n_steps=log_step_count_steps))
+    chief_hooks.extend(_summary_hooks(summary_dir, scaffold, save_summaries_steps, save_summaries_secs))
     secs = save_checkpoint_secs if save_checkpoint_secs and save_checkpoint_secs > 0 else None
     steps = save_checkpoint_steps if save_checkpoint_steps and save_checkpoint_steps > 0 else None
     if checkpoint_dir and (secs or steps):
@@ -443,3 +452,16 @@ def MonitoredTrainingSession(master: str = "", is_chief: bool = True,  # noqa: N
     return MonitoredSession(creator, hooks=all_hooks + user_hooks,
                             stop_grace_period_secs=stop_grace_period_secs,
                             max_wait_secs=max_wait_secs)
+
+
+def _summary_hooks(summary_dir: str | None, scaffold: Scaffold, steps: Any, secs: Any) -> list:
+    """TF's: a SummarySaverHook every ``steps`` (default 100) or ``secs``; none
+    when neither is positive; both given (not None): the hook's ValueError, as TF's."""
+    if steps is USE_DEFAULT and secs is USE_DEFAULT:
+        steps, secs = 100, None
+    steps = None if steps is USE_DEFAULT else steps
+    secs = None if secs is USE_DEFAULT else secs
+    if not summary_dir or not ((steps and steps > 0) or (secs and secs > 0)):
+        return []
+    return [SummarySaverHook(save_steps=steps, save_secs=secs, output_dir=summary_dir,
+                             scaffold=scaffold)]

@@ -23,8 +23,9 @@ The life of a hook (see :mod:`distrib.train.monitored_session`):
 The hooks here: :class:`StopAtStepHook`, :class:`CheckpointSaverHook` (with
 :class:`CheckpointSaverListener`), :class:`LoggingTensorHook`,
 :class:`StepCounterHook`, and :class:`SecondOrStepTimer`, the "every N steps
-or N seconds" rule they share. Summaries are not implemented: ``output_dir``
-and ``summary_writer`` are accepted and unused.
+or N seconds" rule they share. ``StepCounterHook`` writes ``global_step/sec``
+to ``summary_writer`` or ``output_dir``'s writer; ``SummarySaverHook`` is in
+``distrib.train.summary_hooks``.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from distrib.framework.graph import GraphKeys, get_default_graph
+from distrib.summary import FileWriterCache, proto
 from distrib.train.global_step import get_global_step
 
 logger = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "SessionRunHook", "SessionRunArgs", "SessionRunContext", "SessionRunValues",
     "SecondOrStepTimer", "StopAtStepHook", "CheckpointSaverListener", "CheckpointSaverHook",
-    "LoggingTensorHook", "StepCounterHook", "call_hook",
+    "LoggingTensorHook", "StepCounterHook", "call_hook", "global_step_or_fail", "as_int", "run_fetch",
 ]
 
 
@@ -190,6 +192,11 @@ async def _await_all(pending: list[Any]) -> None:
 def _as_int(value: Any) -> int:
     """A fetched global step as an int (a scalar, or a step of shape [1])."""
     return int(np.asarray(value).reshape(-1)[0])
+
+
+global_step_or_fail = _global_step_or_fail   # shared with distrib.train.summary_hooks
+as_int = _as_int
+run_fetch = _run
 
 
 # -- StopAtStepHook -------------------------------------------------------------------
@@ -431,10 +438,9 @@ class LoggingTensorHook(SessionRunHook):
 # -- StepCounterHook -------------------------------------------------------------------
 
 class StepCounterHook(SessionRunHook):
-    """Logs the global steps per second (``global_step/sec: N``) every N steps or seconds.
-
-    ``output_dir`` and ``summary_writer`` are accepted for TF compatibility;
-    no summary is written.
+    """Logs the global steps per second (``global_step/sec: N``) every N steps or
+    seconds, and writes it as a summary to ``summary_writer`` or the
+    ``FileWriterCache``'s writer of ``output_dir`` (made on the first write, TF's).
     """
 
     _STALE_WARNINGS = 5
@@ -472,6 +478,7 @@ class StepCounterHook(SessionRunHook):
                 elapsed, steps = self._timer.update_last_triggered_step(step)
                 if elapsed is not None and steps is not None and elapsed > 0:
                     logger.info("%s: %g", self._tag, steps / elapsed)
+                    self._write(steps / elapsed, step)
         if stale == self._last_global_step and self._stale_warned < self._STALE_WARNINGS:
             # SyncReplicas' workers do not increment it in their own step: a warning, no error
             self._stale_warned += 1
@@ -480,3 +487,11 @@ class StepCounterHook(SessionRunHook):
                            "global step by passing dt.train.get_global_step() to "
                            "Optimizer.minimize.", stale, self._last_global_step)
         self._last_global_step = stale
+
+    def _write(self, rate: float, step: int) -> None:
+        if self._summary_writer is None and self._output_dir:
+            self._summary_writer = FileWriterCache.get(self._output_dir)
+        if self._summary_writer is not None:
+            m = proto.messages()
+            self._summary_writer.add_summary(
+                m.Summary(value=[m.Summary.Value(tag=self._tag, simple_value=rate)]), step)

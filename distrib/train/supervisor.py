@@ -27,10 +27,10 @@ Master ``""`` is TF's in-process session: a local server the Supervisor starts
 on first use and stops in ``stop()`` (so at the end of a managed session).
 As in TF, a non-chief refuses variables with no device (replicas would not share them).
 
-The chief's steps are small methods (``_prepare_chief``, ``_restore_latest``,
-``_initialize``, ``_start_checkpoint_service``) so that chief election and
-restart can reuse them. Summaries are not implemented: the summary arguments
-are accepted for compatibility and ``summary_writer`` is None.
+The chief's steps are small methods (``_prepare_chief``, ``_initialize``, the
+checkpoint service's ``restore_latest``) so that chief election and
+restart can reuse them. Summaries as TF's (``summary_service``): the chief
+writes ``summary_op`` (default ``merge_all()``) every ``save_summaries_secs``.
 """
 from __future__ import annotations
 
@@ -46,7 +46,6 @@ from typing import Any
 from distrib.client.session import ConfigProto, Session
 from distrib.errors import (
     AbortedError,
-    DataLossError,
     DeadlineExceededError,
     FailedPreconditionError,
     FencedError,
@@ -58,7 +57,6 @@ from distrib.errors import (
 from distrib.framework.graph import Graph, GraphKeys, get_default_graph
 from distrib.ops.variables import global_variables_initializer, local_variables_initializer
 from distrib.runtime.actors.failure_detector import heartbeat_s
-from distrib.train import checkpoint
 from distrib.train.checkpoint_service import CheckpointService
 from distrib.train.chief_role import ChiefRole
 from distrib.train.global_step import find_global_step
@@ -66,6 +64,7 @@ from distrib.train.local_master import LocalMaster
 from distrib.train.ps_recovery import PsRecovery, RecoveringSession, recoverable
 from distrib.train.readiness import ReadyCheck, close_quietly, run_fetches
 from distrib.train.saver import Saver
+from distrib.train.summary_service import SummaryService
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +98,7 @@ class Supervisor:
                  save_checkpoint_steps: int | None = None) -> None:
         self._graph = graph if graph is not None else get_default_graph()
         self._is_chief = bool(is_chief)   # the preferred chief (the role itself: _role)
-        self._role = ChiefRole(self._is_chief, on_change=self._role_changed)
+        self._role = ChiefRole(self._is_chief, on_change=self._role_changed, on_leave=self.request_stop)
         self._services_wanted = False
         self._ps_recovery: PsRecovery | None = None   # the chief's restore of a restarted ps
         self._ps_watch: asyncio.Task | None = None
@@ -110,12 +109,14 @@ class Supervisor:
         self._init_feed_dict = init_feed_dict
         self._init_fn = init_fn
         self._save_path = os.path.join(self._logdir, checkpoint_basename) if self._logdir else None
-        self._summary_writer = None if summary_writer is Supervisor.USE_DEFAULT else summary_writer
         with self._graph.as_default():
             self._init_ready_ops(ready_op, ready_for_local_init_op)
             self._init_init_op(init_op, local_init_op)
             self._init_saver(saver)
             self._init_global_step(global_step)
+            self._summaries = SummaryService(
+                self._graph, summary_op, summary_writer, Supervisor.USE_DEFAULT, self._is_chief,
+                self._logdir, self._global_step, self._role, save_summaries_secs, self.request_stop)
         self._verify_setup()
         # periodic checkpoints: every save_model_secs, or (a distrib extension, the
         # bound on what a ps restart loses) every save_checkpoint_steps global steps
@@ -208,8 +209,9 @@ class Supervisor:
     logdir = property(lambda self: self._logdir)
     save_path = property(lambda self: self._save_path)
     save_model_secs = property(lambda self: self._save_model_secs)
-    summary_writer = property(lambda self: self._summary_writer)
-    summary_op = property(lambda self: None)
+    summary_writer = property(lambda self: self._summaries.writer)
+    summary_op = property(lambda self: self._summaries.summary_op)
+    save_summaries_secs = property(lambda self: self._summaries.save_secs)
 
     # -- sessions ----------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -283,6 +285,7 @@ class Supervisor:
             self._resume_chief_runners(sess)
             return
         self._ckpt.cancel()
+        self._summaries.cancel()
         if self._ps_watch is not None:
             self._ps_watch.cancel()
         self._ps_watch = None
@@ -318,7 +321,7 @@ class Supervisor:
                         "not restoring or initializing them")
             await self._run_local_init(sess)
             return
-        restored = await self._restore_latest(sess)
+        restored = await self._ckpt.restore_latest(sess)
         if restored is None and wait_for_checkpoint:
             restored = await self._wait_for_checkpoint(sess, max_wait_secs)
         if restored is None:
@@ -347,37 +350,12 @@ class Supervisor:
             except OpError:
                 return   # they answered; a ready_op that fails before init is init's business
 
-    def _checkpoint_candidates(self) -> list[str]:
-        """Checkpoints of ``logdir`` that exist, newest first (from the state file)."""
-        return [] if self._saver is None else checkpoint.checkpoint_candidates(self._logdir)
-
-    async def _restore_latest(self, sess: Session) -> str | None:
-        """Restore the newest checkpoint that reads back intact; None if there is none."""
-        for path in self._checkpoint_candidates():
-            try:
-                await self._saver.restore(sess, path, options=self._role.run_options())
-            except DataLossError as exc:
-                logger.warning("checkpoint %s is unusable (%s); trying an older one", path, exc)
-                continue
-            logger.info("chief restored the model from %s", path)
-            self._recover_saver_history()
-            return path
-        return None
-
-    def _recover_saver_history(self) -> None:
-        # So max_to_keep keeps counting the files of the run that wrote them.
-        if self._saver.last_checkpoints:
-            return
-        state = checkpoint.get_checkpoint_state(self._logdir)
-        if state is not None:
-            self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
-
     async def _wait_for_checkpoint(self, sess: Session, max_wait_secs: float) -> str | None:
         deadline = time.monotonic() + max_wait_secs
         while time.monotonic() < deadline:
             logger.info("waiting for a checkpoint in %s", self._logdir)
             await asyncio.sleep(self._recovery_wait_secs)
-            restored = await self._restore_latest(sess)
+            restored = await self._ckpt.restore_latest(sess)
             if restored is not None:
                 return restored
         return None
@@ -429,15 +407,20 @@ class Supervisor:
 
     # -- background services ----------------------------------------------------------
     def start_standard_services(self, sess: Session) -> list[asyncio.Task]:
-        """Start the chief's periodic checkpoint task (when there is a saver and a logdir)."""
+        """Start the chief's periodic checkpoints (a saver and a logdir) and summaries."""
         if not self.is_chief:
             raise FailedPreconditionError("only the chief runs the standard services")
         self._bind_loop()
         self._ckpt.start(sess, self._stop_event)
+        self._summaries.start(sess, self._stop_event)
         if self._ps_recovery is not None and self._role.ps and self._ps_watch is None:
             self._ps_watch = asyncio.get_running_loop().create_task(
                 self._ps_recovery.watch(sess, self.should_stop), name="distrib-ps-watch")
-        return [self._ckpt.task] if self._ckpt.task else []
+        return [t for t in (self._ckpt.task, self._summaries.task) if t]
+
+    async def summary_computed(self, sess: Session, summary: Any, global_step: Any = None) -> None:
+        """Write ``summary`` at ``global_step`` (its current value when None): TF's, awaited."""
+        await self._summaries.summary_computed(sess, summary, global_step)
 
     async def _save_checkpoint(self, sess: Session) -> str:
         return await self._ckpt.save(sess)
@@ -509,7 +492,7 @@ class Supervisor:
             if task is None or task.done():
                 self._runner_tasks.append(self._start_chief_runner(sess, runner))
 
-    async def _stop_services(self) -> None:
+    async def _stop_services(self, close_summary_writer: bool = True) -> None:
         watch, self._ps_watch = self._ps_watch, None
         if watch is not None:
             watch.cancel()
@@ -523,6 +506,7 @@ class Supervisor:
             except Exception:  # recorded by _runner_done; it must not hide the final save
                 pass
         await self._ckpt.stop(self._stop_grace_secs)
+        await self._summaries.stop(self._stop_grace_secs, close_summary_writer)
 
     # -- stopping ------------------------------------------------------------------------
     def should_stop(self) -> bool:
@@ -568,7 +552,7 @@ class Supervisor:
         server of master "" (if any), and re-raise a recorded error."""
         self.request_stop()
         try:
-            await self._stop_services()
+            await self._stop_services(close_summary_writer)
             await self._final_save()
         finally:
             await self._role.stop()   # a chief resigns: a successor takes over at once

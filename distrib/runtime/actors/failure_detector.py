@@ -32,7 +32,7 @@ from distrib.settings import HEARTBEAT_S
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MISSED_HEARTBEATS", "heartbeat_s", "FailureDetector"]
+__all__ = ["MISSED_HEARTBEATS", "heartbeat_s", "FailureDetector", "Heartbeat"]
 
 # heartbeats missed before a peer is declared dead (the contract's three)
 MISSED_HEARTBEATS = 3
@@ -45,9 +45,33 @@ def heartbeat_s() -> float:
     return HEARTBEAT_S.get()
 
 
+class Heartbeat:
+    """The heartbeat message of one actor system, ``[kind]``, or ``[kind,
+    version]`` once the system holds a cluster membership (version > 0,
+    ``distrib.runtime.chief.membership``): every heartbeat carries it, so a
+    peer holding an older one learns within a heartbeat that it should
+    fetch the new list. ``heard`` reads a heartbeat that arrived: a newer
+    version than this system's goes to ``on_version``; anything else in it
+    is ignored (an older peer sends none)."""
+
+    def __init__(self, kind: int) -> None:
+        self.kind = kind
+        self.version = 0
+        self.on_version: Callable[[int], None] | None = None
+
+    def message(self) -> list:
+        return [self.kind, self.version] if self.version else [self.kind]
+
+    def heard(self, msg: list) -> None:
+        if len(msg) > 1 and self.on_version is not None and type(msg[1]) is int \
+                and msg[1] > self.version:
+            self.on_version(msg[1])
+
+
 class FailureDetector:
     """Heartbeats for the connections ``connections()`` lists, and the
-    deadline for their silence. ``heartbeat`` is the message sent."""
+    deadline for their silence. ``heartbeat`` is the message sent (a
+    :class:`Heartbeat`: its current message)."""
 
     def __init__(self, name: str, connections: Callable[[], list[transports.Connection]],
                  heartbeat: Any, every: float) -> None:
@@ -72,13 +96,15 @@ class FailureDetector:
             if beat:
                 next_beat = now + self.every
             live = [c for c in self.connections() if not c.closed]
+            msg = self.heartbeat.message() if isinstance(self.heartbeat, Heartbeat) else self.heartbeat
             for conn in live:
-                self.check(conn, now, beat, deaf)
+                self.check(conn, now, beat, deaf, msg)
             if len(self._heard) > len(live):
                 keep = set(live)
                 self._heard = {c: h for c, h in self._heard.items() if c in keep}
 
-    def check(self, conn: transports.Connection, now: float, beat: bool, deaf: bool) -> None:
+    def check(self, conn: transports.Connection, now: float, beat: bool, deaf: bool,
+              msg: Any = None) -> None:
         got = conn.bytes_received
         heard = self._heard.get(conn)
         if heard is None or got != heard[0] or deaf:
@@ -93,6 +119,6 @@ class FailureDetector:
             return
         if beat:
             try:
-                conn.send_nowait(self.heartbeat)
+                conn.send_nowait(self.heartbeat if msg is None else msg)
             except Exception as e:   # the connection's close callback reports why
                 logger.debug("heartbeat to %s not sent: %s", conn.peer.name, e)

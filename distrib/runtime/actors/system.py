@@ -15,7 +15,9 @@ Design choices, each for a measured reason:
 - A call to an actor of the same system, or of another system of this process
   on the same event loop, skips serialization and sockets but keeps the
   semantics: the same typed errors, the same timeouts. (Arguments are passed
-  by reference then: callers must not mutate what they sent.)
+  by reference then: callers must not mutate what they sent.) A session
+  reaches a server of this process on another loop so too, where that server
+  asked for it (``direct_callers``; :mod:`.in_process`).
 - One pooled connection per peer; a lost connection fails every call pending
   on it with UnavailableError naming the peer (``peer``), and the next call reconnects.
 - Every connection carries heartbeats both ways; one silent for three of
@@ -24,7 +26,7 @@ Design choices, each for a measured reason:
 
 Wire format of a message (a msgpack-able list, arrays out of band):
 ``[CALL, id, actor, method, args]``, ``[TELL, actor, method, args]``,
-``[OK, id, result]``, ``[ERR, id, error-dict]``, ``[HEARTBEAT]``.
+``[OK, id, result]``, ``[ERR, id, error-dict]``, ``[HEARTBEAT(, membership version)]``.
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ from distrib.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, FailureDetector, heartbeat_s
+from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, FailureDetector, Heartbeat, heartbeat_s
+from distrib.runtime.actors.in_process import in_process_system, register, unregister
 from distrib.settings import CONNECT_TIMEOUT_S, SESSION_GC_S, TRANSPORT
 
 logger = logging.getLogger(__name__)
@@ -190,10 +193,13 @@ class ActorSystem:
         self._inbound_by_name: dict[str, _Peer] = {}   # the latest one from each system
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task] = set()
-        self._closed = False
+        self._closed, self.heartbeat = False, Heartbeat(HEARTBEAT)   # what the detector sends
         self._loop: asyncio.AbstractEventLoop | None = None
         self.address = f"{host}:{port}" if not listen else ""
         self.on_peer_lost: list[Callable[[str, transports.PeerInfo], None]] = []
+        # sessions on other loops of this process call its actors on its loop
+        # (in_process.DirectRef): the local server's, a strategy's own server's
+        self.direct_callers = False
 
     # -- lifecycle ---------------------------------------------------------
     async def start(self) -> ActorSystem:
@@ -204,10 +210,10 @@ class ActorSystem:
             self.port = self._listener.port
             self.address = f"{self.host}:{self.port}"
             self._loop = asyncio.get_running_loop()
-            _IN_PROCESS[_norm(self.address)] = self
+            register(self, self._loop)
         every = heartbeat_s()
         if every > 0:
-            detector = FailureDetector(self.name, self.connections, [HEARTBEAT], every)
+            detector = FailureDetector(self.name, self.connections, self.heartbeat, every)
             self.spawn_task(detector.run(), "heartbeats")
         return self
 
@@ -217,6 +223,11 @@ class ActorSystem:
         and its transport, ``conn.kind``). Clients are among them."""
         return [peer.conn for peer in (*self._out.values(), *self._inbound)
                 if not peer.conn.closed]
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``shutdown`` has begun."""
+        return self._closed
 
     @property
     def listening_on(self) -> str | None:
@@ -229,8 +240,7 @@ class ActorSystem:
         if self._closed:
             return
         self._closed = True
-        if _IN_PROCESS.get(_norm(self.address)) is self:
-            del _IN_PROCESS[_norm(self.address)]
+        unregister(self)
         for actor in list(self._actors.values()):
             stop = getattr(actor, "on_stop", None)
             if stop is not None:
@@ -322,10 +332,18 @@ class ActorSystem:
     def spawn_task(self, coro: Any, what: str) -> asyncio.Task:
         """Run ``coro`` as a task of this system: logged if it fails with a
         non-distrib error, cancelled (boundedly awaited) at shutdown."""
-        task = asyncio.ensure_future(coro)
+        return self.track_task(asyncio.ensure_future(coro), what)
+
+    def track_task(self, task: asyncio.Task, what: str) -> asyncio.Task:
+        """Make a running ``task`` one of this system's (see ``spawn_task``)."""
         self._tasks.add(task)
         task.add_done_callback(lambda t: self._task_done(t, what))
         return task
+
+    async def call_local(self, actor: str, method: str, args: tuple,
+                         timeout: float | None) -> Any:
+        """Call an actor of this system from its own loop (the in-process path)."""
+        return await self._call_local(actor, method, args, timeout)
 
     def _task_done(self, task: asyncio.Task, what: str) -> None:
         self._tasks.discard(task)
@@ -472,8 +490,8 @@ class ActorSystem:
                 self._serve_call(peer, msg[1], msg[2], msg[3], msg[4])
             elif kind == TELL:
                 self._tell_local(msg[1], msg[2], msg[3])
-            elif kind == HEARTBEAT:
-                pass   # its bytes are what the failure detector counts
+            elif kind == HEARTBEAT:   # its bytes are what the failure detector counts
+                self.heartbeat.heard(msg)
             else:
                 raise ValueError(f"unknown message kind {kind!r}")
         except Exception as e:  # a malformed message closes only this connection
@@ -550,32 +568,6 @@ class ActorSystem:
             if not fut.done():
                 fut.set_exception(exc)
         peer.pending.clear()
-
-
-# Actor systems listening in this process, by normalized address. A call to one
-# of them from the same event loop skips serialization and sockets (same typed
-# errors and timeouts): a Session on the loop of an in-process server (serve())
-# then costs no socket hop. Systems on other loops (a blocking Server's thread)
-# are reached over the wire as usual.
-_IN_PROCESS: dict[str, ActorSystem] = {}
-
-
-def _norm(address: str) -> str:
-    host, _, port = address.rpartition(":")
-    return f"{'127.0.0.1' if host in ('localhost', '') else host}:{port}"
-
-
-def in_process_system(address: str) -> ActorSystem | None:
-    if not _IN_PROCESS:
-        return None
-    system = _IN_PROCESS.get(_norm(address))
-    if system is None or system._closed:  # noqa: SLF001
-        return None
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    return system if system._loop is loop else None  # noqa: SLF001
 
 
 def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: float) -> None:

@@ -1,5 +1,6 @@
 """The chief wing's doors (see :mod:`distrib.runtime.actors.door`): the
 messages of the arbiter's ``chief_lease`` actor (:class:`~.lease.ChiefLease`),
+the ``membership`` actor's (:mod:`.membership`),
 and the one worker message the chief wing sends, ``fence``, by which a new
 chief announces its term to the ps tasks (:mod:`.fencing`).
 
@@ -15,7 +16,7 @@ from typing import Any
 from distrib.runtime.actors.door import Door, request_args
 from distrib.runtime.actors.system import DEFAULT_TIMEOUT_S
 
-__all__ = ["Campaign", "ChiefLeaseDoor", "FenceDoor"]
+__all__ = ["Campaign", "ChiefLeaseDoor", "FenceDoor", "MembershipDoor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +61,20 @@ class FenceDoor(Door):
     async def fence(self, term: int, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> int:
         """Announce chief ``term``: older chiefs' writes are refused from now on."""
         return await self.ref.call("fence", term, timeout=timeout)
+
+
+class MembershipDoor(Door):
+    """Actor ``membership`` (:class:`~.membership.MembershipService`); called by
+    a task that heard a newer version, by the elastic launcher and by clients."""
+
+    __slots__ = ()
+    actor = "membership"
+
+    async def get(self, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
+        """The membership record the task holds (None: none yet)."""
+        return await self.ref.call("get", timeout=timeout)
+
+    async def update(self, record: dict[str, Any], *,
+                     timeout: float | None = DEFAULT_TIMEOUT_S) -> int:
+        """Take a newer membership record; the version held after."""
+        return await self.ref.call("update", record, timeout=timeout)

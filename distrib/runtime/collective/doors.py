@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import transports
 from distrib.runtime.actors.door import Door
-from distrib.runtime.actors.system import DEFAULT_TIMEOUT_S
+from distrib.runtime.actors.system import DEFAULT_TIMEOUT_S, TELL, in_process_system
 
-__all__ = ["CollectiveDoor"]
+__all__ = ["CollectiveDoor", "deliver_now"]
 
 
 class CollectiveDoor(Door):
@@ -40,3 +41,26 @@ class CollectiveDoor(Door):
     async def ping(self, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> str:
         """The task's name (a liveness probe)."""
         return await self.ref.call("ping", timeout=timeout)
+
+
+def deliver_now(door: CollectiveDoor, key: list, dst_incarnation: int, src: list, tag: int,
+                payload: Any) -> bool:
+    """``door.deliver(...)`` written at once on the open connection to another
+    process, without a task or a coroutine (a small collective's header, a
+    lent ring segment): True; False when nothing was sent (this process, no
+    connection yet, or a failed write: ``deliver`` then sends or raises the
+    typed error)."""
+    ref = door.ref
+    system = ref.system
+    if ref.address == system.address or in_process_system(ref.address) is not None:
+        return False
+    # ActorRef.tell less its coroutine (system.py has no room for a second tell)
+    found = system._open_peer(ref.address, ref.peer)  # noqa: SLF001
+    if found is None:
+        return False
+    try:
+        found.conn.send_nowait([TELL, door.actor, "deliver",
+                                [key, dst_incarnation, src, tag, payload]])
+    except (transports.FrameError, transports.ConnectionClosed):
+        return False
+    return True

@@ -50,19 +50,20 @@ from distrib.errors import (
     UnavailableError,
 )
 from distrib.runtime.actors.system import ActorSystem, in_process_system, task_name
-from distrib.runtime.collective.doors import CollectiveDoor
+from distrib.runtime.collective.direct import DirectOp, EngineSide, Watch
+from distrib.runtime.collective.doors import CollectiveDoor, deliver_now
 from distrib.runtime.collective.group import Group, GroupLeader, Member, leader_task
 from distrib.runtime.collective.instance import (
     FINAL_OPS,
+    HEADER_TAG,
     MERGE,
     Exchange,
-    Instance,
     InstanceKey,
     InstanceTable,
     check_dtype,
 )
 from distrib.runtime.collective.ring import ring_all_gather, ring_all_reduce
-from distrib.runtime.collective.small import exchange_headers, gather_direct, reduce_direct
+from distrib.runtime.collective.small import direct_result, exchange_headers
 from distrib.runtime.core.step_waits import abort_signal, retrieve
 from distrib.settings import COLLECTIVE_DIRECT_BYTES, COLLECTIVE_SEGMENT_BYTES, COLLECTIVE_STALL_S
 
@@ -127,18 +128,6 @@ class CollectiveSpec:
         self.dtype = None if a.get("T") is None else np.dtype(a["T"])
 
 
-class _Watch:
-    """What one run is doing, for the watchdog's messages."""
-
-    __slots__ = ("phase", "group_key", "group", "instance")
-
-    def __init__(self, phase: str, group_key: int) -> None:
-        self.phase = phase
-        self.group_key = group_key
-        self.group: Group | None = None
-        self.instance: Instance | None = None
-
-
 class CollectiveEngine:
     """Actor ``collective`` of every task (see the module header)."""
 
@@ -151,6 +140,10 @@ class CollectiveEngine:
         self.table = InstanceTable()
         self._counters: OrderedDict[tuple, int] = OrderedDict()
         self._refs: dict[tuple[str, str, int], CollectiveDoor] = {}
+        self._specs: dict[int, tuple[dict, CollectiveSpec]] = {}   # id(node) -> its spec
+        # what the collectives in flight without a task use of this engine
+        self.side = EngineSide(task, self.table, self._post_headers, self._fail, self._late)
+        self.watchdog = self.side.watchdog
         system.on_peer_lost.append(self._peer_lost)
 
     # -- messages from peers -----------------------------------------------------
@@ -210,21 +203,44 @@ class CollectiveEngine:
 
     # -- running a collective --------------------------------------------------------
     def start(self, node: dict[str, Any], args: list[Any], channel: Any) -> asyncio.Future:
-        """The future of the op's outputs (a list of one array)."""
-        spec = CollectiveSpec(node)
-        if not spec.device:
-            raise InvalidArgumentError(f"collective op {spec.name!r} has no device")
+        """The future of the op's outputs (a list of one array): without a
+        task when the group is known and the op takes one round (collective.direct)."""
+        spec = self._spec(node)
         value = None
         if spec.op != "CollectiveBcastRecv":
             if len(args) != 1:
                 raise InvalidArgumentError(f"{spec.op} takes one input, not {len(args)}")
             value = np.require(args[0], requirements="C")   # (ascontiguousarray makes a scalar 1-d)
             check_dtype(value.dtype, spec.op)
+        group = self.groups.get(spec.group_key)
+        if group is not None and group.size == spec.group_size and group.size > 1 \
+                and spec.device in group.ranks:
+            header, data, ring, shape, dtype = self._plan(spec, value, group)
+            if not ring:
+                watch = Watch("header round", spec.group_key)
+                watch.group = group
+                key = self._next_key(spec, group)
+                watch.instance = self.table.get(key, start=True)
+                op = DirectOp(self.side, spec, watch, header, data, value, dtype, shape)
+                return op.start(channel, stall_s())
         return asyncio.ensure_future(self._run(spec, value, channel))
+
+    def _spec(self, node: dict[str, Any]) -> CollectiveSpec:
+        """The op's checked attrs (parsed once per node of a compiled partition)."""
+        hit = self._specs.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        spec = CollectiveSpec(node)
+        if not spec.device:
+            raise InvalidArgumentError(f"collective op {spec.name!r} has no device")
+        if len(self._specs) >= 4096:
+            self._specs.clear()
+        self._specs[id(node)] = (node, spec)
+        return spec
 
     async def _run(self, spec: CollectiveSpec, value: np.ndarray | None, channel: Any) -> list:
         loop = asyncio.get_running_loop()
-        watch = _Watch(f"the other members of group {spec.group_key} to join it at the group "
+        watch = Watch(f"the other members of group {spec.group_key} to join it at the group "
                        f"leader {self.leader_task}", spec.group_key)
         work = asyncio.ensure_future(self._collective(spec, value, watch))
         abort = abort_signal(channel, f"collective/{spec.name}/{id(work)}")
@@ -273,7 +289,8 @@ class CollectiveEngine:
                 work.cancel()
                 work.add_done_callback(retrieve)
 
-    def _late(self, watch: _Watch) -> str:
+    def _late(self, watch: Watch) -> str:
+        """Whom (or what) the run of ``watch`` waits for, for a warning."""
         inst, group = watch.instance, watch.group
         if inst is None or group is None:
             joined = self.leader.joined(watch.group_key)   # known on the leader only
@@ -283,7 +300,7 @@ class CollectiveEngine:
             return f"its own work ({inst.phase})"
         return f"{', '.join(late)} ({inst.phase})"
 
-    def _fail(self, spec: CollectiveSpec, watch: _Watch, e: BaseException) -> None:
+    def _fail(self, spec: CollectiveSpec, watch: Watch, e: BaseException) -> None:
         """Fail our instance and tell every other member, unless the error
         came from one of them."""
         inst, group = watch.instance, watch.group
@@ -302,27 +319,32 @@ class CollectiveEngine:
                 self._spawn_abort(m, [gk, sig, ik, seq, m.device], wire)
 
     async def _collective(self, spec: CollectiveSpec, value: np.ndarray | None,
-                          watch: _Watch) -> np.ndarray:
+                          watch: Watch) -> np.ndarray:
         group = await self._resolve(spec, watch)
         watch.group = group
-        ckey = (spec.group_key, group.sig, spec.instance_key, spec.device)
-        seq = self._counters.pop(ckey, 0)
-        self._counters[ckey] = seq + 1
-        if len(self._counters) > _MAX_COUNTERS:
-            self._counters.popitem(last=False)
-        key: InstanceKey = (spec.group_key, group.sig, spec.instance_key, seq, spec.device)
+        key = self._next_key(spec, group)
         inst = self.table.get(key, start=True)
         watch.instance = inst
         try:
             if inst.error is not None:
                 raise inst.error
-            ex = Exchange(group.ranks[spec.device], group.size, inst, self._sender(group, key),
-                          self._linker(group))
+            send, send_now = self._sender(group, key)
+            ex = Exchange(group.ranks[spec.device], group.size, inst, send, self._linker(group),
+                          send_now)
             return await self._algorithm(spec, value, ex, group)
         finally:
             self.table.end(key)
 
-    async def _resolve(self, spec: CollectiveSpec, watch: _Watch) -> Group:
+    def _next_key(self, spec: CollectiveSpec, group: Group) -> InstanceKey:
+        """The key of this run: the nth run of an instance key on a device."""
+        ckey = (spec.group_key, group.sig, spec.instance_key, spec.device)
+        seq = self._counters.pop(ckey, 0)
+        self._counters[ckey] = seq + 1
+        if len(self._counters) > _MAX_COUNTERS:
+            self._counters.popitem(last=False)
+        return (spec.group_key, group.sig, spec.instance_key, seq, spec.device)
+
+    async def _resolve(self, spec: CollectiveSpec, watch: Watch) -> Group:
         gk = spec.group_key
         group = self.groups.get(gk)
         if group is None or spec.device not in group.ranks:
@@ -349,7 +371,8 @@ class CollectiveEngine:
                 f"{spec.device} says group_size={spec.group_size}", task=self.task)
         return group
 
-    def _sender(self, group: Group, key: InstanceKey) -> Any:
+    def _sender(self, group: Group, key: InstanceKey) -> tuple[Any, Any]:
+        """(send, send_now) of instance ``key`` by rank (see Exchange)."""
         gk, sig, ik, seq, device = key
         rank = group.ranks[device]
         src = [rank, device, self.task, self.system.address, self.system.incarnation]
@@ -358,7 +381,28 @@ class CollectiveEngine:
             m = group.members[dst]
             return self._door(m).deliver([gk, sig, ik, seq, m.device], m.incarnation, src, tag,
                                          payload)
-        return send
+
+        def send_now(dst: int, tag: int, payload: Any) -> bool:
+            m = group.members[dst]
+            return deliver_now(self._door(m), [gk, sig, ik, seq, m.device], m.incarnation, src,
+                               tag, payload)
+        return send, send_now
+
+    def _post_headers(self, group: Group, key: InstanceKey, message: list) -> list:
+        """Send ``message`` (a header round's) to every other member of
+        ``group`` at once where a connection is open; the awaitables of the
+        sends that must wait for one (none once the group's connections are up)."""
+        gk, sig, ik, seq, device = key
+        src = [group.ranks[device], device, self.task, self.system.address,
+               self.system.incarnation]
+        late = []
+        for m in group.members:
+            if m.device == device:
+                continue
+            door, dst = self._door(m), [gk, sig, ik, seq, m.device]
+            if not deliver_now(door, dst, m.incarnation, src, HEADER_TAG, message):
+                late.append(door.deliver(dst, m.incarnation, src, HEADER_TAG, message))
+        return late
 
     def _linker(self, group: Group) -> Any:
         def link(rank: int) -> str:
@@ -388,10 +432,9 @@ class CollectiveEngine:
                 logger.debug("abort_instance to %s not sent: %s", m.device, e)
         asyncio.ensure_future(tell()).add_done_callback(retrieve)
 
-    async def _algorithm(self, spec: CollectiveSpec, value: np.ndarray | None, ex: Exchange,
-                         group: Group) -> np.ndarray:
-        inst = ex.instance
-        devices = [m.device for m in group.members]
+    @staticmethod
+    def _plan(spec: CollectiveSpec, value: np.ndarray | None, group: Group) -> tuple:
+        """(header, the header round's data, ring?, shape, dtype) of a run."""
         if spec.op == "CollectiveBcastRecv":
             shape = spec.shape or ()
             dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
@@ -407,32 +450,23 @@ class CollectiveEngine:
         header = [op, spec.merge_op if op == "CollectiveReduce" else "",
                   spec.final_op if op == "CollectiveReduce" else "", list(shape), dtype.str,
                   "ring" if ring else "direct", role]
+        return header, None if ring or role == "recv" else value, ring, shape, dtype
+
+    async def _algorithm(self, spec: CollectiveSpec, value: np.ndarray | None, ex: Exchange,
+                         group: Group) -> np.ndarray:
+        inst = ex.instance
+        devices = [m.device for m in group.members]
+        header, data, ring, shape, dtype = self._plan(spec, value, group)
         inst.phase = "header round"
-        data = None if ring or role == "recv" else value
         got = await exchange_headers(ex, header, data, devices)
-        if bcast:
-            return _broadcast_result(got, devices, dtype, shape, value)
         inst.phase = "ring" if ring else "direct"
+        if not ring:
+            return direct_result(header[0], spec.merge_op, spec.final_op, got, devices, dtype,
+                                 shape, value)
         if spec.op == "CollectiveReduce":
-            if ring:
-                return await ring_all_reduce(ex, value, spec.merge_op, spec.final_op,
-                                             segment_bytes())
-            return reduce_direct([d for _, d in got], spec.merge_op, spec.final_op, dtype, shape)
-        if ring:
-            return await ring_all_gather(ex, value, segment_bytes())
-        return gather_direct([d for _, d in got], dtype, shape)
-
-
-def _broadcast_result(got: list[list], devices: list[str], dtype: np.dtype, shape: tuple,
-                      value: np.ndarray | None) -> np.ndarray:
-    senders = [r for r, (h, _) in enumerate(got) if h[-1] == "send"]
-    if len(senders) != 1:
-        names = ", ".join(devices[r] for r in senders) or "none of " + ", ".join(devices)
-        raise InvalidArgumentError(f"a broadcast needs exactly one broadcast_send; sent by: "
-                                   f"{names}")
-    if value is not None:
-        return np.array(value, copy=True)
-    return np.array(got[senders[0]][1], dtype=dtype, copy=True).reshape(shape)
+            return await ring_all_reduce(ex, value, spec.merge_op, spec.final_op,
+                                         segment_bytes())
+        return await ring_all_gather(ex, value, segment_bytes())
 
 
 

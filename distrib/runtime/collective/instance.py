@@ -70,7 +70,7 @@ def header_mismatch(mine: list, theirs: list, me: str, them: str) -> str | None:
 class Instance:
     """The state of one run of a collective on one device."""
 
-    __slots__ = ("key", "slots", "error", "waiting", "phase", "started")
+    __slots__ = ("key", "slots", "error", "waiting", "phase", "started", "notify")
 
     def __init__(self, key: InstanceKey) -> None:
         self.key = key
@@ -79,6 +79,9 @@ class Instance:
         self.waiting: dict[int, int] = {}   # sender rank -> receives pending on it
         self.phase = "starting"
         self.started = False
+        # called after every message and on failure, instead of a receiver
+        # awaiting (a direct collective without a task: collective.direct)
+        self.notify: Callable[[], None] | None = None
 
     def _slot(self, src: int, tag: int) -> asyncio.Future:
         fut = self.slots.get((src, tag))
@@ -92,6 +95,8 @@ class Instance:
         fut = self._slot(src, tag)
         if not fut.done():
             fut.set_result(payload)
+        if self.notify is not None:
+            self.notify()
 
     async def get(self, src: int, tag: int) -> Any:
         if self.error is not None:
@@ -115,6 +120,13 @@ class Instance:
             raise self.error
         return fut.result()
 
+    def take(self, src: int, tag: int) -> Any:
+        """The message that ``ready`` says is here, taken out of the mailbox
+        (raises the instance's error if it failed)."""
+        if self.error is not None:
+            raise self.error
+        return self.slots.pop((src, tag)).result()
+
     def ready(self, src: int, tag: int) -> bool:
         """Whether ``get(src, tag)`` would return (or raise) without waiting."""
         fut = self.slots.get((src, tag))
@@ -129,6 +141,8 @@ class Instance:
                 fut.set_exception(error)
                 fut.exception()   # retrieved: a slot nobody awaits must not log noise
         self.slots.clear()
+        if self.notify is not None:
+            self.notify()
 
 
 class InstanceTable:
@@ -169,22 +183,30 @@ class Exchange:
     and how each peer is reached (``link``: "local" for a peer in this
     process, "shm" for one that maps our shared memory, else "tcp")."""
 
-    __slots__ = ("rank", "size", "instance", "_send", "_link", "_links")
+    __slots__ = ("rank", "size", "instance", "_send", "_link", "_links", "_send_now")
 
     def __init__(self, rank: int, size: int, instance: Instance,
                  send: Callable[[int, int, Any], Awaitable[None]],
-                 link: Callable[[int], str] | None = None) -> None:
+                 link: Callable[[int], str] | None = None,
+                 send_now: Callable[[int, int, Any], bool] | None = None) -> None:
         self.rank = rank
         self.size = size
         self.instance = instance
         self._send = send
         self._link = link
         self._links: dict[int, str] = {}
+        self._send_now = send_now
 
     def send(self, dst: int, tag: int, payload: Any) -> Awaitable[None]:
         """Send ``payload`` to rank ``dst`` (the caller must not write into it
         afterwards: a peer in this process gets it by reference)."""
         return self._send(dst, tag, payload)
+
+    def send_now(self, dst: int, tag: int, payload: Any) -> bool:
+        """``send`` done at once, without a task, where the connection is open
+        (True); False: nothing sent, use ``send``. For small messages only
+        (it skips the connection's flow control)."""
+        return self._send_now is not None and self._send_now(dst, tag, payload)
 
     def recv(self, src: int, tag: int) -> Awaitable[Any]:
         return self.instance.get(src, tag)

@@ -28,6 +28,11 @@ is told of straight from the mapping: it reduces from it into its own output
 or copies it there. Only an input outside the arena (a gradient just
 computed) is copied, once, into a segment of the connection's pool.
 
+A lent array's message is a descriptor: it goes out at once on the open
+connection (``Exchange.send_now``), without a task per segment, and so does
+the ``DONE_TAG``. The chunk bounds are arithmetic (``split_bounds``, the
+bounds of ``np.array_split``, without the array it would split).
+
 Lending a buffer that we still write is safe because every range of the
 output is written exactly once, before it is sent; the ranges written later
 are ones the peer never reads. What the peer reads of our *input* it has
@@ -64,10 +69,17 @@ from distrib.runtime.collective.instance import MERGE, Exchange, finalize
 from distrib.runtime.core.step_waits import retrieve
 from transports.shm import ARENA, shared_empty
 
-__all__ = ["ring_all_reduce", "ring_all_gather", "segments", "DONE_TAG"]
+__all__ = ["ring_all_reduce", "ring_all_gather", "segments", "split_bounds", "DONE_TAG"]
 
 # the tag of "I have read your buffer" (see the module header)
 DONE_TAG = -2
+
+
+def split_bounds(size: int, n: int) -> list[int]:
+    """The n+1 bounds of ``np.array_split`` of ``size`` elements into n chunks
+    (the first ``size % n`` one element longer), without an array."""
+    q, extra = divmod(size, n)
+    return [k * q + min(k, extra) for k in range(n + 1)]
 
 
 def segments(start: int, stop: int, per: int) -> list[tuple[int, int]]:
@@ -112,8 +124,12 @@ async def _ring(ex: Exchange, src: np.ndarray, flat: np.ndarray, bounds: list[in
     def send(t: int, j: int, a: int, b: int) -> None:
         nonlocal lent_flat
         whole = whole_src if t == 0 else whole_flat
-        if whole is not None and whole is whole_flat:
-            lent_flat = True
+        if whole is not None:
+            lent_flat = lent_flat or whole is whole_flat
+            # a lent array is a descriptor on the wire: a small message, sent
+            # at once without a task where the connection is open
+            if ex.send_now(right, _tag(t, j), whole):
+                return
         payload = whole if whole is not None else (src if t == 0 else flat)[a:b]
         sends.append(asyncio.ensure_future(ex.send(right, _tag(t, j), payload)))
 
@@ -137,7 +153,8 @@ async def _ring(ex: Exchange, src: np.ndarray, flat: np.ndarray, bounds: list[in
                     send(t + 1, j, a, b)
                 while sends and sends[0].done():
                     sends.pop(0).result()
-        if owe_done:   # the left neighbour may now write (or hand out) what it lent us
+        if owe_done and not ex.send_now(left, DONE_TAG, None):
+            # the left neighbour may now write (or hand out) what it lent us
             sends.append(asyncio.ensure_future(ex.send(left, DONE_TAG, None)))
         for fut in sends:
             await fut
@@ -175,8 +192,7 @@ async def ring_all_reduce(ex: Exchange, value: np.ndarray, merge_op: str, final_
     src = np.ascontiguousarray(value).reshape(-1)
     out = shared_empty(value.shape, value.dtype)
     flat = out.reshape(-1)
-    bounds = [0, *np.cumsum([len(c) for c in np.array_split(np.empty(flat.size, np.int8), n)])]
-    bounds = [int(b) for b in bounds]
+    bounds = split_bounds(flat.size, n)
     await _ring(ex, src, flat, bounds, n - 1, 2 * (n - 1), ex.rank, MERGE[merge_op], final_op,
                 _per_segment(out.dtype.itemsize, segment_bytes, bounds[1] - bounds[0]))
     return out

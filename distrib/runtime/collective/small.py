@@ -23,8 +23,11 @@ A header that has not come yet is waited for with the loop polling
 anyway: on a VM, waking a halted virtual CPU costs 0.1-0.7 ms a message,
 more than the whole round. Measured (1 KiB, 2 tasks, 50 chained): within
 the noise of a 2-core VM (~350-450 us either way), so it is no cure: what
-is left is Python per op in the engine (two tasks, a wait with timers, the
-abort signal) and the executor's step, not the wire.
+was left was Python per op in the engine (two tasks, a wait with timers,
+the abort signal). Once the group is formed the round runs without any of
+them (collective.direct, with ``check_header`` and ``direct_result`` from
+here); ``exchange_headers`` is the task path's (a group's first run, the
+ring's header round).
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ from distrib.runtime.collective.instance import HEADER_TAG, MERGE, Exchange, fin
 from distrib.runtime.core.kernel_pool import spin_until
 from distrib.settings import COLLECTIVE_DIRECT_BYTES
 
-__all__ = ["exchange_headers", "reduce_direct", "gather_direct", "DIRECT_MAX_BYTES"]
+__all__ = ["exchange_headers", "check_header", "direct_result", "broadcast_result",
+           "reduce_direct", "gather_direct", "DIRECT_MAX_BYTES"]
 
 # Up to this many bytes a reduce or gather takes the one-round algorithm
 # (DISTRIB_COLLECTIVE_DIRECT_BYTES overrides it). Not tuned yet: a ring step
@@ -70,14 +74,42 @@ async def exchange_headers(ex: Exchange, header: list, data: Any,
             _WAITED[0] = time.perf_counter() - started
         else:
             msg = await ex.recv(r, HEADER_TAG)
-        if not isinstance(msg, list) or len(msg) != 2 or not isinstance(msg[0], list):
-            raise InvalidArgumentError(f"bad collective header from {devices[r]}: {msg!r}")
-        theirs, payload = msg
-        wrong = header_mismatch(header, theirs, devices[me], devices[r])
-        if wrong is not None:
-            raise InvalidArgumentError(wrong)
-        got[r] = [theirs, payload]
+        got[r] = check_header(msg, header, devices, me, r)
     return got
+
+
+def check_header(msg: Any, header: list, devices: list[str], me: int, r: int) -> list:
+    """Rank ``r``'s ``[header, data]`` message, checked against our ``header``."""
+    if not isinstance(msg, list) or len(msg) != 2 or not isinstance(msg[0], list):
+        raise InvalidArgumentError(f"bad collective header from {devices[r]}: {msg!r}")
+    theirs, payload = msg
+    wrong = header_mismatch(header, theirs, devices[me], devices[r])
+    if wrong is not None:
+        raise InvalidArgumentError(wrong)
+    return [theirs, payload]
+
+
+def direct_result(op: str, merge_op: str, final_op: str, got: list[list], devices: list[str],
+                  dtype: np.dtype, shape: tuple, value: np.ndarray | None) -> np.ndarray:
+    """The result of a one-round collective from every rank's ``[header, data]``
+    (``op``: CollectiveReduce, CollectiveGather or CollectiveBcast)."""
+    if op == "CollectiveBcast":
+        return broadcast_result(got, devices, dtype, shape, value)
+    if op == "CollectiveReduce":
+        return reduce_direct([d for _, d in got], merge_op, final_op, dtype, shape)
+    return gather_direct([d for _, d in got], dtype, shape)
+
+
+def broadcast_result(got: list[list], devices: list[str], dtype: np.dtype, shape: tuple,
+                     value: np.ndarray | None) -> np.ndarray:
+    senders = [r for r, (h, _) in enumerate(got) if h[-1] == "send"]
+    if len(senders) != 1:
+        names = ", ".join(devices[r] for r in senders) or "none of " + ", ".join(devices)
+        raise InvalidArgumentError(f"a broadcast needs exactly one broadcast_send; sent by: "
+                                   f"{names}")
+    if value is not None:
+        return np.array(value, copy=True)
+    return np.array(got[senders[0]][1], dtype=dtype, copy=True).reshape(shape)
 
 
 def reduce_direct(datas: list[np.ndarray], merge_op: str, final_op: str,

@@ -101,7 +101,7 @@ def _update_on_host(fn: Any, state: list[Any], args: list[Any], attrs: dict[str,
     fn([*hosts, *[host_array(a) for a in args]], attrs)
     for s, h in zip(state, hosts):
         if not isinstance(s, np.ndarray):
-            s.copy_to_device(h)
+            devices.copy_in(s, h)   # (counted: kernels.counters)
 
 
 # each update's slot variables, by the attrs that name them (ApplyAdam: m, v)

@@ -36,6 +36,7 @@ class RegisterPartition:
     nodes: list                   # the partition's GraphDef nodes
     fetches: list                 # the tensor names the partition returns
     soft_placement: bool = False  # a missing device falls back to one there is
+    feeds: list | None = None     # the fed tensors it reads ("op:k"), producer present or not
 
 
 class WorkerDoor(FenceDoor):
@@ -62,11 +63,14 @@ class WorkerDoor(FenceDoor):
 
     def run_partition(self, key: str, step: int, feeds: dict[str, Any],
                       incarnations: dict[str, int], peers: dict[str, str],
-                      op_timeout: float | None = None, term: int | None = None, *,
+                      op_timeout: float | None = None, term: int | None = None,
+                      trace: bool = False, *,
                       timeout: float | None = DEFAULT_TIMEOUT_S) -> asyncio.Future:
         """Start one step of a registered partition now: the future of its fetches."""
+        # trace: the step is recorded, its record one more value after the fetches
+        traced = (True,) if trace else ()   # (an untraced step's message stays as it was)
         return self.ref.request("run_partition", key, step, feeds, incarnations, peers,
-                                op_timeout, term, timeout=timeout)
+                                op_timeout, term, *traced, timeout=timeout)
 
     async def recv_tensor(self, step: int, key: str, value: Any, src_task: str,
                           incarnation: int) -> None:

@@ -46,6 +46,8 @@ from distrib.runtime.state.resources import run_resource_op
 from distrib.runtime.state.stateful import run_stateful
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.partition_graph import PartitionGraph
+from distrib.runtime.step.step_trace import StepTrace, active_trace
+from kernels.cuda_fusion import fuse_gpu_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +72,42 @@ def _update_done(variables: VariableStore) -> None:
     variables.offloop_updates -= 1
 
 
+def _device_feeds(inputs: list, shape_only: list, devices: list) -> dict[str, tuple[str, int]]:
+    """Feed name -> the GPU that every node reading it (for more than its
+    shape) runs on, for feeds read only there."""
+    on: dict[str, set] = {}
+    for i, refs in enumerate(inputs):
+        for k, ref in enumerate(refs):
+            if type(ref) is str and not shape_only[i][k]:
+                on.setdefault(ref, set()).add(tuple(devices[i]))
+    return {ref: next(iter(devs)) for ref, devs in on.items()
+            if len(devs) == 1 and next(iter(devs))[0] != "CPU"}
+
+
 class CompiledPartition(PartitionGraph):
     """A compiled partition that runs steps (the dataflow loop)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, nodes: list, fetches: list[str], **kwargs: Any) -> None:
+        # on a task with GPUs, GPU patterns fused into one kernel (kernels.cuda_fusion)
+        nodes = fuse_gpu_nodes(nodes, fetches, kwargs.get("gpu_count", 0), kwargs.get("feeds", ()))
+        super().__init__(nodes, fetches, **kwargs)
         # (GPU node, argument dtypes and shapes) that have run once: the first
         # such run may compile its kernels and goes to the pool (kernel_pool.launch_key)
         self.gpu_warm: set[tuple] = set()
+        # fed tensors whose every consumer runs on one GPU: copied there once a step
+        self.device_feeds = _device_feeds(self.inputs, self.shape_only, self.devices)
+
+    def _on_device(self, i: int, args: list[Any], feeds: dict[str, Any],
+                   dev: tuple[str, int]) -> list[Any]:
+        """A GPU node's inputs on its device; a fed tensor that only this
+        device reads is copied once per step: the copy replaces it in the
+        step's own feeds dict for its other consumers."""
+        args = args_to_device(args, dev)
+        if self.device_feeds:
+            for k, ref in enumerate(self.inputs[i]):
+                if type(ref) is str and self.device_feeds.get(ref) == dev:
+                    feeds[ref] = args[k]
+        return args
 
     def _cold_gpu_run(self, i: int, args: list[Any]) -> tuple | None:
         """The key of node ``i``'s GPU run on ``args`` when none like it has
@@ -91,15 +121,22 @@ class CompiledPartition(PartitionGraph):
 
     def _to_pool(self, key: tuple | None, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` on the kernel pool; a cold GPU run's key turns warm when it succeeds."""
-        fut = kernel_pool.thread_pool().submit(fn, *args)
+        trace = active_trace()   # a traced step's kernels run in its context (its counters)
+        pool = kernel_pool.thread_pool()
+        fut = pool.submit(fn, *args) if trace is None else trace.submit(pool, fn, args)
         if key is not None:
             fut.add_done_callback(lambda f: not f.cancelled() and f.exception() is None
                                   and self.gpu_warm.add(key))
         return fut
 
     async def run(self, feeds: dict[str, Any], variables: VariableStore,
-                  channel: StepChannel | None = None, stats: RunStats | None = None) -> list[Any]:
-        """Run one step; returns the values of ``self.fetches`` (on the host)."""
+                  channel: StepChannel | None = None, stats: RunStats | None = None,
+                  trace: StepTrace | None = None) -> list[Any]:
+        """Run one step; returns the values of ``self.fetches`` (on the host).
+        ``trace``: a traced step's recorder (step_trace.py): the one check a
+        run makes for it; its ops then run through its timed wrappers."""
+        run_node = self._run_node if trace is None else trace.node_runner(self._run_node)
+        result = self._result if trace is None else trace.result_taker(self._result)
         n = len(self.nodes)
         values: list[list[Any] | None] = list(self.start_values)   # folded constants
         shapes: list[list[Any] | None] = list(self.start_shapes)   # for shape-only readers
@@ -146,8 +183,8 @@ class CompiledPartition(PartitionGraph):
                             # a started all-reduce (a gradient's) moves on between the
                             # backward pass's kernels instead of after all of them
                             await asyncio.sleep(0)
-                    out = self._run_node(i, values, uses, feeds, variables, channel,
-                                         clock, heavy_ready, on_pool, shapes)
+                    out = run_node(i, values, uses, feeds, variables, channel,
+                                   clock, heavy_ready, on_pool, shapes)
                     if type(out) is not list:
                         if not asyncio.isfuture(out):
                             await self._sent(i, out)   # a send waiting for its connection
@@ -187,7 +224,9 @@ class CompiledPartition(PartitionGraph):
                             since = pending.since.pop(i, None)
                             if since is not None:
                                 self.recv_took[i] = now - since
-                        out = self._result(i, fut, channel)
+                                if trace is not None:   # its wait, this step's
+                                    trace.starts[i] = since
+                        out = result(i, fut, channel)
                         if self.keeps_shape[i]:
                             shapes[i] = [shape_stand_in(o) for o in out]
                         values[i] = out if self.uses[i] else None
@@ -320,7 +359,7 @@ class CompiledPartition(PartitionGraph):
                 if self.alias[i]:
                     return [args[0]]
                 dev = self.devices[i]
-                args = (args_to_device(args, dev) if dev[0] != "CPU"
+                args = (self._on_device(i, args, feeds, dev) if dev[0] != "CPU"
                         else [host_array(a) for a in args])
                 attrs = self.kernel_attrs[i]
                 weight, cost = kernel_pool.weigh(self.flops_of[i], args, attrs)

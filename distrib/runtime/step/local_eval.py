@@ -51,7 +51,7 @@ def evaluate(fetches: Any, feed_dict: dict | None = None, graph: Any = None, *,
     part_nodes = [dict(nodes[n], device="") for n in order]
     fetch_names = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in plan.tensors]
     computed = [t for t in fetch_names if t not in feeds]
-    compiled = CompiledPartition(part_nodes, computed, soft_placement=True)
+    compiled = CompiledPartition(part_nodes, computed, soft_placement=True, feeds=list(feeds))
     store = variables if variables is not None else _LOCAL_VARIABLES
 
     async def go() -> list[Any]:

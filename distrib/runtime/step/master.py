@@ -13,6 +13,10 @@ abort the step (their pending receives fail at once) and raises the first
 error, which names the task and op, and as its ``peer`` the task whose
 failure caused it (one it could not reach or lost, say) when known.
 
+A traced step (run option ``trace_level``, ``output_partition_graphs``)
+asks each task for its record and returns the fetches and then the step's
+metadata (``step_trace.metadata_record``), which the session takes off.
+
 Counters for benchmarks (``stats`` / ``reset_stats``): steps run, partition
 calls to other tasks (each one request and one reply message), bytes fed and
 fetched.
@@ -30,6 +34,7 @@ from typing import Any
 
 from distrib import errors
 from distrib.client.fetches import check_feed
+from distrib.client.run_metadata import PARTITION_GRAPHS_OPTION, TRACE_OPTION
 from distrib.errors import (
     AbortedError,
     InvalidArgumentError,
@@ -43,7 +48,9 @@ from distrib.errors import (
 from distrib.runtime.actors.system import ActorSystem, caller_key, session_gc_s
 from distrib.runtime.core.kernel_pool import spin_until
 from distrib.runtime.step.doors import RegisterPartition, WorkerDoor
+from distrib.runtime.step.graph_optimizer import optimize_partitions
 from distrib.runtime.step.plan import Partition, partition, place, prune, tensor_op
+from distrib.runtime.step.step_trace import metadata_record
 
 logger = logging.getLogger(__name__)
 
@@ -319,6 +326,8 @@ class MasterService:
                            tasks=self._valid)
             full = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in fetches]
             parts = partition(s.nodes, order, placed, full, feeds, targets)
+            # each partition rewritten once, here, before it is registered and cached
+            optimize_partitions(parts, s.nodes, targets, s.config.get("graph_options"))
             plan = _StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full,
                              {t: self.address_of(t) for t in parts})
             s.plans[key] = plan
@@ -356,7 +365,8 @@ class MasterService:
             try:
                 await self.worker(task).register_partition(
                     RegisterPartition(key=plan.key, nodes=part.nodes, fetches=part.fetches,
-                                      soft_placement=soft), timeout=limit or 60.0)
+                                      soft_placement=soft, feeds=part.feeds),
+                    timeout=limit or 60.0)
             except OpError as e:
                 if task != self.task:
                     _blame(e, task)
@@ -381,14 +391,33 @@ class MasterService:
                                      f"(session {s.handle})", task=self.task)
         step = random.getrandbits(62)
         s.steps[step] = tasks
+        # a traced step (RunOptions.trace_level, output_partition_graphs): its
+        # values then end with the step's metadata (step_trace.metadata_record)
+        graphs = bool(opts.get(PARTITION_GRAPHS_OPTION))
+        trace = bool(opts.get(TRACE_OPTION))
         try:
+            if trace or graphs:
+                return await self._traced(plan, feeds, step, incarnations, timeout, term,
+                                          trace, graphs)
             return await self._dispatch(plan, feeds, step, incarnations, timeout, term)
         finally:
             s.steps.pop(step, None)
 
+    async def _traced(self, plan: _StepPlan, feeds: dict[str, Any], step: int,
+                      incarnations: dict[str, int], timeout: float | None, term: Any,
+                      trace: bool, graphs: bool) -> list[Any]:
+        records: dict[str, Any] = {}
+        values = await self._dispatch(plan, feeds, step, incarnations, timeout, term,
+                                      records if trace else None)
+        parts = {t: p.nodes for t, p in plan.parts.items()} if graphs else None
+        return [*values, metadata_record(records, parts)]
+
     async def _dispatch(self, plan: _StepPlan, feeds: dict[str, Any], step: int,
                         incarnations: dict[str, int], timeout: float | None,
-                        term: Any) -> list[Any]:
+                        term: Any, records: dict[str, Any] | None = None) -> list[Any]:
+        """The step's fetched values; ``records`` (a traced step): each
+        task's trace record goes there."""
+        trace = records is not None
         tasks = plan.tasks
         call_timeout = None if timeout is None else timeout + 5.0
         if len(tasks) == 1 and tasks[0] == self.task:
@@ -396,20 +425,20 @@ class MasterService:
             part = plan.parts[self.task]
             out = await self._local_worker.run_partition(
                 plan.key, step, {n: feeds[n] for n in part.feeds}, incarnations,
-                plan.peers, timeout, term)
-            return self._collect(plan, feeds, {self.task: out})
+                plan.peers, timeout, term, trace)
+            return self._collect(plan, feeds, {self.task: out}, records)
         calls = {}
         for t in tasks:
             part = plan.parts[t]
             local_feeds = {n: feeds[n] for n in part.feeds}
             if t == self.task:
                 calls[t] = asyncio.ensure_future(self._local_worker.run_partition(
-                    plan.key, step, local_feeds, incarnations, plan.peers, timeout, term))
+                    plan.key, step, local_feeds, incarnations, plan.peers, timeout, term, trace))
             else:
                 self.counters["remote_calls"] += 1
                 calls[t] = self.worker(t).run_partition(
                     plan.key, step, local_feeds, incarnations, plan.peers, timeout, term,
-                    timeout=call_timeout)
+                    trace, timeout=call_timeout)
         if len(calls) == 1:
             (t, fut), = calls.items()
             try:
@@ -418,8 +447,8 @@ class MasterService:
                 if t != self.task:
                     _blame(e, t)
                 raise
-            return self._collect(plan, feeds, {t: out})
-        return self._collect(plan, feeds, await self._gather_step(step, calls, plan))
+            return self._collect(plan, feeds, {t: out}, records)
+        return self._collect(plan, feeds, await self._gather_step(step, calls, plan), records)
 
     @property
     def _local_worker(self) -> Any:
@@ -437,10 +466,13 @@ class MasterService:
         return out
 
     @staticmethod
-    def _collect(plan: _StepPlan, feeds: dict[str, Any], results: dict[str, list]) -> list[Any]:
+    def _collect(plan: _StepPlan, feeds: dict[str, Any], results: dict[str, list],
+                 records: dict[str, Any] | None = None) -> list[Any]:
         values: dict[str, Any] = dict(feeds)
         for t, out in results.items():
             values.update(zip(plan.parts[t].fetches, out))
+            if records is not None:   # a traced step: the record after the fetches
+                records[t] = out[-1]
         return [values[f] for f in plan.fetches]
 
     async def _gather_step(self, step: int, calls: dict[str, asyncio.Future],
@@ -540,6 +572,11 @@ def _index(graph_def: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for n in nodes:
         if not isinstance(n, dict) or not isinstance(n.get("name"), str) or "op" not in n:
             raise InvalidArgumentError(f"malformed GraphDef node: {str(n)[:200]}")
+        if isinstance(n["op"], str) and n["op"].startswith("_"):
+            # the runtime's own ops (sends, receives, fused kernels) are written
+            # by the master and the optimizer, never taken from a client
+            raise InvalidArgumentError(f"op {n['name']!r}: op type {n['op']!r} is internal to "
+                                       "the runtime; a client graph cannot use it")
         n.setdefault("inputs", [])
         n.setdefault("attrs", {})
         out[n["name"]] = n

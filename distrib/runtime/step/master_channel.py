@@ -2,11 +2,20 @@
 channel is an actor system of the client's own (no listening socket) and the
 door of the ``master`` actor at the target address (``MasterDoor``, whose
 methods are the channel's). A master in this process is called directly,
-with no serialization or socket (see actors)."""
+with no serialization or socket: on the caller's loop, or on the loop of the
+process's local server or a strategy's own server (``DirectRef``; see
+:mod:`distrib.runtime.actors.in_process`). On those paths a fed array that
+the caller could write to later is copied once (TF copies feeds too), so
+that nothing the step keeps (a queue, a fetched feed) changes with it."""
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from distrib.client.channel import register_channel_factory
-from distrib.runtime.actors.system import ActorRef, ActorSystem, client_name
+from distrib.runtime.actors.in_process import DirectRef
+from distrib.runtime.actors.system import DEFAULT_TIMEOUT_S, ActorSystem, client_name
 from distrib.runtime.step.doors import MasterDoor
 
 __all__ = ["ActorMasterChannel"]
@@ -18,18 +27,33 @@ class ActorMasterChannel(MasterDoor):
 
     __slots__ = ("_system",)
 
-    def __init__(self, system: ActorSystem, master: ActorRef) -> None:
-        super().__init__(master)
+    def __init__(self, system: ActorSystem, master: DirectRef) -> None:
+        super().__init__(master)   # type: ignore[arg-type]  (DirectRef calls as ActorRef does)
         self._system = system
 
     @classmethod
     async def open(cls, address: str) -> ActorMasterChannel:
         system = ActorSystem(client_name(), listen=False)
         await system.start()
-        return cls(system, system.ref(address, cls.actor))
+        return cls(system, DirectRef(system.ref(address, cls.actor)))
+
+    async def run(self, handle: str, fetches: list[str], targets: list[str],
+                  feeds: dict[str, Any], options: dict[str, Any] | None = None, *,
+                  timeout: float | None = DEFAULT_TIMEOUT_S) -> list[Any]:
+        if feeds and self.ref.in_process:   # type: ignore[attr-defined]
+            feeds = {k: _owned(v) for k, v in feeds.items()}
+        return await super().run(handle, fetches, targets, feeds, options, timeout=timeout)
 
     async def close(self) -> None:
         await self._system.shutdown()
 
 
 register_channel_factory(ActorMasterChannel.open)
+
+
+def _owned(value: Any) -> Any:
+    """A fed value the step may keep: a copy of a writable array (the caller
+    may reuse it), anything else as it is (check_feed converts the rest)."""
+    if type(value) is np.ndarray and value.flags.writeable:
+        return value.copy()
+    return value

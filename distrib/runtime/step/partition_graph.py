@@ -15,7 +15,7 @@ a short one and a ps applies a smaller last gradient).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class PartitionGraph:
 
     def __init__(self, nodes: list[Node], fetches: list[str], *, task: str = "",
                  soft_placement: bool = False, gpu_count: int = 0,
-                 generators: dict | None = None) -> None:
+                 generators: dict | None = None, feeds: Iterable[str] = ()) -> None:
         self.task = task
         # a seeded random op keeps its generator from step to step, in
         # ``generators`` (the worker passes one dict to all the partitions of a
@@ -65,6 +65,7 @@ class PartitionGraph:
         self.nodes = [{**node, "attrs": cpu_kernels.rng_attrs(node["attrs"], node["name"], gens)}
                       if node["op"] in cpu_kernels.RANDOM_OPS else node for node in nodes]
         self.fetches = list(fetches)
+        fed = {"{}:{}".format(*tensor_op(t)) for t in feeds}
         index = {n["name"]: i for i, n in enumerate(nodes)}
         n = len(nodes)
         self.inputs: list[list[tuple[int, int] | str]] = [[] for _ in range(n)]
@@ -78,10 +79,11 @@ class PartitionGraph:
                     self._edge(src, i)
                     continue
                 op, out = tensor_op(inp)
-                if op in index:
+                if op in index and f"{op}:{out}" not in fed:
                     self.inputs[i].append((index[op], out))
                     self._edge(index[op], i)
-                else:  # a fed tensor, looked up in the step's feeds
+                else:  # a fed tensor, looked up in the step's feeds (even where
+                    # its producer runs too: a target, a control input)
                     self.inputs[i].append(inp if ":" in inp else f"{inp}:0")
         self.fetch_refs = [(index[tensor_op(t)[0]], tensor_op(t)[1]) for t in self.fetches]
         self.devices = [self._resolve_device(node, soft_placement, gpu_count) for node in nodes]

@@ -6,7 +6,9 @@ cached by key), then calls ``run_partition`` with a step id per step. ``_Send``
 pushes a tensor straight to the consuming task's worker (one-way, worker to
 worker; the step's channel holds tensors back per destination and sends
 those ready together in one ``recv_tensors`` message); ``_Recv`` awaits it
-in the rendezvous table under (step id, key) (:mod:`.rendezvous`).
+in the rendezvous table under (step id, key) (:mod:`.rendezvous`). A traced
+step (``run_partition(..., trace=True)``) runs through a
+:class:`~.step_trace.StepTrace` and returns its record after the fetches.
 
 The worker keeps a few counters (tensors, messages and bytes sent to and
 received from other tasks, partitions run, time in them and in their kernels,
@@ -40,6 +42,7 @@ from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.doors import WorkerDoor
 from distrib.runtime.step.executor import CompiledPartition, RunStats
 from distrib.runtime.step.rendezvous import Rendezvous
+from distrib.runtime.step.step_trace import StepTrace
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
@@ -229,15 +232,18 @@ class WorkerService:
         return self.fencing.admit(term)
 
     def register_partition(self, key: str, nodes: list, fetches: list,
-                           soft_placement: bool = False) -> bool:
+                           soft_placement: bool = False, feeds: list | None = None) -> bool:
+        feeds = [] if feeds is None else feeds
         if not isinstance(key, str) or not isinstance(fetches, list) \
                 or not all(isinstance(f, str) for f in fetches) or not isinstance(nodes, list) \
+                or not isinstance(feeds, list) or not all(isinstance(f, str) for f in feeds) \
                 or not all(isinstance(n, dict) and isinstance(n.get("name"), str)
                            and isinstance(n.get("op"), str) and isinstance(n.get("inputs"), list)
                            and isinstance(n.get("attrs", {}), dict) for n in nodes):
             raise InvalidArgumentError(
                 "register_partition takes a key, a list of GraphDef nodes (dicts with a "
-                "name, an op, a list of inputs and a dict of attrs) and a list of fetch names",
+                "name, an op, a list of inputs and a dict of attrs), a list of fetch names "
+                "and a list of fed tensor names",
                 task=self.task)
         owner = caller_key()
         if owner is not None:
@@ -249,7 +255,8 @@ class WorkerService:
             session = key.rpartition("/")[0]
             self._partitions[key] = CompiledPartition(
                 nodes, fetches, task=self.task, soft_placement=soft_placement,
-                gpu_count=self.gpu_count, generators=self._generators.setdefault(session, {}))
+                gpu_count=self.gpu_count, generators=self._generators.setdefault(session, {}),
+                feeds=feeds)
             self.counters["partitions_registered"] += 1
         return True
 
@@ -290,10 +297,12 @@ class WorkerService:
 
     async def run_partition(self, key: str, step: int, feeds: dict[str, Any],
                             incarnations: dict[str, int], peers: dict[str, str],
-                            op_timeout: float | None = None, term: int | None = None) -> list[Any]:
+                            op_timeout: float | None = None, term: int | None = None,
+                            trace: bool = False) -> list[Any]:
         """Run one step of a registered partition; ``op_timeout``: the step's
         operation timeout (s); ``term``: the chief term of a chief-only write,
-        refused if a newer chief was seen (fencing)."""
+        refused if a newer chief was seen (fencing); ``trace``: record the
+        step (step_trace.py), returned as one more value after the fetches."""
         if term is not None:
             self.fencing.admit(term)
         if self._gone:
@@ -313,9 +322,10 @@ class WorkerService:
         self.rendezvous.begin(step, incarnations)
         t0 = time.perf_counter()
         try:
-            return await part.run(feeds, self.variables,
-                                  _StepChannel(self, step, peers, op_timeout, incarnations),
-                                  self._run_stats)
+            channel = _StepChannel(self, step, peers, op_timeout, incarnations)
+            if trace:
+                return await self._run_traced(part, feeds, channel)
+            return await part.run(feeds, self.variables, channel, self._run_stats)
         except OpError as e:
             self.rendezvous.abort(step, e)
             raise
@@ -325,6 +335,15 @@ class WorkerService:
             self.counters["partition_s"] += time.perf_counter() - t0
             if caller is not None:
                 self._linger(caller)
+
+    async def _run_traced(self, part: CompiledPartition, feeds: dict[str, Any],
+                          channel: _StepChannel) -> list[Any]:
+        """A traced run: its fetches, then its record (StepTrace.to_wire)."""
+        recorder = StepTrace(self.task, part)
+        with recorder.scope():
+            out = await part.run(feeds, self.variables, channel, self._run_stats, recorder)
+        out.append(recorder.to_wire())
+        return out
 
     def _linger(self, caller: tuple[str, int]) -> None:
         """After a remote caller's step (another task's master; or a client's,

@@ -1,0 +1,418 @@
+"""The elastic launcher: workers that join and leave a running job.
+
+``python -m distrib.launch --ps P --workers MIN:MAX --logdir DIR -- COMMAND``
+starts MIN workers; ``python -m distrib.launch scale --logdir DIR --workers N``
+asks the launcher running with that ``--logdir`` to grow or shrink to N.
+
+The launcher owns the membership (``distrib.runtime.chief.membership``): a
+versioned record of the live tasks and of those that left. How a change goes:
+
+- **The control socket.** The launcher listens on the unix socket
+  ``DIR/launch.sock`` (mode 0600: only its own user may connect);
+  ``scale`` sends it one JSON line ``{"workers": N}``
+  and gets one back, ``{"ok": true, "message": ...}`` once the change is
+  under way, or ``{"ok": false, "reason": ...}``. No answer there (no
+  socket, or nothing listening) is :class:`NoLauncherError`.
+- **Growing.** Each new worker takes a fresh index (never one a removed
+  worker had: a step of it may still be in flight) on a free port. The new
+  record goes to the source task (ps 0) first, and only then does the task
+  start, with a ``TF_CONFIG`` that lists every worker index so far (one
+  that left keeps its last address: nothing listens there), so no worker's
+  list has gaps. The Supervisor makes it a non-chief that waits until the
+  variables are ready and trains from the live ones.
+- **Shrinking.** The highest-index workers that are not chief (the lease's
+  holder, and worker 0, the preferred one) go into the record's ``left``
+  list; when the source cannot say who holds the lease (it does not answer,
+  or an election is under way) the shrink is refused. Each learns it through
+  its server's record (heartbeat, then fetch)
+  and its Supervisor stops after the current step; its exit, whatever its
+  code, is a leave, never a failure, and it is not restarted. One still
+  running ``stop_timeout`` seconds after the leave is terminated (SIGTERM,
+  then SIGKILL another ``stop_timeout`` later).
+- **A change that fails part way** (cluster.json cannot be written) is
+  rolled back: no index of a worker that never started stays in the cluster.
+- **Everyone keeps up.** Every half second the launcher asks the source for
+  its version and pushes the record again when the source's is older (the
+  first push, before the source listens; a restarted ps, which lost it).
+- ``DIR/cluster.json`` is always the live cluster (written anew, atomically,
+  on each change): ``python -m distrib.status --cluster DIR/cluster.json``.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import tempfile
+from typing import TYPE_CHECKING, Any
+
+from distrib.cluster import ClusterSpec, task_string
+from distrib.errors import OpError
+from distrib.launch.tasks import LOOPBACK, free_ports
+from distrib.runtime.actors.failure_detector import heartbeat_s
+from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.chief.doors import MembershipDoor
+from distrib.runtime.chief.membership import Membership, membership_source
+from distrib.server.doors import ServerDoor
+
+if TYPE_CHECKING:
+    from distrib.launch.launcher import Launcher
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CONTROL_SOCKET", "CLUSTER_FILE", "Elastic", "ScaleError", "NoLauncherError",
+           "ScaleRefusedError", "parse_workers", "request_scale", "control_path"]
+
+CONTROL_SOCKET = "launch.sock"
+CLUSTER_FILE = "cluster.json"
+_KEEP_EVERY_S = 0.5
+_PUSH_TIMEOUT_S = 5.0
+_MAX_UNIX_PATH = 107   # sun_path holds 108 bytes, the last a NUL
+_MAX_REQUEST = 4096
+
+
+class ScaleError(Exception):
+    """A scale request that did not happen; ``exit_code`` is the CLI's."""
+
+    exit_code = 1
+
+
+class ScaleRefusedError(ScaleError, ValueError):
+    """The launcher refused the change (N outside MIN..MAX, not elastic, stopping)."""
+
+    exit_code = 1
+
+
+class NoLauncherError(ScaleError, ConnectionError):
+    """No launcher answers at ``--logdir``'s control socket."""
+
+    exit_code = 3
+
+
+def parse_workers(text: str) -> tuple[int, int | None]:
+    """``"M"`` -> (M, None): a fixed job; ``"MIN:MAX"`` -> (MIN, MAX): elastic,
+    with 1 <= MIN <= MAX. A ValueError says what is wrong."""
+    text = str(text).strip()
+    low, sep, high = text.partition(":")
+    try:
+        lo = int(low)
+        hi = int(high) if sep else None
+    except ValueError:
+        raise ValueError(f"must be a count M or a range MIN:MAX, not {text!r}") from None
+    if lo < 0 or (hi is not None and not 1 <= lo <= hi):
+        raise ValueError(f"must be a count >= 0 or a range MIN:MAX with 1 <= MIN <= MAX, "
+                         f"not {text!r}")
+    return lo, hi
+
+
+def control_path(logdir: str) -> str:
+    """The launcher's control socket under ``logdir``; ValueError when the
+    path is longer than a unix socket's name may be."""
+    path = os.path.join(os.path.abspath(logdir), CONTROL_SOCKET)
+    if len(os.fsencode(path)) > _MAX_UNIX_PATH:
+        raise ValueError(f"the control socket {path!r} is longer than {_MAX_UNIX_PATH} bytes, "
+                         "the most a unix socket's name holds: give a shorter --logdir")
+    return path
+
+
+async def request_scale(logdir: str, workers: int, timeout: float = 30.0) -> str:
+    """Ask the launcher at ``logdir`` to grow or shrink to ``workers``; its
+    message once the change is under way. :class:`ScaleRefusedError` when it
+    refuses, :class:`NoLauncherError` when none answers there."""
+    try:
+        path = control_path(logdir)
+    except ValueError as e:
+        raise NoLauncherError(str(e)) from None
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), timeout)
+    except (OSError, asyncio.TimeoutError) as e:
+        why = "no control socket" if isinstance(e, FileNotFoundError) else f"{type(e).__name__}: {e}"
+        raise NoLauncherError(f"no launcher runs with --logdir {logdir} ({why} at {path})") from None
+    try:
+        writer.write(json.dumps({"workers": int(workers)}).encode() + b"\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), timeout)
+    except (OSError, asyncio.TimeoutError) as e:
+        raise NoLauncherError(f"the launcher at {path} did not answer ({type(e).__name__})") from None
+    finally:
+        writer.close()
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        raise NoLauncherError(f"the launcher at {path} closed without an answer") from None
+    if not answer.get("ok"):
+        raise ScaleRefusedError(str(answer.get("reason")))
+    return str(answer.get("message", ""))
+
+
+def write_cluster(path: str, cluster: ClusterSpec) -> None:
+    """``cluster`` to ``path`` as JSON, atomically (a reader sees one or the other)."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".cluster-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(cluster.to_json() + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class Elastic:
+    """A launcher's elastic side: the membership it owns, its control socket,
+    and the scale changes. ``launcher.cluster`` is the cluster every new task
+    is told (every worker index so far); ``live()`` the cluster of the record."""
+
+    def __init__(self, launcher: Launcher, min_workers: int, max_workers: int, logdir: str) -> None:
+        if not 1 <= min_workers <= max_workers:
+            raise ValueError(f"--workers MIN:MAX needs 1 <= MIN <= MAX, got {min_workers}:{max_workers}")
+        self.launcher = launcher
+        self.min, self.max = min_workers, max_workers
+        self.logdir = logdir
+        self.path = control_path(logdir)
+        self.version = 0
+        self.left: list[str] = []
+        self.changed_at: float | None = None   # loop time of the last scale request
+        self._lock = asyncio.Lock()
+        self._server: asyncio.base_events.Server | None = None
+        self._system: ActorSystem | None = None
+        self._keeper: asyncio.Task | None = None
+        source = membership_source(launcher.cluster)
+        self.source = None if source is None else launcher.cluster.task_address(*source)
+
+    # -- the record --------------------------------------------------------
+    def live(self) -> ClusterSpec:
+        """The live tasks: the launcher's cluster without those that left."""
+        full = self.launcher.cluster
+        return ClusterSpec({job: {i: full.task_address(job, i) for i in full.task_indices(job)
+                                  if task_string(job, i) not in self.left}
+                            for job in full.jobs})
+
+    def record(self) -> Membership:
+        return Membership(self.version, self.live(), tuple(self.left))
+
+    def workers(self) -> list[int]:
+        """The live worker indices."""
+        live = self.live()
+        return live.task_indices("worker") if "worker" in live.jobs else []
+
+    async def _publish(self) -> None:
+        """A new version: to cluster.json, and to the source now (the keeper
+        retries). With heartbeats off (``DISTRIB_HEARTBEAT_S=0``) nothing
+        would carry it on: every running task of the launch is given it directly.
+        cluster.json is written first: when that fails, nothing was published."""
+        write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
+        self.version += 1
+        await self._push()
+        if heartbeat_s() == 0 and self._system is not None:
+            full = self.launcher.cluster
+            others = [full.task_address(t.job, t.index) for t in self.launcher.tasks
+                      if t.running and full.task_address(t.job, t.index) != self.source]
+            await asyncio.gather(*(MembershipDoor.at(self._system, a).update(
+                self.record().to_wire(), timeout=_PUSH_TIMEOUT_S) for a in others),
+                return_exceptions=True)
+
+    async def _push(self) -> bool:
+        if self.source is None or self._system is None:
+            return False
+        try:
+            await MembershipDoor.at(self._system, self.source).update(
+                self.record().to_wire(), timeout=_PUSH_TIMEOUT_S)
+            return True
+        except OpError as e:
+            logger.debug("membership version %d not pushed to %s: %s", self.version, self.source, e)
+            return False
+
+    async def _keep(self) -> None:
+        door = None if self.source is None or self._system is None else \
+            MembershipDoor.at(self._system, self.source)
+        while door is not None:
+            try:
+                held = await door.get(timeout=_PUSH_TIMEOUT_S)
+                if held is None or held.get("version", 0) < self.version:
+                    await self._push()
+            except OpError:
+                pass   # not up yet, or restarting: asked again below
+            await asyncio.sleep(_KEEP_EVERY_S)
+
+    # -- lifecycle -----------------------------------------------------------
+    async def open(self) -> None:
+        """Before any task starts: the control socket (OSError when another
+        launcher answers there), cluster.json, version 1."""
+        if os.path.exists(self.path):
+            try:
+                _, writer = await asyncio.open_unix_connection(self.path)
+            except OSError:
+                os.unlink(self.path)   # a dead launcher's
+            else:
+                writer.close()
+                raise OSError(f"another launcher runs with --logdir {self.logdir} "
+                              f"(it answers at {self.path})")
+        self._server = await asyncio.start_unix_server(self._serve, sock=self._bind_private())
+        self._system = await ActorSystem(client_name(), listen=False).start()
+        self.version = 1
+        write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
+        self._keeper = asyncio.ensure_future(self._keep())
+
+    def _bind_private(self) -> socket.socket:
+        """The control socket, bound at ``self.path`` with mode 0600 from its
+        first moment: bound in a fresh folder only we may enter (0700),
+        made 0600 there, then linked into place (a chmod after binding at
+        ``self.path`` would leave it open to other local users meanwhile).
+        FileExistsError when something is at ``self.path`` already."""
+        folder = tempfile.mkdtemp(prefix=".", dir=os.path.dirname(self.path))
+        inner = os.path.join(folder, "s")   # no longer than self.path: "." + 8 + "/s"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(inner)
+            os.chmod(inner, 0o600)
+            os.link(inner, self.path)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            if os.path.exists(inner):
+                os.unlink(inner)
+            os.rmdir(folder)
+        return sock
+
+    async def close(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+        system, self._system = self._system, None
+        if system is not None:
+            await system.shutdown()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 10.0)
+            if len(line) > _MAX_REQUEST:
+                raise ScaleRefusedError("request too long")
+            try:
+                n = json.loads(line)["workers"]
+                if type(n) is not int:
+                    raise TypeError
+            except (ValueError, KeyError, TypeError):
+                raise ScaleRefusedError('a request is one JSON line {"workers": N}') from None
+            answer: dict[str, Any] = {"ok": True, "message": await self.scale(n)}
+        except ScaleRefusedError as e:
+            answer = {"ok": False, "reason": str(e)}
+        except (OSError, asyncio.TimeoutError):
+            writer.close()
+            return
+        except Exception as e:   # noqa: BLE001 - the asker gets the reason, the launch goes on
+            logger.exception("scale request failed")
+            answer = {"ok": False, "reason": f"{type(e).__name__}: {e}"}
+        try:
+            writer.write(json.dumps(answer).encode() + b"\n")
+            await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+
+    # -- a change ------------------------------------------------------------
+    async def scale(self, n: int) -> str:
+        """Grow or shrink to ``n`` live workers; the message, once under way."""
+        if not self.min <= n <= self.max:
+            raise ScaleRefusedError(f"--workers {n} is outside this launch's {self.min}:{self.max}")
+        async with self._lock:
+            if self.launcher.stopping:
+                raise ScaleRefusedError("the launcher is stopping")
+            self.changed_at = asyncio.get_running_loop().time()
+            have = self.workers()
+            if n == len(have):
+                return f"already {n} workers (membership version {self.version})"
+            if n > len(have):
+                return await self._grow(n - len(have))
+            return await self._shrink(len(have) - n, have)
+
+    async def _grow(self, count: int) -> str:
+        full = self.launcher.cluster
+        taken = set(full.task_indices("worker")) if "worker" in full.jobs else set()
+        start = max(taken, default=-1) + 1
+        ports = free_ports(count)
+        jobs = {job: {i: full.task_address(job, i) for i in full.task_indices(job)}
+                for job in full.jobs}
+        new = list(range(start, start + count))
+        jobs.setdefault("worker", {}).update(
+            {i: f"{LOOPBACK}:{port}" for i, port in zip(new, ports)})
+        before, self.launcher.cluster = self.launcher.cluster, ClusterSpec(jobs)
+        try:
+            tasks = [self.launcher.new_task("worker", i) for i in new]
+        except ValueError as e:   # e.g. --gpus_per_task: no GPUs left for it
+            self.launcher.cluster = before
+            raise ScaleRefusedError(f"cannot start worker:{new[0]}: {e}") from None
+        try:
+            await self._publish()
+        except BaseException:   # never started: no index of theirs stays in the cluster
+            for t in tasks:
+                t.close()
+            self._roll_back(before, list(self.left))
+            raise
+        for t in tasks:
+            self.launcher.add_task(t)
+        names = ", ".join(f"worker:{i}" for i in new)
+        self.launcher.say(f"scale: {names} joining (membership version {self.version}, "
+                          f"{len(self.workers())} workers)")
+        return f"starting {names}; membership version {self.version}"
+
+    async def _shrink(self, count: int, have: list[int]) -> str:
+        keep = {0} | await self._chief_workers()
+        leaving = [i for i in sorted(have, reverse=True) if i not in keep][:count]
+        if len(leaving) < count:
+            raise ScaleRefusedError(f"only {len(leaving)} worker(s) may leave: the chief stays")
+        before = list(self.left)
+        self.left.extend(task_string("worker", i) for i in leaving)
+        try:
+            await self._publish()
+        except BaseException:   # none of them told to leave: they stay
+            self._roll_back(self.launcher.cluster, before)
+            raise
+        names = ", ".join(f"worker:{i}" for i in leaving)
+        for i in leaving:
+            self.launcher.leave_task("worker", i)
+        self.launcher.say(f"scale: {names} leaving after the current step (membership "
+                          f"version {self.version}, {len(self.workers())} workers)")
+        return f"{names} leaving after the current step; membership version {self.version}"
+
+    def _roll_back(self, cluster: ClusterSpec, left: list[str]) -> None:
+        """A change that failed part way: the cluster and the left list as they
+        were, under a newer version (the source may hold the failed one: the
+        keeper then pushes this), and cluster.json rewritten if it can be."""
+        self.launcher.cluster, self.left = cluster, left
+        self.version += 1
+        try:
+            write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
+        except OSError as e:
+            logger.warning("could not rewrite %s after a failed scale: %s", CLUSTER_FILE, e)
+
+    async def _chief_workers(self) -> set[int]:
+        """The worker index that holds the chief lease now (on the source), if
+        any. ScaleRefusedError when that is unknown: the source does not
+        answer, or the lease is between holders (the next may be any worker)."""
+        if self.source is None or self._system is None:
+            return set()   # no source: no ps, nothing elected; worker 0 is the chief
+        try:
+            status = await ServerDoor.at(self._system, self.source).status(timeout=_PUSH_TIMEOUT_S)
+        except OpError as e:
+            raise ScaleRefusedError(f"cannot tell which worker is chief ({self.source} does "
+                                    f"not answer: {type(e).__name__}); try again") from None
+        lease = status.get("lease") or {}
+        holder = lease.get("holder") or ""
+        if not holder and lease.get("term"):
+            raise ScaleRefusedError("the chief lease is between holders (an election is under "
+                                    "way); try again")
+        prefix = "/job:worker/task:"
+        return {int(holder[len(prefix):])} if holder.startswith(prefix) else set()
