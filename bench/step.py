@@ -7,7 +7,8 @@ Local (one server in this process, reached over loopback like any task):
   an in-process ``serve()``, which skips the socket hop);
 - ``trivial-step-wire``: the same through a socket (``SyncSession`` to a
   ``Server`` on its own loop thread);
-- ``matmul-step``: ``sess.run`` of a 1024x1024 float32 matmul, fetched;
+- ``matmul-step``: ``sess.run`` of a 1024x1024 float32 matmul, fetched (constant
+  folding off: its inputs are constants);
 - ``numpy-matmul``: the same matmul done directly with numpy, in a fresh
   process (see ``numpy_matmul_s``).
 
@@ -112,7 +113,11 @@ async def local_rows(reps: int) -> list[dict]:
             a_np = rng.standard_normal((1024, 1024)).astype(np.float32)
             b_np = rng.standard_normal((1024, 1024)).astype(np.float32)
             mm = dt.matmul(dt.constant(a_np), dt.constant(b_np))
-        async with dt.Session(srv.target, graph=g) as sess:
+        # the matmul's inputs are constants: the graph optimizer would fold it
+        # into a constant (as TF's does), and the row would time a fetch
+        no_folding = dt.ConfigProto(graph_options=dt.GraphOptions(
+            rewrite_options=dt.RewriterConfig(constant_folding=dt.RewriterConfig.OFF)))
+        async with dt.Session(srv.target, graph=g, config=no_folding) as sess:
             triv = await amedian_time(lambda: sess.run(c), reps * 20, warmup=50) * 1e6
             rows.append({"name": "trivial-step", "us": triv, "baseline": "actor-call",
                          "ratio": triv / call_us, "target": "<= 3.0x"})
