@@ -246,12 +246,24 @@ async def test_late_participant_is_named_then_deadline_then_recovery(caplog) -> 
             np.testing.assert_array_equal(r, np.full(3, 2.0, np.float32))
 
 
-async def test_a_step_abort_ends_a_waiting_collective() -> None:
+@pytest.mark.parametrize("formed", [False, True], ids=["forming", "formed"])
+async def test_a_step_abort_ends_a_waiting_collective(formed: bool) -> None:
+    """Whether the group is still forming (the op runs as a task) or formed (a
+    small op takes the engine's direct path, collective/direct.py)."""
     async with workers(2) as servers:
+        if formed:
+            g = dt.Graph()
+            with g.as_default():
+                ys = []
+                for t in (0, 1):
+                    with dt.device(f"/job:worker/task:{t}"):
+                        ys.append(dt.collective.all_reduce(dt.ones([2]), 2, 9, 1))
+            async with dt.Session(servers[0].target, graph=g) as sess:
+                await asyncio.wait_for(sess.run(ys), GUARD_S)   # the group forms
         g = dt.Graph()
         with g.as_default():
             with dt.device("/job:worker/task:0"):
-                y = dt.collective.all_reduce(dt.ones([2]), 2, 9, 1)
+                y = dt.collective.all_reduce(dt.ones([2]), 2, 9, 2 if formed else 1)
             with dt.device("/job:worker/task:1"):
                 p = dt.placeholder(dt.float32, [None])
                 bad = dt.reshape(p, [2])   # fails when run: the step is aborted
@@ -262,6 +274,7 @@ async def test_a_step_abort_ends_a_waiting_collective() -> None:
         engine = servers[0].worker.collectives
         await asyncio.sleep(0.05)
         assert not engine.table.live, engine.table.live   # nothing left behind
+        assert not engine.watchdog.ops
 
 
 def test_segments_cover_the_range_in_order() -> None:
