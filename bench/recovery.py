@@ -106,6 +106,22 @@ batch) ``ex_before`` (``BEFORE_S`` before the scale command), ``ex_during``
 (the command to the new worker's first step), ``ex_after`` (``AFTER_S`` from
 there, three workers) and ``ex_after_shrink`` (``AFTER_S`` after the leave).
 
+Shrink row (``kill-9-shrink``): ``python -m distrib.launch --ps 1 --workers
+1:3 --logdir DIR`` running the trainer (heartbeat 1 s, ``--log_every 1``: the
+first step after an event is logged as it happens); worker 0 starts alone
+(elected chief: an elastic launch's lone worker campaigns), ``scale ...
+--workers 2`` once it logged its first step, and ``LEAD_S`` after worker 1's
+first step SIGKILL to worker 0, the chief: with 2 live > MIN 1 the launcher
+removes it (a new membership version, not a restart). Figures:
+``kill_to_removed_s`` (to the launcher's ``worker:0 killed by SIGKILL;
+removed from the cluster`` line: the new version is published by then),
+``kill_to_learned_s`` (to worker 1's ``cluster membership version 3`` line),
+``kill_to_first_step_s`` (to worker 1's first progress line at or after
+that one: the shrunk group's first step), ``chief_s`` (to worker 1's
+``became chief (term 2)``: the lease ran out, three heartbeats), and
+examples/s ``ex_before`` (``BEFORE_S`` before the kill, two workers) and
+``ex_after`` (``AFTER_S`` from the first step of the shrunk group, one).
+
 Heartbeat row: ps1-w2 (1 ps, 2 workers, no fault, ``--train_steps N``, N =
 12000, or 4000 with ``--quick``, ``--log_every 500``, the default
 checkpoint interval) with ``DISTRIB_HEARTBEAT_S=1`` and with ``0`` (no
@@ -158,7 +174,8 @@ RUN_LIMIT_S = 300.0      # the longest heartbeat run
 STOP_WAIT_S = 45.0       # after SIGTERM to the launcher, before SIGKILL
 PREEMPT = "preempt-mwms"
 ELASTIC = "scale-2-3-2"
-FAULTS = ("kill-nonchief", "kill-chief", "kill-ps", "stop-chief", PREEMPT, ELASTIC)
+SHRINK = "kill-9-shrink"
+FAULTS = ("kill-nonchief", "kill-chief", "kill-ps", "stop-chief", PREEMPT, ELASTIC, SHRINK)
 PREEMPT_EPOCHS = 8       # examples/preemption.py's --epochs in the preempt-mwms row
 PREEMPT_AT_RUN = 40      # SIGTERM once worker 1 logged this run (epoch 2 of 22-run epochs)
 TARGETS = {"chief_s": "<= 7 s", "restore_s": "<= 2 s", "lost": "<= 1 s of steps",
@@ -665,6 +682,52 @@ def elastic_run(name: str, log_dir: str | None) -> dict[str, Any]:
             "ex_after_shrink": examples(left.t, left.t + AFTER_S), "leftover_pids": run.leftover}
 
 
+def shrink_run(name: str, log_dir: str | None) -> dict[str, Any]:
+    """The kill-9-shrink row: 1 -> 2 workers, then SIGKILL to worker 0 (the chief)."""
+    ctl = tempfile.mkdtemp(prefix="el-", dir="/tmp")   # short: the control socket's path
+    run = Launch(name, "1:3", ["--train_steps=100000000", f"--save_model_secs={SAVE_SECS:g}",
+                               "--log_every=1"], {"DISTRIB_HEARTBEAT_S": "1"}, log_dir,
+                 launch_args=("--logdir", ctl))
+    try:
+        run.wait_for(is_progress("worker:0"), EVENT_LIMIT_S, what="worker 0's first step")
+        grown = subprocess.run([sys.executable, "-m", "distrib.launch", "scale", "--logdir", ctl,
+                                "--workers", "2"], capture_output=True, text=True, cwd=ROOT,
+                               env=child_env({}), timeout=60)
+        if grown.returncode != 0:
+            raise RuntimeError(f"{name}: scale --workers 2 exited {grown.returncode}: "
+                               f"{grown.stderr.strip()}")
+        first = run.wait_for(is_progress("worker:1"), EVENT_LIMIT_S, what="worker 1's first step")
+        time.sleep(max(0.0, first.t + LEAD_S - time.time()))
+        start = len(run.snapshot())
+        pid = run.pid("worker:0")
+        t_kill = time.time()
+        os.kill(pid, signal.SIGKILL)
+        run.marks.append(f"SIGKILL to worker:0 pid {pid} at {t_kill:.3f}")
+        removed = run.wait_for(lambda x: x.src == "launch" and x.text.startswith(
+            "worker:0 killed by SIGKILL; removed from the cluster"), EVENT_LIMIT_S, start,
+            "worker 0 removed")
+        learned = run.wait_for(lambda x: x.src == "worker:1" and
+                               "cluster membership version 3 " in x.text, EVENT_LIMIT_S, start,
+                               "worker 1 holding version 3")
+        chief = run.wait_for(lambda x: x.src == "worker:1" and is_new_chief(x), EVENT_LIMIT_S,
+                             start, "worker 1 elected chief")
+        step = run.wait_for(lambda x: x.t >= learned.t and is_progress("worker:1")(x),
+                            EVENT_LIMIT_S, start, "the shrunk group's first step")
+        time.sleep(max(0.0, max(step.t, chief.t) + AFTER_S + 0.5 - time.time()))
+    finally:
+        run.close()
+        shutil.rmtree(ctl, ignore_errors=True)
+    curve = progress_curve(run.snapshot())
+
+    def examples(a: float, b: float) -> float | None:
+        r = rate(curve, a, b)
+        return None if r is None else r * BATCH
+    return {"fault": SHRINK, "kill_to_removed_s": removed.t - t_kill,
+            "kill_to_learned_s": learned.t - t_kill, "kill_to_first_step_s": step.t - t_kill,
+            "chief_s": chief.t - t_kill, "ex_before": examples(t_kill - BEFORE_S, t_kill),
+            "ex_after": examples(step.t, step.t + AFTER_S), "leftover_pids": run.leftover}
+
+
 # -- a preempted MultiWorkerMirroredStrategy worker --------------------------------------
 
 def preempt_run(name: str, log_dir: str | None) -> dict[str, Any]:
@@ -758,7 +821,7 @@ def summarize(faults: dict[str, list[dict[str, Any]]],
             "restart_to_resumed_s", "sigterm_to_first_step_s", "agree_ms",
             "runs_per_agreement", "agree_share", "scale_cmd_s", "scale_to_started_s",
             "scale_to_first_step_s", "shrink_to_left_s", "ex_before", "ex_during", "ex_after",
-            "ex_after_shrink")
+            "ex_after_shrink", "kill_to_removed_s", "kill_to_learned_s", "kill_to_first_step_s")
     for fault in FAULTS:
         runs = faults.get(fault, [])
         if not runs:
@@ -804,7 +867,8 @@ def fmt(v: Any, spec: str, width: int) -> str:
 def print_table(rows: list[dict[str, Any]]) -> None:
     preempt = [r for r in rows if r["name"] == PREEMPT]
     elastic = [r for r in rows if r["name"] == ELASTIC]
-    rows = [r for r in rows if r["name"] not in (PREEMPT, ELASTIC)]
+    shrink = [r for r in rows if r["name"] == SHRINK]
+    rows = [r for r in rows if r["name"] not in (PREEMPT, ELASTIC, SHRINK)]
     if any("ratio" not in r for r in rows):
         print(f"{'fault':<14} {'detect_s':>8}  {'by':<32} {'chief_s':>7} {'target':>7} "
               f"{'restore_s':>9} {'target':>7} {'lost':>5} {'<=':>5} {'before':>6} "
@@ -849,6 +913,13 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{fmt(r.get('ex_before'), '.0f', 0)}, during {fmt(r.get('ex_during'), '.0f', 0)}, "
               f"after (3 workers) {fmt(r.get('ex_after'), '.0f', 0)}, after the leave (2) "
               f"{fmt(r.get('ex_after_shrink'), '.0f', 0)}")
+    for r in shrink:
+        print(f"{SHRINK}: kill -9 of worker 0 (the chief) of 2, MIN 1: -> removed "
+              f"{fmt(r.get('kill_to_removed_s'), '.3f', 0)} s, -> worker 1 holds the new "
+              f"version {fmt(r.get('kill_to_learned_s'), '.3f', 0)} s, -> the shrunk group's "
+              f"first step {fmt(r.get('kill_to_first_step_s'), '.3f', 0)} s, -> worker 1 chief "
+              f"{fmt(r.get('chief_s'), '.2f', 0)} s; examples/s before (2 workers) "
+              f"{fmt(r.get('ex_before'), '.0f', 0)}, after (1) {fmt(r.get('ex_after'), '.0f', 0)}")
 
 
 def main() -> None:
@@ -885,6 +956,7 @@ def main() -> None:
             try:
                 res = (preempt_run(f"{fault}-r{r}", args.logs) if fault == PREEMPT
                        else elastic_run(f"{fault}-r{r}", args.logs) if fault == ELASTIC
+                       else shrink_run(f"{fault}-r{r}", args.logs) if fault == SHRINK
                        else fault_run(fault, f"{fault}-r{r}", args.logs))
                 samples.setdefault(fault, []).append(res)
                 print(f"# round {r} {fault}: " + ", ".join(

@@ -39,7 +39,7 @@ __all__ = ["Setting", "SettingError", "ALL_SETTINGS", "RUNTIME_SETTINGS", "markd
            "COLLECTIVE_STALL_S", "COLLECTIVE_SEGMENT_BYTES", "COLLECTIVE_DIRECT_BYTES",
            "BIND_ADDRESS", "SLURM_JOBS", "SLURM_PORT_BASE", "SLURM_GPUS_PER_TASK",
            "K8S_JOBS", "K8S_PORT", "K8S_SERVICE", "K8S_STATEFULSETS", "K8S_CLUSTER_DOMAIN",
-           "LAUNCH_SETTINGS", "GRAPH_OPTIMIZER", "GPU_MATMUL"]
+           "LAUNCH_SETTINGS", "ELASTIC", "GRAPH_OPTIMIZER", "GPU_MATMUL"]
 
 _ACTORS = "distrib.runtime.actors.system"
 _COLLECTIVE = "distrib.runtime.collective.engine"
@@ -137,6 +137,13 @@ LAUNCH_SETTINGS: dict[str, Setting] = {s.name[len("DISTRIB_LAUNCH_"):].lower(): 
             "(chief, workers, others in turn; ps none; 0: left as it is).", minimum=0),
     _launch("logdir", "path", None, "also write each task's output to DIR/JOB-INDEX.log."),
 )}
+ELASTIC = Setting(
+    "DISTRIB_ELASTIC", "bool", False,
+    read_by="distrib.train.chief_role, distrib.distribute.collective_strategy, "
+            "distrib.distribute.coordinator",
+    help="Set to 1 by an elastic launch (--workers MIN:MAX) in each task's environment: "
+         "with a ps job, even a lone worker campaigns for the chief role (others may join); "
+         "MultiWorkerMirroredStrategy follows the membership record (regroups at a step).")
 
 GRAPH_OPTIMIZER = Setting(
     "DISTRIB_GRAPH_OPTIMIZER", "choice", "on", choices=("on", "off"),
@@ -144,18 +151,20 @@ GRAPH_OPTIMIZER = Setting(
     help="Whether the master optimizes each step's partitions before they run (off: no "
          "pass runs, whatever a session's graph_options say).")
 
-# -- reserved: named by the contract, read by nothing yet ----------------------------
-
 GPU_MATMUL = Setting(
     "DISTRIB_GPU_MATMUL", "choice", "auto", choices=("auto", "numba", "cublas"),
-    read_by="reserved", help="Which GPU kernel runs MatMul.")
+    read_by="kernels.cuda_matmul",
+    help="Which code runs a GPU MatMul: cublas (cuBLAS through NVIDIA's nvmath-python; "
+         "an error at the first GPU MatMul where it is not importable), numba (the project's "
+         "kernels), or auto (cuBLAS where nvmath-python imports, else numba). Read at each "
+         "GPU MatMul (the runtime hands the kernels this declaration).")
 
 RUNTIME_SETTINGS: tuple[Setting, ...] = (
     TRANSPORT, CONNECT_TIMEOUT_S, SESSION_GC_S, STALL_S, INTER_OP_THREADS,
     COLLECTIVE_STALL_S, COLLECTIVE_SEGMENT_BYTES, COLLECTIVE_DIRECT_BYTES,
     BIND_ADDRESS, SLURM_JOBS, SLURM_PORT_BASE, SLURM_GPUS_PER_TASK,
     K8S_JOBS, K8S_PORT, K8S_SERVICE, K8S_STATEFULSETS, K8S_CLUSTER_DOMAIN,
-    *LAUNCH_SETTINGS.values(), GRAPH_OPTIMIZER, GPU_MATMUL)
+    *LAUNCH_SETTINGS.values(), ELASTIC, GRAPH_OPTIMIZER, GPU_MATMUL)
 ALL_SETTINGS: tuple[Setting, ...] = TRANSPORT_SETTINGS + RUNTIME_SETTINGS
 
 

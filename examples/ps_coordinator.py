@@ -9,6 +9,8 @@ is over.
 
     python -m distrib.launch --cluster ... -- python examples/ps_coordinator.py
     python -m distrib.launch --ps 2 --workers 2 --chief -- python examples/ps_coordinator.py
+    python -m distrib.launch --ps 1 --workers 2:3 --chief --logdir DIR -- python examples/ps_coordinator.py
+    python -m distrib.launch scale --logdir DIR --workers 3     # a worker joins the coordinator's pool
 
 (the second form needs a launcher with ``--chief``; otherwise write the
 cluster file: ``{"chief": [...], "ps": [...], "worker": [...]}``).
@@ -26,6 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import distrib as dt  # noqa: E402
+from distrib.runtime.chief.membership import fetch_membership  # noqa: E402
 from examples.datasets import load_digits  # noqa: E402
 
 
@@ -114,8 +117,17 @@ async def save(strategy: dt.distribute.ParameterServerStrategy, logdir: str,
 
 
 async def stop_servers(resolver: dt.distribute.cluster_resolver.TFConfigClusterResolver) -> None:
-    """Training is over: every worker and ps server's join() returns."""
+    """Training is over: every worker and ps server's join() returns (in an
+    elastic launch, the live ones of the membership record the first ps holds:
+    a worker that joined is told too; one that left was released already)."""
     cluster = resolver.cluster_spec()
+    try:
+        record = await fetch_membership(
+            cluster.task_address("ps", min(cluster.task_indices("ps"))), timeout=5.0)
+    except dt.errors.OpError:
+        record = None
+    if record is not None:
+        cluster = record.cluster
     for job in ("worker", "ps"):
         for i in cluster.task_indices(job):
             try:

@@ -30,18 +30,14 @@ import numpy as np
 from numba import cuda
 
 __all__ = [
-    "TILE", "BLOCK", "BLOCK_PAD", "binary_same", "binary_bcast", "binary_rep", "unary", "fill", "cast_copy",
+    "binary_same", "binary_bcast", "binary_rep", "unary", "fill", "cast_copy",
     "cast_bool", "reduce_all", "reduce_axis", "argmax_axis", "softmax_rows",
-    "xent_rows", "sparse_xent_rows", "matmul", "apply_gd", "apply_momentum",
+    "xent_rows", "sparse_xent_rows", "apply_gd", "apply_momentum",
     "apply_adagrad", "apply_adam", "apply_rms_prop", "apply_centered_rms_prop",
 ]
 
-TILE = 16          # threads per block side, and the k-depth of a shared tile
-REG = 4            # each thread computes REG x REG outputs (register blocking)
-BLOCK = TILE * REG  # output tile side per block: 64
 # a shared array's shape must be a compile-time constant (a module constant
 # or literal, never an expression: the simulator accepts one, the real compiler not)
-BLOCK_PAD = BLOCK + 1  # the A slab's row: +1 avoids bank conflicts on store
 REDUCE_THREADS = 256
 
 
@@ -257,85 +253,7 @@ def sparse_xent_rows(x, labels, loss, backprop, c):
         r += stride
 
 
-# --- matmul: 16x16 threads, 64x64 output tile, 4x4 outputs per thread -------------
-
-def matmul(acc_dtype: Any) -> Any:
-    """``c = op(a) @ op(b)``, op = transpose when ``ta``/``tb``; any M, N, K.
-
-    A block stages a 16-deep slab of A (64 rows) and of B (64 columns) in
-    shared memory, then each thread multiplies 4 A values by 4 B values per k
-    from registers: 16 fused multiply-adds per 8 shared loads instead of 1 per
-    2, which is what lifts a tiled kernel from memory-bound to compute-bound.
-    A thread owns rows ty + 16*i and columns tx + 16*j (strided, not a 4x4
-    block) so the shared-memory reads of a warp hit distinct banks and the
-    final stores coalesce. Out-of-range tile elements load as 0, which makes
-    ragged shapes (17x5 @ 5x18) exact without a separate edge path.
-    """
-    @cuda.jit(cache=True)
-    def kernel(a, b, c, ta, tb):
-        sa = cuda.shared.array((TILE, BLOCK_PAD), acc_dtype)  # [k][m]
-        sb = cuda.shared.array((TILE, BLOCK), acc_dtype)      # [k][n]
-        acc = cuda.local.array((REG, REG), acc_dtype)
-        ra = cuda.local.array(REG, acc_dtype)
-        rb = cuda.local.array(REG, acc_dtype)
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * TILE + tx
-        row0 = cuda.blockIdx.y * BLOCK
-        col0 = cuda.blockIdx.x * BLOCK
-        m_total = c.shape[0]
-        n_total = c.shape[1]
-        k_total = a.shape[0] if ta else a.shape[1]
-        for i in range(REG):
-            for j in range(REG):
-                acc[i, j] = 0
-        for k0 in range(0, k_total, TILE):
-            for l in range(REG):  # noqa: E741  (the kernel's load slot)
-                e = tid + l * TILE * TILE
-                # A slab: consecutive threads walk k when A is row-major (coalesced), m when transposed.
-                if ta:
-                    kk = e // BLOCK
-                    mm = e - kk * BLOCK
-                else:
-                    mm = e // TILE
-                    kk = e - mm * TILE
-                gm = row0 + mm
-                gk = k0 + kk
-                if gm < m_total and gk < k_total:
-                    sa[kk, mm] = a[gk, gm] if ta else a[gm, gk]
-                else:
-                    sa[kk, mm] = 0
-                # B slab: consecutive threads walk n when B is row-major, k when transposed.
-                if tb:
-                    nn = e // TILE
-                    kk = e - nn * TILE
-                else:
-                    kk = e // BLOCK
-                    nn = e - kk * BLOCK
-                gk = k0 + kk
-                gn = col0 + nn
-                if gk < k_total and gn < n_total:
-                    sb[kk, nn] = b[gn, gk] if tb else b[gk, gn]
-                else:
-                    sb[kk, nn] = 0
-            cuda.syncthreads()
-            for kk in range(TILE):
-                for i in range(REG):
-                    ra[i] = sa[kk, ty + i * TILE]
-                for j in range(REG):
-                    rb[j] = sb[kk, tx + j * TILE]
-                for i in range(REG):
-                    for j in range(REG):
-                        acc[i, j] += ra[i] * rb[j]
-            cuda.syncthreads()
-        for i in range(REG):
-            r = row0 + ty + i * TILE
-            if r < m_total:
-                for j in range(REG):
-                    col = col0 + tx + j * TILE
-                    if col < n_total:
-                        c[r, col] = acc[i, j]
-    return kernel
+# --- matmul: kernels.cuda_matmul ---------------------------------------------------
 
 
 # --- fused optimizer updates (TF1 rules), in place on flat var and slots ----------

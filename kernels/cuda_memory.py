@@ -43,7 +43,7 @@ from kernels.counters import note
 __all__ = ["size_class", "device_empty", "to_device", "copy_in", "cached_to_device",
            "device_scalar", "to_host", "install", "manager_class", "pool_stats", "release_cached",
            "current_device", "mark_constant", "is_constant", "StagingPool", "STAGING",
-           "staged_copy"]
+           "staged_copy", "THREAD_GPU"]
 
 _MIN_CLASS = 512
 _BIG = 16 << 20
@@ -238,10 +238,19 @@ def pool_stats() -> dict[str, int]:
                 "staging_bytes": STAGING.kept_bytes}
 
 
+# .index: the GPU this thread made current last (kernels.devices.use_gpu sets it;
+# GPU:i is the driver's device i, see kernels.devices)
+THREAD_GPU = threading.local()
+
+
 def current_device() -> int:
-    """The driver's id of the current CUDA device (the simulator has one: 0).
-    Device copies kept for reuse are kept per device: a copy on GPU 0 is no
-    use to a kernel on GPU 1."""
+    """The driver's id of the current CUDA device: the one this thread made
+    current with ``kernels.devices.use_gpu`` (no driver call), else the
+    driver's answer (the simulator's one GPU: 0). Device copies kept for
+    reuse are kept per device: a copy on GPU 0 is no use to a kernel on GPU 1."""
+    index = getattr(THREAD_GPU, "index", None)
+    if index is not None:
+        return index
     if _sim():
         return 0
     from numba import cuda

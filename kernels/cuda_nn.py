@@ -17,7 +17,6 @@ from kernels.cuda_launch import (
     SIM,
     as_device,
     device_empty,
-    device_filled,
     flat,
     gpu_kernel,
     host_fallback,
@@ -25,6 +24,7 @@ from kernels.cuda_launch import (
     launch_1d,
     repeat_plan,
 )
+from kernels.cuda_matmul import matmul_device
 from kernels.cuda_memory import device_scalar
 from kernels.devices import is_device_array
 from kernels.dtypes import reduction_axes
@@ -32,7 +32,6 @@ from kernels.registry import KernelError
 
 __all__: list[str] = []
 
-_matmul_kernels: dict[str, Any] = {}
 _reduce_all_kernels: dict[type, Any] = {}
 
 
@@ -236,25 +235,7 @@ def sparse_softmax_xent(inputs: list, attrs: dict) -> list:
 
 # --- matmul ------------------------------------------------------------------------
 
-def matmul_device(a: Any, b: Any, transpose_a: bool = False, transpose_b: bool = False) -> Any:
-    """``op(a) @ op(b)`` for 2-D float device arrays of one dtype (the tiled kernel)."""
-    m, k = (tuple(a.shape)[1], tuple(a.shape)[0]) if transpose_a else a.shape
-    k2, n = (tuple(b.shape)[1], tuple(b.shape)[0]) if transpose_b else b.shape
-    if k != k2:
-        raise KernelError(f"MatMul: inner dimensions differ: {list(a.shape)} @ {list(b.shape)} "
-                          f"(transpose_a={transpose_a}, transpose_b={transpose_b})")
-    dtype = np.dtype(a.dtype)
-    kern = _matmul_kernels.get(dtype.name)
-    if kern is None:
-        kern = _matmul_kernels[dtype.name] = cm.matmul(dtype.type)
-    c = device_empty((m, n), dtype)
-    if m and n:
-        if k == 0:
-            return device_filled((m, n), dtype, 0)
-        grid = (math.ceil(n / cm.BLOCK), math.ceil(m / cm.BLOCK))
-        launch(kern, grid, (cm.TILE, cm.TILE), a, b, c, bool(transpose_a), bool(transpose_b))
-    return c
-
+# the kernels, cuBLAS and the choice between them: kernels.cuda_matmul
 
 @gpu_kernel("MatMul")
 def matmul(inputs: list, attrs: dict) -> list:

@@ -32,8 +32,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from kernels import cuda_memory
+
 __all__ = ["backend", "gpu_devices", "to_device", "to_host", "copy_in", "is_device_array",
-           "GpuOrderError"]
+           "GpuOrderError", "use_gpu", "current_gpu"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +74,6 @@ def backend() -> str:
     if _simulator_enabled(cuda):
         return CUDASIM
     try:
-        from kernels import cuda_memory
         cuda_memory.install()   # the caching allocator, before the first context
     except Exception as exc:   # numba's own allocator still works: note it, go on
         logger.warning("cannot install the caching GPU allocator (%s: %s); using numba's",
@@ -184,6 +185,41 @@ def _load_gpu_kernels() -> None:
     has_kernel("MatMul", GPU)
 
 
+# --- the current GPU of a thread ------------------------------------------------------
+
+def use_gpu(index: int) -> None:
+    """Make ``GPU:index`` this thread's current device: the launches, device
+    allocations (the caching allocator keeps one pool per device), copies and
+    default stream that follow on this thread are that GPU's, until another
+    ``use_gpu``. Costs one thread-local read when it already is current (the
+    executor calls it before every GPU op). On a real GPU it sets the device's
+    primary context as the thread's current one (the driver's
+    ``cuCtxSetCurrent``: replaces, never stacks, unlike a ``with
+    cuda.gpus[i]:`` push per op); the simulator has one GPU, which every
+    index shares (its memory is the host's)."""
+    if getattr(cuda_memory.THREAD_GPU, "index", None) == index:
+        return
+    _select(index)
+    cuda_memory.THREAD_GPU.index = index
+
+
+def current_gpu() -> int | None:
+    """The GPU :func:`use_gpu` made current on this thread (None: none yet)."""
+    return getattr(cuda_memory.THREAD_GPU, "index", None)
+
+
+def _select(index: int) -> None:
+    """Make GPU ``index``'s primary context current on this thread (a no-op
+    under the simulator and without GPUs)."""
+    if backend() != CUDA:
+        return
+    from numba import cuda
+    from numba.cuda.cudadrv.driver import driver
+    ctx = cuda.gpus[index].get_primary_context()
+    driver.cuCtxSetCurrent(ctx.handle)
+    ctx.prepare_for_use()   # (its memory manager, on the context's first use)
+
+
 def is_device_array(x: Any) -> bool:
     """Whether ``x`` lives on a GPU (a numba device array or another CUDA array)."""
     if isinstance(x, np.ndarray):
@@ -205,34 +241,31 @@ def to_device(array: Any, index: int = 0) -> Any:
     """Copy a host array to GPU ``index``; a device array passes through,
     unless it is on another GPU of this process: then it is copied device to
     device (a mirrored replica's tensor reaching the device that sums them:
-    the bytes never cross the host)."""
+    the bytes never cross the host). Leaves GPU ``index`` current on this
+    thread (:func:`use_gpu`): the caller is an op of that GPU."""
     from numba import cuda
-
-    from kernels import cuda_memory
+    use_gpu(index)
     if is_device_array(array):
         if not hasattr(array, "copy_to_host"):  # e.g. a CuPy array: wrap, no copy
             return cuda.as_cuda_array(array)
         if backend() == CUDA and len(cuda.gpus) > 1:
             src = _gpu_of(array)
             if src is not None and src != cuda.gpus[index].id:
-                with cuda.gpus[index]:
-                    out = cuda_memory.device_empty(tuple(array.shape), array.dtype)
-                    out.copy_to_device(array)   # device to device (unified addressing)
+                out = cuda_memory.device_empty(tuple(array.shape), array.dtype)
+                out.copy_to_device(array)   # device to device (unified addressing)
                 return out
         return array
     host = np.asarray(array, order="C")  # not ascontiguousarray: that makes 0-d arrays 1-d
     if backend() == CUDASIM:
         return cuda_memory.cached_to_device(host)
-    gpu = cuda.gpus[index]
-    with gpu:   # a constant's copy kept for reuse is kept per GPU
-        return cuda_memory.cached_to_device(host, gpu.id)
+    # a constant's copy kept for reuse is kept per GPU
+    return cuda_memory.cached_to_device(host, cuda.gpus[index].id)
 
 
 def to_host(array: Any) -> np.ndarray:
     """A numpy array with ``array``'s contents (numpy passes through unchanged)."""
     if isinstance(array, np.ndarray):
         return array
-    from kernels import cuda_memory
     if hasattr(array, "copy_to_host"):
         return cuda_memory.to_host(array)
     if hasattr(array, "__cuda_array_interface__"):
@@ -244,5 +277,4 @@ def to_host(array: Any) -> np.ndarray:
 def copy_in(device_array: Any, host: Any) -> None:
     """Write host array ``host`` into the existing ``device_array`` (a counted
     copy in, see kernels.counters)."""
-    from kernels import cuda_memory
     cuda_memory.copy_in(device_array, host)

@@ -48,11 +48,11 @@ DOORS = [WorkerDoor, FenceDoor, MasterDoor, CollectiveDoor, ChiefLeaseDoor, Serv
 # the public methods of a service that are not messages (helpers its own task calls)
 NOT_MESSAGES = {
     "worker": {"detached", "peer", "on_stop"},
-    "master": {"address_of", "worker"},
+    "master": {"address_of", "worker", "add_task"},   # add_task: in process, on its loop
     "collective": {"start"},
     "chief_lease": set(),
     "server": set(),
-    "membership": set(),
+    "membership": {"at"},   # at: in process (the strategy on its own server)
 }
 SENDS = {"call", "tell", "request"}
 # receivers whose .call("name") is not an actor message: keras' CallbackList

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -33,6 +34,14 @@ def _state_run(*flags: str) -> dict:
     return simulated_json(["tests/peers/gpu_state.py", *flags], timeout=300)
 
 
+@pytest.fixture(scope="module")
+def state_runs():
+    """The two runs of the state peer, started together (a process each: two cores);
+    each test waits for its own."""
+    with ThreadPoolExecutor(2) as pool:
+        yield {flags: pool.submit(_state_run, *flags) for flags in ((), ("--no-gpu-momentum",))}
+
+
 def _assert_same(res: dict) -> None:
     gpu, cpu = res["gpu"], res["cpu"]
     assert any(d.endswith("/device:GPU:0") for d in gpu["devices"])
@@ -45,16 +54,16 @@ def _assert_same(res: dict) -> None:
 
 
 @pytest.mark.slow
-def test_assign_ops_and_updates_of_gpu_variables_match_cpu():
-    res = _state_run()
+def test_assign_ops_and_updates_of_gpu_variables_match_cpu(state_runs):
+    res = state_runs[()].result()
     _assert_same(res)
     assert res["gpu"]["fetched"][2] == 1 and res["gpu"]["fetched"][5] == 2   # the counter
     assert res["gpu"]["trained"][4] == 3                                      # the global step
 
 
 @pytest.mark.slow
-def test_an_update_without_a_gpu_kernel_runs_on_host_copies():
-    _assert_same(_state_run("--no-gpu-momentum"))
+def test_an_update_without_a_gpu_kernel_runs_on_host_copies(state_runs):
+    _assert_same(state_runs[("--no-gpu-momentum",)].result())
 
 
 def _graph(task: str):

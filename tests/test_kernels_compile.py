@@ -6,9 +6,11 @@ compiler refuses (a shared array whose shape is an expression, say: every
 MatMul failed on the first real GPU while the simulator suite passed). So
 this test compiles, with NVIDIA's own NVVM compiler (the ``nvidia-nvvm``
 wheel of the ``test`` extra), each (kernel, argument types) pair that the
-registered GPU ops launch, for compute capabilities 8.0 and 9.0, with
-``numba.cuda.compile_ptx``: the same typing, lowering and NVVM code
-generation a first launch on a GPU goes through, without a driver.
+registered GPU ops launch, for compute capabilities 8.0 and 9.0, as
+``numba.cuda.compile_ptx`` does: the same typing, lowering and NVVM code
+generation a first launch on a GPU goes through, without a driver (typed
+and lowered once, NVVM run per target; ``compile_all`` says when that is
+the same, and the test checks it). Two child interpreters share the work.
 
 Which pairs: a fresh interpreter without the simulator (``record`` below)
 replaces numba's device arrays by host arrays that type like them and its
@@ -27,9 +29,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import operator
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -40,6 +44,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CCS = ((8, 0), (9, 0))
+PARTS = 2   # child interpreters, each compiling its share of the launches for every target
 DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 RNG = np.random.default_rng(7)
 
@@ -299,36 +304,143 @@ def record() -> tuple[dict, list[str], dict]:
     return launches, no_case, served
 
 
-def compile_all(cc: tuple[int, int]) -> dict:
-    """The child's work: record, then compile every launch for ``cc``.
+class _WatchedCC(tuple):
+    """The compute capability numba's lowering reads from its flags, noting
+    every comparison with another value: a decision that could differ
+    between the targets."""
 
-    One target per process: a device function a kernel calls compiles with
-    the current device's compute capability (numba asks the driver), here
-    ``cc``, and stays compiled in its dispatcher."""
+    seen: set = set()
+    reads = 0
+
+    def _note(self, op: str, other: Any) -> None:
+        if not isinstance(other, _WatchedCC):   # the flags' own value: equal on every target
+            import traceback
+            frame = traceback.extract_stack(limit=3)[0]   # the comparison's line
+            where = f"{frame.filename.rsplit('site-packages/', 1)[-1]}:{frame.lineno}"
+            _WatchedCC.seen.add((op, other if not isinstance(other, tuple) else tuple(other), where))
+
+    def __lt__(self, o: Any) -> bool:
+        self._note("__lt__", o)
+        return tuple.__lt__(self, o)
+
+    def __le__(self, o: Any) -> bool:
+        self._note("__le__", o)
+        return tuple.__le__(self, o)
+
+    def __gt__(self, o: Any) -> bool:
+        self._note("__gt__", o)
+        return tuple.__gt__(self, o)
+
+    def __ge__(self, o: Any) -> bool:
+        self._note("__ge__", o)
+        return tuple.__ge__(self, o)
+
+    def __eq__(self, o: Any) -> bool:
+        self._note("__eq__", o)
+        return tuple.__eq__(self, o)
+
+    def __ne__(self, o: Any) -> bool:
+        self._note("__ne__", o)
+        return tuple.__ne__(self, o)
+
+    __hash__ = tuple.__hash__
+
+
+def _watch_lowering_cc() -> None:
+    from numba.cuda.flags import CUDAFlags
+    prop = CUDAFlags.__dict__["compute_capability"]
+
+    def read(flags: Any) -> Any:
+        cc = prop.fget(flags)
+        if cc is None:
+            return cc
+        _WatchedCC.reads += 1
+        return _WatchedCC(cc)
+    CUDAFlags.compute_capability = property(read, prop.fset, prop.fdel)
+
+
+def _target_dependent(targets: tuple) -> list[str]:
+    """The comparisons lowering made whose outcome differs between ``targets``."""
+    out = []
+    for op, other, where in sorted(_WatchedCC.seen, key=repr):
+        outcomes = set()
+        for cc in targets:
+            try:
+                outcomes.add(getattr(operator, op)(cc, other))
+            except TypeError as e:   # an ordering against None, say
+                outcomes.add(type(e))
+        if len(outcomes) > 1:
+            out.append(f"{where}: compute capability {op} {other!r}")
+    return out
+
+
+def _claim(claims: str, group: int) -> bool:
+    """Whether this child takes ``group`` (no other child took it first)."""
+    try:
+        os.close(os.open(os.path.join(claims, str(group)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def compile_all(claims: str) -> dict:
+    """The child's work: record, then compile its share of the launches for
+    every target of ``CCS``: a kernel's launches at a time, those of the
+    kernels no other child claimed first in folder ``claims`` (the children
+    record the same launches in the same order).
+
+    numba types and lowers a launch once, at the first target's compute
+    capability (a device function a kernel calls compiles with the current
+    device's, which numba asks the driver for, and stays compiled in its
+    dispatcher), and NVVM generates each target's PTX from that IR: what a
+    first launch on each GPU does, as long as the lowering decides nothing
+    on the compute capability that differs between the targets. Every
+    comparison the lowering makes with it is noted, and one that would come
+    out otherwise for another target fails the test (then lower per target)."""
     t0 = time.perf_counter()
     launches, no_case, served = record()
     import numba.cuda.dispatcher as dispatcher
-    from numba import cuda
-    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    from numba.cuda import compiler
+    lowering_cc = CCS[0]
+    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=lowering_cc)
+    _watch_lowering_cc()
     launched_ids = {k[0] for k in launches}
     never = sorted(where for kid, (_, where) in _kernel_objects().items() if kid not in launched_ids)
     failures, cache = [], []
     t1 = time.perf_counter()
-    for kernel, sig, labels in launches.values():
-        name = f"{kernel.py_func.__module__}.{kernel.py_func.__qualname__}{tuple(map(str, sig))}"
+    named = [(f"{kernel.py_func.__module__}.{kernel.py_func.__qualname__}{tuple(map(str, sig))}",
+              kernel, sig, labels) for kernel, sig, labels in launches.values()]
+    groups: dict[int, list[int]] = {}   # a kernel's launches, by kernel
+    for i, (kernel, _, _) in enumerate(launches.values()):
+        groups.setdefault(id(kernel), []).append(i)
+    share: list[int] = []   # claimed one kernel at a time, when this child is ready for it
+    mine = (i for g, group in enumerate(groups.values()) if _claim(claims, g) for i in group)
+    for i in mine:
+        share.append(i)
+        name, kernel, sig, labels = named[i]
         problem = _cache_problem(kernel, sig)
         if problem:
             cache.append(f"{name}: {problem}")
         opts = {k: kernel.targetoptions[k] for k in ("fastmath", "debug", "lineinfo")
                 if k in kernel.targetoptions}
-        try:
-            cuda.compile_ptx(kernel.py_func, sig, cc=cc, **opts)
+        stage = "cc " + " and ".join(f"{cc[0]}.{cc[1]}" for cc in CCS) + " (typing, lowering)"
+        try:   # what cuda.compile_ptx does, its code library kept for every target
+            lib, _ = compiler._compile_pyfunc_with_fixup(
+                kernel.py_func, sig, device=False, abi="numba", cc=lowering_cc, **opts)
+            for cc in CCS:
+                stage = f"cc {cc[0]}.{cc[1]}"
+                ptx = lib.get_asm_strs(cc=cc)
+                if len(ptx) != 1 or f".target sm_{cc[0]}{cc[1]}" not in ptx[0]:
+                    raise RuntimeError(f"not one PTX module for sm_{cc[0]}{cc[1]}: {len(ptx)}")
         except Exception as e:
             msg = [m.strip() for m in str(e).strip().splitlines() if m.strip()]
-            failures.append(f"cc {cc[0]}.{cc[1]}: {name}, launched by {labels}: "
+            failures.append(f"{stage}: {name}, launched by {labels}: "
                             f"{type(e).__name__}: {' '.join(msg[:6])}")
-    return {"pairs": len(launches), "kernels": len(launched_ids), "failures": failures,
+    return {"pairs": len(launches), "compiled": share,
+            "order": [name for name, *_ in named],
+            "kernels": len(launched_ids), "failures": failures,
             "never_launched": never, "no_case": no_case, "cache": cache,
+            "target_dependent": _target_dependent(CCS), "cc_reads": _WatchedCC.reads,
             "gpu_crashed": {op: {d: r for d, r in o.items() if r not in ("ok", "cpu")}
                             for op, o in served.items()},
             "record_s": t1 - t0, "compile_s": time.perf_counter() - t1}
@@ -336,11 +448,11 @@ def compile_all(cc: tuple[int, int]) -> dict:
 
 # --- the test -------------------------------------------------------------------------
 
-def _child(cc: tuple[int, int]) -> dict:
+def _child(claims: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(CUDA_VISIBLE_DEVICES="", NUMBA_ENABLE_CUDASIM="0",
                PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), json.dumps(cc)],
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), claims],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-6000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -353,13 +465,16 @@ def test_every_gpu_kernel_compiles_for_real_targets():
     if reason:
         pytest.skip(reason)
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(len(CCS)) as pool:   # one interpreter per target: two cores
-        results = list(pool.map(_child, CCS))
+    with tempfile.TemporaryDirectory() as claims, ThreadPoolExecutor(PARTS) as pool:
+        results = list(pool.map(_child, [claims] * PARTS))   # two interpreters: two cores
     took = time.perf_counter() - t0
     first = results[0]
+    # every child recorded the same launches in the same order, and compiled its own share
+    assert all(r["order"] == first["order"] for r in results)
+    assert sorted(i for r in results for i in r["compiled"]) == list(range(first["pairs"]))
     print(f"{first['kernels']} kernels, {first['pairs']} (kernel, types) pairs, x{len(CCS)} "
           f"targets: {took:.1f}s (record {first['record_s']:.1f}s, compile "
-          f"{max(r['compile_s'] for r in results):.1f}s)")
+          f"{'/'.join(format(r['compile_s'], '.1f') for r in results)}s)")
     assert first["pairs"] > 0 and first["kernels"] > 10
     assert not first["no_case"], "\n".join(first["no_case"])
     assert not first["never_launched"], (
@@ -369,7 +484,29 @@ def test_every_gpu_kernel_compiles_for_real_targets():
     assert not failures, f"{len(failures)} kernel compilations failed:\n" + "\n".join(failures)
     crashed = {op: r for op, r in first["gpu_crashed"].items() if r}
     assert not crashed, f"the GPU kernel crashed where the CPU kernel ran: {crashed}"
-    assert not first["cache"], "\n".join(first["cache"])
+    cache = [c for r in results for c in r["cache"]]
+    assert not cache, "\n".join(cache)
+    assert all(r["cc_reads"] > 0 for r in results), "the lowering's compute capability went unwatched"
+    dependent = sorted({d for r in results for d in r["target_dependent"]})
+    assert not dependent, (
+        "numba's lowering decides on the compute capability otherwise for another target; "
+        "lower each launch per target (cc passed to compile_ptx):\n" + "\n".join(dependent))
+
+
+def test_a_lowering_decision_that_differs_between_the_targets_is_caught():
+    seen = set(_WatchedCC.seen)
+    try:
+        _WatchedCC.seen.clear()
+        cc = _WatchedCC(CCS[0])
+        assert cc >= (7, 5) and cc == _WatchedCC(CCS[0])   # the same on every target
+        assert not _target_dependent(CCS)
+        assert not cc >= (9, 0)   # true on 9.0 only
+        [found] = _target_dependent(CCS)
+        assert found.startswith(os.path.abspath(__file__) + ":"), found   # where it was made
+        assert found.endswith("compute capability __ge__ (9, 0)"), found
+    finally:
+        _WatchedCC.seen.clear()
+        _WatchedCC.seen.update(seen)
 
 
 def test_the_compile_check_runs_in_the_test_dependencies():
@@ -391,5 +528,5 @@ def test_the_compile_check_skips_only_for_a_missing_nvvm_wheel(monkeypatch):
 
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
-    json.dump(compile_all(tuple(json.loads(sys.argv[1]))), sys.stdout)
+    json.dump(compile_all(sys.argv[1]), sys.stdout)
     print()

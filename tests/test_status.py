@@ -47,12 +47,13 @@ def by_task(out: str) -> dict[str, dict]:
     return {f"/job:{t['job']}/task:{t['task']}": t for t in json.loads(out)["tasks"]}
 
 
-@pytest.fixture
-def ps_worker(tmp_path):
+@pytest.fixture(scope="module")
+def ps_worker(tmp_path_factory):
     """1 ps + 1 worker, CLI-started; the cluster file also names a worker:1
-    that is never started (a down task)."""
+    that is never started (a down task). Started once for the tests that
+    only query it (the one that pauses the worker resumes it)."""
     spec = cluster_spec(ps=1, worker=2)
-    cfg = write_cluster(tmp_path, spec)
+    cfg = write_cluster(tmp_path_factory.mktemp("ps_worker"), spec)
     with cli_task(cfg, "ps", 0), cli_task(cfg, "worker", 0) as worker:
         yield spec, cfg, worker
 

@@ -22,6 +22,12 @@ engine choose by size; ``timeout_seconds`` bounds each collective
 ``bytes_per_pack`` sizes the packs a step's gradients are all-reduced in,
 last layer first, so that each pack's all-reduce starts while the backward
 pass goes on (0: about 1 MiB; see ``cross_device_ops``).
+
+Under an elastic launch (``--workers MIN:MAX``: ``DISTRIB_ELASTIC=1``) the
+group follows the launch's membership record and changes at a step
+boundary: see ``distrib.distribute.elastic`` (agreement, regroup, leaving, a
+lost member) and ``elastic_input`` (the global batch, cut for the group of
+the moment). ``distribute_datasets_from_function`` is refused there.
 """
 from __future__ import annotations
 
@@ -29,16 +35,27 @@ import enum
 import logging
 from typing import Any
 
+from distrib.cluster import task_string
 from distrib.cluster.resolvers import ClusterResolver, TFConfigClusterResolver
 from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveKeys
+from distrib.distribute.elastic import (
+    Agreement,
+    ElasticController,
+    elastic_group_key,
+    group_tasks,
+    wait_for_record,
+)
+from distrib.distribute.elastic_input import ElasticDistributedDataset
 from distrib.distribute.local_target import local_server, set_default_target
 from distrib.distribute.mirrored_strategy import MirroringStrategy, local_devices
 from distrib.distribute.values import MirroredVariable
+from distrib.errors import UnimplementedError
 from distrib.framework.graph import get_default_graph
 from distrib.ops import collective_ops
 from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat
 from distrib.server.server_lib import Server
+from distrib.settings import ELASTIC
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +107,9 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
         self._options = options
         cluster = resolver.cluster_spec()
         self._server: Server | None = None
+        self._elastic: ElasticController | None = None
+        self.trace_epoch: int | None = None   # elastic: the group's membership version
+        record = None
         if not cluster or not _worker_jobs(cluster):
             # no cluster: one worker on this process's devices, as TF's local mode
             devices, num_workers, index = local_devices(), 1, 0
@@ -106,12 +126,29 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
             prefix = f"/job:{task_type}/replica:0/task:{task_id}"
             devices = [prefix + d for d in local_devices()]
             num_workers, index = len(workers), workers.index((task_type, task_id))
+            if ELASTIC.get():   # the group is the membership record's, not TF_CONFIG's
+                me = task_string(task_type, task_id)
+                record = wait_for_record(self._server.membership, me)
+                tasks = group_tasks(record)
+                if record.has_left(me):
+                    logger.info("%s left the cluster before it started", me)
+                    raise SystemExit(0)
+                num_workers, index = len(tasks), tasks.index(me)
         super().__init__(devices, num_workers, index)
-        hint = "ring" if options.implementation == CommunicationImplementation.RING else "auto"
+        self._hint = "ring" if options.implementation == CommunicationImplementation.RING \
+            else "auto"
         self._keys = CollectiveKeys(_GROUP_KEY)
-        self._cross_device = CollectiveAllReduce(devices, num_workers, self._keys, hint,
+        if record is not None:
+            assert self._server is not None
+            self._elastic = ElasticController(self, self._server,
+                                              task_string(resolver.task_type, resolver.task_id),
+                                              record)
+            self.trace_epoch = record.version
+            self._keys = CollectiveKeys(elastic_group_key(_GROUP_KEY, record.version))
+        self._cross_device = CollectiveAllReduce(devices, num_workers, self._keys, self._hint,
                                                  options.timeout_seconds,
-                                                 options.bytes_per_pack)
+                                                 options.bytes_per_pack,
+                                                 wait_all=record is not None)
         logger.info("MultiWorkerMirroredStrategy: worker %d of %d, devices %s", index,
                     num_workers, devices)
 
@@ -126,6 +163,54 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
     @property
     def is_chief(self) -> bool:
         return self._worker_index == 0
+
+    @property
+    def base_group_key(self) -> int:
+        """The group key an elastic group's key is derived from."""
+        return _GROUP_KEY
+
+    @property
+    def collective_keys(self) -> CollectiveKeys:
+        """The keys of this strategy's (current) group."""
+        return self._keys
+
+    @property
+    def elastic(self) -> ElasticController | None:
+        """The elastic side (an elastic launch), else None."""
+        return self._elastic
+
+    def elastic_step(self, graph: Any) -> Agreement | None:
+        """A traced step's membership agreement (elastic mode), else None:
+        ``dt.function`` calls it once per trace that ran this strategy."""
+        return None if self._elastic is None else self._elastic.agreement(graph)
+
+    def regroup(self, index: int, num_workers: int, version: int) -> None:
+        """Become worker ``index`` of ``num_workers`` of the group formed from
+        membership ``version``: fresh collective keys, a fresh all-reduce, and
+        a new trace epoch (``dt.function`` traces again)."""
+        self._worker_index, self._num_workers = index, num_workers
+        self._keys = CollectiveKeys(elastic_group_key(_GROUP_KEY, version))
+        self._cross_device = CollectiveAllReduce(self._devices, num_workers, self._keys,
+                                                 self._hint, self._options.timeout_seconds,
+                                                 self._options.bytes_per_pack, wait_all=True)
+        self.trace_epoch = version
+        logger.info("MultiWorkerMirroredStrategy: worker %d of %d (membership version %d)",
+                    index, num_workers, version)
+
+    def experimental_distribute_dataset(self, dataset: Any, options: Any = None) -> Any:
+        if self._elastic is None:
+            return super().experimental_distribute_dataset(dataset, options)
+        return ElasticDistributedDataset(self, dataset, self._elastic.use_iterator)
+
+    def distribute_datasets_from_function(self, dataset_fn: Any, options: Any = None) -> Any:
+        if self._elastic is not None:
+            raise UnimplementedError(
+                "distribute_datasets_from_function under an elastic launch: the per-worker "
+                "datasets cannot follow a change of the group; use "
+                "experimental_distribute_dataset with the global batch")
+        return super().distribute_datasets_from_function(dataset_fn, options)
+
+    experimental_distribute_datasets_from_function = distribute_datasets_from_function
 
     def gather_all(self, values: list[Any], axis: int) -> Any:
         graph = get_default_graph()
@@ -159,6 +244,9 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
         if plain:
             await session.run([v.initializer for v in plain])
         if not containers:
+            return
+        if self._elastic is not None:   # the regroup broadcast, as a newcomer meets it
+            await self._elastic.first_use(session, containers)
             return
         if self._num_workers == 1:
             await session.run([c.initializer for c in containers])

@@ -34,49 +34,65 @@ one program (TF's ``coordinator/cluster_coordinator.py``), on the async client.
   worker or ps, are cancelled (their RemoteValues fail with
   ``CancelledError``), and the next ``join``, ``done`` or
   ``schedule`` raises it, once, as TF does.
-* ``create_per_worker_dataset(dataset_fn)``: one dataset per worker, each
-  from its own call of ``dataset_fn`` (given an ``InputContext`` when it
-  takes an argument); ``iter()`` of it gives per-worker iterators, and a
-  closure's ``next(iterator)`` reads the next element of the iterator of the
-  worker that runs it. The elements are read by this program and fed to the
-  step (a deviation from TF, whose datasets run on the workers; see the
-  README's differences).
+* **Elastic** (an elastic launch, ``--workers MIN:MAX``, which sets
+  ``DISTRIB_ELASTIC=1``; the first ps holds the cluster's membership record,
+  ``distrib.runtime.chief.membership``): the coordinator reads that record
+  about every heartbeat (one call, bounded by a timeout; an unanswered read
+  is tried at the next). Without ``DISTRIB_ELASTIC`` it reads nothing. A
+  worker that appears in it joins the pool: the next worker index (indices
+  are never reused), the chief's master told its address (awaited, bounded,
+  before the worker's first closure), its per-worker datasets and values
+  made, and its slots take closures once it answers; all or nothing: an
+  error meanwhile (``dataset_fn``, ``value_fn``, the chief's server) is
+  logged, leaves the pool as it was, and is raised as an error of fn is;
+  a newer record naming the worker tries it again. A worker
+  named in its ``left`` list takes no new closure: the ones it holds finish
+  (or, if it fails, are put back), then its slots end and the coordinator
+  tells its server that it is done with it (``request_stop``: its
+  ``join()`` returns and the task exits, a leave). ``num_workers`` and
+  ``worker_devices`` are the live pool. A worker that died and then left
+  is dropped the same way (its closures were put back when it failed).
+* ``create_per_worker_dataset(dataset_fn)`` and ``create_per_worker_values``:
+  one dataset or value per worker, made again for a worker added later
+  (``distrib.distribute.coordinator_data``).
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
-import inspect
 import logging
 import weakref
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from distrib.client.session import parse_target
-from distrib.distribute.def_function import Function, session_for
-from distrib.distribute.input_lib import InputContext
+from distrib.distribute.coordinator_data import PerWorkerDataset, PerWorkerValues, for_worker
+from distrib.distribute.coordinator_ps import restore_ps
+from distrib.distribute.def_function import Function
 from distrib.errors import (
     AbortedError,
     CancelledError,
+    DeadlineExceededError,
     FailedPreconditionError,
     OpError,
     OutOfRangeError,
     UnavailableError,
 )
-from distrib.framework.graph import GraphKeys, get_default_graph
-from distrib.ops import math_ops as ops
-from distrib.ops.variables import is_variable_initialized
+from distrib.runtime.actors.failure_detector import heartbeat_s
 from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.chief.doors import MembershipDoor
+from distrib.runtime.chief.membership import Membership, membership_source
 from distrib.runtime.step.doors import WorkerDoor
-from distrib.train import checkpoint as ckpt
+from distrib.server.doors import ServerDoor
+from distrib.settings import ELASTIC
 from distrib.train.ps_recovery import recoverable
-from distrib.train.saver import Saver
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ClusterCoordinator", "RemoteValue", "PerWorkerValues"]
 
 _PROBE_S = 1.0
+_ADD_S = 10.0   # how long the chief's server may take to learn a worker that joined
 
 
 class RemoteValue:
@@ -96,17 +112,6 @@ class RemoteValue:
         return await asyncio.shield(self._future)   # (a cancelled fetch leaves the closure be)
 
     get = fetch
-
-
-class PerWorkerValues:
-    """One value per worker (TF's): a closure on worker ``i`` sees ``values[i]``."""
-
-    def __init__(self, values: list[Any]) -> None:
-        self._values = values
-
-    @property
-    def values(self) -> tuple[Any, ...]:
-        return tuple(self._values)
 
 
 class _Closure:
@@ -146,19 +151,27 @@ class ClusterCoordinator:
             raise ValueError("ClusterCoordinator needs a ParameterServerStrategy")
         self.strategy = strategy
         self.checkpoint_dir = checkpoint_dir
+        # the pool: every worker it has had, by index (never reused); _gone: those that left
         self._devices: list[str] = list(strategy.worker_devices)
+        self._gone: set[int] = set()
+        self._addresses: dict[str, str] = {}   # workers that joined later: where they listen
         self._queue: collections.deque[_Closure] = collections.deque()
         self._error: BaseException | None = None
         self._inflight = 0
         self._up = [True] * len(self._devices)
         self._probing: list[asyncio.Lock] = []   # per worker: one slot probes, the other waits
         self._tasks: list[asyncio.Task] = []
+        self._slots: dict[int, list[asyncio.Task]] = {}   # per worker index: its slots' tasks
+        self._watch: asyncio.Task | None = None   # follows the membership (elastic launches)
+        self._version = 0   # the membership version followed
         self._changed: asyncio.Event | None = None   # join's: a closure ended, an error came
         self._idle: collections.deque[asyncio.Future] = collections.deque()   # slots with
         # nothing to do: a closure queued wakes one of them (not every slot)
-        self._datasets: weakref.WeakSet[_PerWorkerDataset] = weakref.WeakSet()   # (rebuilt
-        # when a worker comes back; a dataset nobody holds any more is let go)
+        self._datasets: weakref.WeakSet[PerWorkerDataset] = weakref.WeakSet()   # (rebuilt
+        # when a worker comes back, grown when one joins; one nobody holds is let go)
+        self._values: weakref.WeakSet[PerWorkerValues] = weakref.WeakSet()
         self._system: ActorSystem | None = None
+        self._system_started: asyncio.Future | None = None
         self._ps_lock: asyncio.Lock | None = None
         self._wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._incarnations: dict[str, int] = {}   # a worker's, when it was last taken back
@@ -205,30 +218,36 @@ class ClusterCoordinator:
             return {k: await self.fetch(v) for k, v in val.items()}
         return val
 
-    def create_per_worker_dataset(self, dataset_fn: Any) -> _PerWorkerDataset:
+    def create_per_worker_dataset(self, dataset_fn: Any) -> PerWorkerDataset:
         """One dataset per worker from ``dataset_fn`` (see the module header)."""
-        dataset = _PerWorkerDataset(self, dataset_fn)
+        dataset = PerWorkerDataset(self._devices, dataset_fn)
         self._datasets.add(dataset)
         return dataset
 
     def create_per_worker_values(self, value_fn: Callable[[], Any]) -> PerWorkerValues:
-        return PerWorkerValues([value_fn() for _ in self._devices])
+        """One ``value_fn()`` per worker (called again for a worker that joins later)."""
+        values = PerWorkerValues([value_fn() for _ in self._devices], value_fn)
+        self._values.add(values)
+        return values
 
     @property
     def num_workers(self) -> int:
-        return len(self._devices)
+        """The workers in the pool now."""
+        return len(self._devices) - len(self._gone)
 
     @property
     def worker_devices(self) -> list[str]:
-        """The workers closures run on; a worker's index is its place here."""
-        return list(self._devices)
+        """The workers in the pool now, by index (those that left are not)."""
+        return [d for i, d in enumerate(self._devices) if i not in self._gone]
 
     async def shutdown(self) -> None:
         """Stop the worker loops (closures still queued are cancelled)."""
         tasks, self._tasks = self._tasks, []
-        for t in tasks:
+        watch, self._watch = self._watch, None
+        self._slots = {}
+        for t in [*tasks, *([watch] if watch else [])]:
             t.cancel()
-        for t in tasks:
+        for t in [*tasks, *([watch] if watch else [])]:
             with contextlib.suppress(BaseException):
                 await t
         self._cancel_queued("the coordinator was shut down")
@@ -244,9 +263,18 @@ class ClusterCoordinator:
         self._idle = collections.deque()
         self._ps_lock = asyncio.Lock()
         self._probing = [asyncio.Lock() for _ in self._devices]
-        slots = max(1, int(self.closures_per_worker))
-        self._tasks = [asyncio.ensure_future(self._worker_loop(i))
-                       for _ in range(slots) for i in range(len(self._devices))]
+        self._tasks, self._slots = [], {}
+        for i in range(len(self._devices)):
+            if i not in self._gone:
+                self._start_slots(i)
+        if ELASTIC.get() and (self._watch is None or self._watch.done()):
+            self._watch = asyncio.ensure_future(self._follow_membership())
+
+    def _start_slots(self, index: int) -> None:
+        slots = [asyncio.ensure_future(self._worker_loop(index))
+                 for _ in range(max(1, int(self.closures_per_worker)))]
+        self._slots[index] = slots
+        self._tasks.extend(slots)
 
     def _wake(self) -> None:
         if self._changed is not None:
@@ -277,14 +305,20 @@ class ClusterCoordinator:
             raise
 
     async def _worker_loop(self, index: int) -> None:
-        """One slot of worker ``index``: takes the next closure whenever it is free."""
+        """One slot of worker ``index``: takes the next closure whenever it is free,
+        until the worker leaves the pool."""
         device = self._devices[index]
         async with self._probing[index]:
             if device not in self._incarnations:   # to tell a restart from a passing failure
                 found = await self._ping(device)
                 if found is not None:
                     self._incarnations[device] = found
+                    self._up[index] = True   # (one that joined: up once it answers)
         while True:
+            if index in self._gone:   # it left: what it held ran or was put back
+                if self._queue:
+                    self._wake_slot()   # this slot may have been the one woken for it
+                return
             if not self._up[index]:
                 if self._queue:
                     self._wake_slot()   # a slot of a worker that is up takes the closure
@@ -311,11 +345,10 @@ class ClusterCoordinator:
 
     async def _run(self, index: int, closure: _Closure) -> None:
         device = self._devices[index]
-        args = tuple(_for_worker(a, index) for a in closure.args)
-        kwargs = {k: _for_worker(v, index) for k, v in closure.kwargs.items()}
+        args = tuple(for_worker(a, index) for a in closure.args)
+        kwargs = {k: for_worker(v, index) for k, v in closure.kwargs.items()}
         try:
-            with _worker_index(closure, index):
-                value = await closure.fn.call_on(device, self.strategy, args, kwargs)
+            value = await closure.fn.call_on(device, self.strategy, args, kwargs)
         except (UnavailableError, AbortedError, FailedPreconditionError) as exc:
             if isinstance(exc, FailedPreconditionError) and not recoverable(exc):
                 closure.fail(exc)
@@ -385,14 +418,27 @@ class ClusterCoordinator:
             raise error
 
     # -- failures -------------------------------------------------------------------------
+    async def _client(self) -> ActorSystem:
+        """The coordinator's client actor system (probes, the membership), started
+        once however many slots ask for it at once."""
+        if self._system is None:
+            self._system = ActorSystem(client_name(), listen=False)
+            self._system_started = asyncio.ensure_future(self._system.start())
+        system = self._system
+        await asyncio.shield(self._system_started)
+        return system
+
+    def _address(self, task: str) -> str:
+        if task in self._addresses:
+            return self._addresses[task]
+        job, index = task.split("/")[1][4:], int(task.split(":")[-1])
+        return self.strategy.cluster.task_address(job, index)
+
     async def _ping(self, task: str) -> int | None:
         """The incarnation of ``task`` if it answers now, else None."""
-        if self._system is None:
-            self._system = await ActorSystem(client_name(), listen=False).start()
-        job, index = task.split("/")[1][4:], int(task.split(":")[-1])
-        address = self.strategy.cluster.task_address(job, index)
+        system = await self._client()
         try:
-            status = await WorkerDoor.at(self._system, parse_target(address)).get_status(
+            status = await WorkerDoor.at(system, parse_target(self._address(task))).get_status(
                 timeout=_PROBE_S * 2)
             return int(status["incarnation"])
         except OpError:
@@ -401,13 +447,19 @@ class ClusterCoordinator:
     async def _until_back(self, index: int) -> None:
         device = self._devices[index]
         waited = 0.0
-        while (incarnation := await self._ping(device)) is None:
+        while True:
+            if index in self._gone:
+                return   # it left the cluster while down: its slots end
+            if (incarnation := await self._ping(device)) is not None:
+                break
             await asyncio.sleep(_PROBE_S)
             waited += _PROBE_S
             if waited % 30 < _PROBE_S:   # never silent: say whom the queue waits for
                 logger.warning("worker %s has not answered for %.0fs; %d closure(s) queued "
                                "for the other workers", device, waited, len(self._queue))
-        if incarnation != self._incarnations.get(device):
+        if device not in self._incarnations:
+            logger.info("worker %s joined: it takes closures", device)
+        elif incarnation != self._incarnations[device]:
             # a new process: its datasets start again (TF rebuilds them on the worker)
             logger.info("worker %s answers again (a new process): its datasets are rebuilt",
                         device)
@@ -417,6 +469,114 @@ class ClusterCoordinator:
             logger.info("worker %s answers again: it takes closures again", device)
         self._incarnations[device] = incarnation
         self._up[index] = True
+
+    # -- the membership (an elastic launch) -----------------------------------------------
+    async def _follow_membership(self) -> None:
+        """Read the membership record on its source (the first ps) about every
+        heartbeat and follow each newer version: workers join and leave the pool.
+        No record there, or no answer: asked again later. Any other error (a
+        bug) is logged, reaches ``join`` and stops the watcher; a worker that
+        could not be added does not (``_follow``)."""
+        source = membership_source(self.strategy.cluster)
+        if source is None:
+            return
+        address = parse_target(self.strategy.cluster.task_address(*source))
+        while True:
+            every = heartbeat_s() or 1.0
+            try:
+                door = MembershipDoor.at(await self._client(), address)
+                record = await door.get(timeout=max(1.0, 2 * every))
+                if record is not None:
+                    await self._follow(Membership.from_wire(record))
+            except OpError as exc:   # the source restarting, say: the next read tries again
+                logger.debug("membership not read from %s: %s", address, exc)
+            except Exception as exc:
+                logger.error("the coordinator stops following the membership on %s: %s: %s",
+                             address, type(exc).__name__, exc)
+                self._set_error(exc)
+                return
+            await asyncio.sleep(every)
+
+    async def _follow(self, record: Membership) -> None:
+        """Take membership ``record`` if it is newer than the one followed. A
+        worker that fails to join is logged, its error kept for ``join``, and
+        tried again when a newer record still names it."""
+        if record.version <= self._version:
+            return
+        self._version = record.version
+        for i, device in enumerate(self._devices):
+            if i not in self._gone and record.has_left(device):
+                self._drop(i)
+        cluster = record.cluster
+        for i in cluster.task_indices("worker") if "worker" in cluster.jobs else ():
+            device = f"/job:worker/task:{i}"
+            if device in self._devices or record.has_left(device):
+                continue
+            try:
+                await self._add(device, cluster.task_address("worker", i))
+            except Exception as exc:   # the user's dataset_fn or value_fn, the chief's server
+                logger.error("worker %s could not join the pool (it takes no closure; tried "
+                             "again at the next membership change): %s: %s", device,
+                             type(exc).__name__, exc)
+                self._set_error(exc)
+
+    async def _add(self, device: str, address: str) -> None:
+        """``device`` joins the pool, with the next index; its slots start once it
+        answers. All or nothing: what may fail (the chief's server learning it,
+        the user's functions making its datasets and values) runs before the
+        pool changes, and the change itself cannot be interleaved (no await)."""
+        index = len(self._devices)
+        added = self.strategy.add_worker(device, address)   # the chief's master may place
+        if added is not None:   # steps there: known before its first closure is sent
+            try:
+                async with asyncio.timeout(_ADD_S):
+                    await asyncio.wrap_future(added)
+            except TimeoutError:
+                raise DeadlineExceededError(
+                    f"the chief's server did not learn {device} within {_ADD_S:g}s") from None
+        made = [(d, d.make(index)) for d in list(self._datasets)]
+        made += [(v, v.make(index)) for v in list(self._values)]
+        self._addresses[device] = address
+        self._devices.append(device)
+        self._up.append(False)
+        self._probing.append(asyncio.Lock())
+        for grown, new in made:
+            grown.add_worker(index, new)
+        logger.info("worker %s joins the pool (worker index %d, %d workers)", device, index,
+                    self.num_workers)
+        if self._tasks:
+            self._start_slots(index)
+            if self._queue:
+                self._wake_slot()
+
+    def _drop(self, index: int) -> None:
+        """Worker ``index`` left the cluster: its slots take no new closure and end
+        once the ones they hold ran (or were put back); then its server is told
+        that the coordinator is done with it."""
+        self._gone.add(index)
+        logger.info("worker %s leaves the pool (%d workers): it takes no new closure",
+                    self._devices[index], self.num_workers)
+        while self._idle:   # its idle slots end; the others find nothing new and wait again
+            waiter = self._idle.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+        slots = self._slots.pop(index, [])
+        if slots:
+            self._tasks.append(asyncio.ensure_future(self._release(index, slots)))
+
+    async def _release(self, index: int, slots: list[asyncio.Task]) -> None:
+        """Once worker ``index``'s slots ended: tell its server that training is over
+        for it (a worker that is down is not told; the launcher ends it)."""
+        await asyncio.gather(*slots, return_exceptions=True)
+        device = self._devices[index]
+        if not self._up[index]:
+            return
+        try:
+            door = ServerDoor.at(await self._client(), parse_target(self._address(device)))
+            await door.request_stop(timeout=_PROBE_S * 5)
+            logger.info("worker %s left the pool: its server was told to stop", device)
+        except OpError as exc:
+            logger.info("worker %s left the pool; it did not take the stop: %s", device, exc)
 
     async def _recover_ps(self, task: str) -> None:
         assert self._ps_lock is not None
@@ -432,164 +592,4 @@ class ClusterCoordinator:
                     logger.warning("waiting for %s to come back (%.0fs)", task, waited)
                 await asyncio.sleep(_PROBE_S)
                 waited += _PROBE_S
-            await _restore_ps(self.strategy, task, self.checkpoint_dir)
-
-
-async def _restore_ps(strategy: Any, task: str, checkpoint_dir: str | None) -> None:
-    """Bring back the variables of a restarted ps: the newest good checkpoint,
-    else their initial values. Nothing to do when they are initialized."""
-    graph = get_default_graph()
-    on_task = [v for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES)
-               if task in (v.device or "")]
-    if not on_task:
-        return
-    session = await session_for(graph, strategy.target)
-    with graph.as_default():
-        flags = [is_variable_initialized(v) for v in on_task]
-    if all(bool(f) for f in await session.run(flags)):
-        return
-    if checkpoint_dir:
-        with graph.as_default():
-            saver = Saver(var_list=on_task)
-        for path in ckpt.checkpoint_candidates(checkpoint_dir):
-            try:
-                await saver.restore(session, path, only_task=task)
-                logger.warning("restored %s from %s", task, path)
-                return
-            except OpError as exc:
-                logger.warning("checkpoint %s unusable for %s: %s", path, task, exc)
-    await session.run([v.initializer for v in on_task])
-    logger.warning("no checkpoint for %s: its variables start again from their initial "
-                   "values", task)
-
-
-# -- per-worker datasets ----------------------------------------------------------------------
-class _PerWorkerDataset:
-    """``create_per_worker_dataset``'s result: ``datasets[i]`` is worker i's."""
-
-    def __init__(self, coordinator: ClusterCoordinator, dataset_fn: Any) -> None:
-        self.coordinator = coordinator
-        self._fn = dataset_fn
-        n = coordinator.num_workers
-        self.datasets = [self._make(i) for i in range(n)]
-        self._iterators: weakref.WeakSet[_PerWorkerIterator] = weakref.WeakSet()
-
-    def _make(self, index: int) -> Any:
-        fn = self._fn
-        takes = len(inspect.signature(fn).parameters) if callable(fn) else 0
-        dataset = fn(InputContext(self.coordinator.num_workers, index, 1)) if takes else fn()
-        if isinstance(dataset, _PerWorkerDataset):   # a per-worker dataset given back
-            dataset = dataset.datasets[index]
-        return dataset
-
-    def rebuild(self, index: int) -> None:
-        """Worker ``index``'s dataset made again (a new process of it: its
-        iterators start again from the beginning)."""
-        self.datasets[index] = self._make(index)
-        for it in list(self._iterators):
-            it.restart(index)
-
-    def __iter__(self) -> _PerWorkerIterator:
-        it = _PerWorkerIterator(self)
-        self._iterators.add(it)
-        return it
-
-    def __aiter__(self) -> Any:
-        raise TypeError("iterate a per-worker dataset with iter(); pass the iterator to "
-                        "coordinator.schedule")
-
-
-class _PerWorkerIterator:
-    """A closure argument: the running worker's iterator (see the module header)."""
-
-    def __init__(self, dataset: _PerWorkerDataset) -> None:
-        self._dataset = dataset
-        self._iters: list[Iterator[Any]] = [iter(d) for d in dataset.datasets]
-        self._spec = dataset.datasets[0].element_spec
-        self.worker: int | None = None    # set while a closure's arguments are read
-
-    def restart(self, index: int) -> None:
-        """Read worker ``index``'s (rebuilt) dataset from its beginning."""
-        self._iters[index] = iter(self._dataset.datasets[index])
-
-    def _function_signature(self) -> Any:
-        # by what it yields: a step traced for one iterator serves every iterator of
-        # the same element spec (a second fit), and a freed one's id is never reused
-        return ("per_worker_iterator", repr(self._spec))
-
-    def _function_placeholders(self, out: list[Any]) -> Any:
-        return _TracedIterator(self._spec, out)
-
-    def _function_leaves(self, out: list[Any]) -> None:
-        index = self.worker if self.worker is not None else 0
-        try:
-            element = next(self._iters[index])
-        except StopIteration:
-            device = self._dataset.coordinator.worker_devices[index]
-            raise OutOfRangeError(f"the dataset of {device} is exhausted (End of sequence)"
-                                  ) from None
-        out.extend(_flatten(element))
-
-    def __next__(self) -> Any:
-        raise TypeError("call next() on a per-worker iterator inside the scheduled function")
-
-
-class _TracedIterator:
-    """What a traced function's ``next(iterator)`` returns: placeholders shaped by
-    the dataset's element spec (fed, per run, the running worker's next element)."""
-
-    def __init__(self, spec: Any, out: list[Any]) -> None:
-        self._spec = spec
-        self._out = out
-        self._used = False
-
-    def __iter__(self) -> _TracedIterator:
-        return self
-
-    def __next__(self) -> Any:
-        if self._used:
-            raise ValueError("a scheduled function may read its per-worker iterator once "
-                             "per call")
-        self._used = True
-        return _placeholders_for(self._spec, self._out)
-
-    get_next = __next__
-
-
-def _placeholders_for(spec: Any, out: list[Any]) -> Any:
-    if isinstance(spec, tuple):
-        return tuple(_placeholders_for(s, out) for s in spec)
-    if isinstance(spec, list):
-        return [_placeholders_for(s, out) for s in spec]
-    if isinstance(spec, dict):
-        return {k: _placeholders_for(spec[k], out) for k in sorted(spec)}
-    dims = spec.shape.dims
-    ph = ops.placeholder(spec.dtype, shape=None if dims is None else list(dims), name="next")
-    out.append(ph)
-    return ph
-
-
-def _flatten(element: Any) -> list[Any]:
-    if isinstance(element, (tuple, list)):
-        return [x for e in element for x in _flatten(e)]
-    if isinstance(element, dict):
-        return [x for k in sorted(element) for x in _flatten(element[k])]
-    return [element]
-
-
-def _for_worker(value: Any, index: int) -> Any:
-    return value.values[index] if isinstance(value, PerWorkerValues) else value
-
-
-@contextlib.contextmanager
-def _worker_index(closure: _Closure, index: int) -> Iterator[None]:
-    """Point the closure's per-worker arguments at worker ``index`` while it reads them."""
-    iterators = [a for a in list(closure.args) + list(closure.kwargs.values())
-                 if isinstance(a, _PerWorkerIterator)]
-    for it in iterators:
-        it.worker = index
-    try:
-        yield
-    finally:
-        for it in iterators:
-            it.worker = None
+            await restore_ps(self.strategy, task, self.checkpoint_dir)

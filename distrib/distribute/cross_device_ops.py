@@ -29,7 +29,9 @@ two workers the limit is the one-round size, and a bigger pack would go to
 the ring), then all-reduced as one tensor and cut back. Each pack's all-reduce
 depends on its own gradients only, so the executor starts it as soon as they
 exist, while the rest of the backward pass runs, and the step waits only for
-the last pack; several small gradients cost one collective. The sums are
+the last pack; several small gradients cost one collective (with
+``wait_all``, an elastic strategy's, every result waits for every pack
+instead, so a step that fails in one pack updates nothing). The sums are
 those of the unpacked path bit for bit: each element is summed over the same
 participants in the same order (one-round reduces in rank order; with two
 workers a ring adds the same two values, and addition of two floats
@@ -173,8 +175,12 @@ class CollectiveAllReduce(CrossDeviceOps):
 
     def __init__(self, worker_devices: Sequence[str], num_workers: int,
                  keys: CollectiveKeys | None = None, hint: str = "auto",
-                 timeout: float | None = None, bytes_per_pack: int = 0) -> None:
+                 timeout: float | None = None, bytes_per_pack: int = 0,
+                 wait_all: bool = False) -> None:
         self.worker_devices = list(worker_devices)   # this worker's replica devices
+        # elastic mode: every result of a batch_reduce waits for all its packs, so a
+        # step that fails in one pack updates nothing (it may run again)
+        self.wait_all = wait_all
         self.num_workers = int(num_workers)
         self.keys = keys or CollectiveKeys()
         self.hint = hint
@@ -237,13 +243,16 @@ class CollectiveAllReduce(CrossDeviceOps):
                 values = [ops.convert_to_tensor(v) for v in values]
                 locals_.append(values[0] if len(values) == 1 else ops.add_n(values))
         totals: list[Any] = [None] * len(locals_)
+        collectives: list[Any] = []
         for pack in pack_by_size(locals_, self._pack_limit()):
             if len(pack) == 1:
                 totals[pack[0]] = self.all_reduce_across_workers(locals_[pack[0]])
+                collectives.append(totals[pack[0]])
                 continue
             with graph.device(self.worker_devices[0]):
                 flat = concat([ops.reshape(locals_[k], [-1]) for k in pack], 0)
             summed = self.all_reduce_across_workers(flat)
+            collectives.append(summed)
             with graph.device(self.worker_devices[0]):
                 at = 0
                 for k in pack:
@@ -251,6 +260,9 @@ class CollectiveAllReduce(CrossDeviceOps):
                     size = math.prod(shape)
                     totals[k] = ops.reshape(slice_rows(summed, at, size), shape)
                     at += size
+        if self.wait_all and len(collectives) > 1:
+            with graph.device(self.worker_devices[0]), graph.control_dependencies(collectives):
+                totals = [ops.identity(t) for t in totals]
         return [self._spread(total, reduce_op,
                              num_replicas_in_sync or len(values) * self.num_workers, destinations)
                 for total, values in zip(totals, value_lists)]

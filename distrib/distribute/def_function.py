@@ -54,6 +54,7 @@ from distrib.distribute.distribute_lib import (
 )
 from distrib.distribute.local_target import default_target
 from distrib.distribute.values import DistributedValues, PerReplica
+from distrib.errors import OpError
 from distrib.framework import auto_deps, distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
 from distrib.framework.op_def import op_types
@@ -107,7 +108,35 @@ class Function:
         is being traced, ``f`` is inlined into it (its ops join that graph), as TF's are."""
         if auto_deps.tracing():
             return self._fn(*args, **kwargs)
-        return self._trace_for(args, kwargs).run(args, kwargs)
+        trace = self._trace_for(args, kwargs)
+        if trace.agreement is None:
+            return trace.run(args, kwargs)
+        return self._run_elastic(trace, args, kwargs)
+
+    async def _run_elastic(self, trace: _Trace, args: tuple, kwargs: dict) -> Any:
+        """An elastic strategy's step: a step that failed because a member died
+        runs again, traced for the new group, once the strategy regrouped
+        (``distrib.distribute.elastic``); a step whose first use moved the
+        strategy to a newer group is traced again before it runs. What
+        follows a step that ran (its count, a regroup) is outside the retry:
+        a failed regroup never runs the step again."""
+        while True:
+            try:
+                if trace.agreement is None:
+                    result, agreed = await trace.step(args, kwargs)
+                else:
+                    result, agreed = await trace.agreement.watched(trace.step(args, kwargs))
+                break
+            except _Retrace:
+                pass
+            except OpError as e:
+                if trace.agreement is None or not await trace.agreement.recover(
+                        e, await _session(trace.graph, trace.target())):
+                    raise
+            trace = self._trace_for(args, kwargs)
+        if trace.agreement is not None:
+            await trace.agreement.after_step(await _session(trace.graph, trace.target()), agreed)
+        return result
 
     async def call_on(self, device: str, strategy: Any, args: tuple, kwargs: dict) -> Any:
         """Run on ``device`` (a coordinator's worker): traced once per device, under
@@ -124,10 +153,16 @@ class Function:
         else:
             key = (id(graph), id(strategy), device, _signature((args, kwargs)))
         trace = self._traces.get(key)
+        if trace is not None and trace.epoch != getattr(trace.strategy, "trace_epoch", None):
+            trace = None   # traced under an elastic strategy's old group: trace anew
         if trace is None:
             trace = self._traces[key] = _Trace(self._fn, graph, strategy, args, kwargs,
                                                self._input_signature, device)
         return trace
+
+
+class _Retrace(Exception):
+    """An elastic step whose trace's group is no longer the strategy's."""
 
 
 class _Trace:
@@ -166,6 +201,10 @@ class _Trace:
         if self.strategy is None and used:
             self.strategy = used[0]   # called outside its scope: its strategy.run says where
         self._outputs = outputs
+        # an elastic strategy's group (its epoch) and a step's membership agreement
+        self.epoch = getattr(self.strategy, "trace_epoch", None)
+        agree = getattr(self.strategy, "elastic_step", None) if self.strategy in used else None
+        self.agreement = agree(graph) if agree is not None else None
         # (a variable's initializer runs once, on first use: not in the step)
         inits = {v.initializer for key in (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES)
                  for v in graph.get_collection(key)}
@@ -191,22 +230,40 @@ class _Trace:
         return list(self._effects)
 
     async def run(self, args: tuple, kwargs: dict) -> Any:
+        result, agreed = await self.step(args, kwargs)
+        if self.agreement is not None:
+            await self.agreement.after_step(await _session(self.graph, self.target()), agreed)
+        return result
+
+    async def step(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        """Run once: the result, and the agreed membership version (elastic; else None)."""
+        agreement = self.agreement
         values: list[Any] = []
-        _leaves((tuple(np.asarray(a) for a in args), kwargs) if self._signed else (args, kwargs),
-                values)
-        session = await _session(self.graph, self._target())
+        given = (tuple(np.asarray(a) for a in args), kwargs) if self._signed else (args, kwargs)
+        if agreement is None:
+            _leaves(given, values)
+        session = await _session(self.graph, self.target())
         await _initialize_variables(session, self.graph, self.strategy)
+        if agreement is not None:   # read after first use: a newcomer's input moves to the group's
+            if self.epoch != getattr(self.strategy, "trace_epoch", None):
+                raise _Retrace()   # its first use joined a newer group than this trace's
+            _leaves(given, values)
         call = self._calls.get(session)   # fetches and feed names worked out once a session
         if call is None:
-            call = self._calls[session] = session.make_callable(
-                [self._fetches, self._effects, self._summaries.fetches()], self._placeholders, True)
+            fetches = [self._fetches, self._effects, self._summaries.fetches()]
+            feeds = self._placeholders
+            if agreement is not None:
+                fetches, feeds = [*fetches, agreement.fetch], [*feeds, agreement.feed]
+            call = self._calls[session] = session.make_callable(fetches, feeds, True)
+        if agreement is not None:
+            values.append(await agreement.value())
         tracing = function_tracing()   # dt.summary.trace_on: this call runs traced
         out = await (call(*values) if tracing is None else call(*values, **tracing.run_kwargs()))
         if self._summaries:
             self._summaries.write(out[2])
-        return self._rebuild(out[0])
+        return self._rebuild(out[0]), (out[3] if agreement is not None else None)
 
-    def _target(self) -> str:
+    def target(self) -> str:
         strategy = self.strategy
         if strategy is not None and getattr(strategy, "target", ""):
             return strategy.target

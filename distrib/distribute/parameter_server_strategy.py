@@ -19,6 +19,7 @@ master of every step), and:
 """
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import math
 from typing import Any, Sequence
@@ -239,6 +240,16 @@ class ParameterServerStrategy(Strategy):
     def cluster(self) -> ClusterSpec:
         """The cluster the strategy runs on (its resolver's, read once)."""
         return self._cluster
+
+    def add_worker(self, device: str, address: str) -> concurrent.futures.Future | None:
+        """A worker that joined after the strategy started (an elastic launch;
+        its ``ClusterCoordinator`` calls this): the chief's master may run steps
+        there once the returned future settles (``Server.add_task``; None: no
+        server of its own to tell). ``worker_devices`` stays the workers it
+        started with; the coordinator's are the live pool."""
+        if self._server is None:
+            return None
+        return self._server.add_task(device, address)
 
     def run(self, fn: Any, args: tuple = (), kwargs: dict | None = None, options: Any = None
             ) -> Any:

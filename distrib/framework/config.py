@@ -35,6 +35,7 @@ import threading
 from typing import Any, Sequence
 
 from distrib.errors import AlreadyExistsError, InvalidArgumentError
+from distrib.settings import GPU_MATMUL
 
 __all__ = ["PhysicalDevice", "LogicalDevice", "LogicalDeviceConfiguration",
            "list_physical_devices", "list_logical_devices", "set_logical_device_configuration",
@@ -262,9 +263,12 @@ def task_gpus(visible_device_list: str = "") -> list[dict[str, Any]]:
         return []
     try:
         from kernels import devices as kdev
+        from kernels import gpu_options
     except Exception as e:  # a broken install: a task without GPUs
         logger.info("no GPU devices: %s", e)
         return []
+    # the GPU kernels read no environment: GPU MatMul asks this declaration, at each run
+    gpu_options.set_matmul_choice(GPU_MATMUL.get)
     try:
         return kdev.gpu_devices(ids)
     except kdev.GpuOrderError as e:

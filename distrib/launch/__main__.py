@@ -84,8 +84,11 @@ that fails past its restarts stops the cluster: exit 1.
 Elastic: --workers MIN:MAX (with --ps and --logdir DIR) starts MIN workers;
 `python -m distrib.launch scale --logdir DIR --workers N` grows or shrinks
 the running job to N (exit 0 under way, 1 refused, 3 no launcher there). A
-removed worker stops after its current step and is not restarted;
-DIR/cluster.json is the live cluster (python -m distrib.status --cluster).
+removed worker stops after its current step and is not restarted; a worker
+that dies while more than MIN are live is removed too, not restarted (at
+MIN it is restarted in place, under a new membership version that counts
+it a new generation); DIR/cluster.json is the live cluster
+(python -m distrib.status --cluster).
 
 Every flag has an environment twin DISTRIB_LAUNCH_<FLAG> (e.g.
 DISTRIB_LAUNCH_MAX_RESTARTS=5)."""

@@ -29,17 +29,46 @@ versioned record of the live tasks and of those that left. How a change goes:
   code, is a leave, never a failure, and it is not restarted. One still
   running ``stop_timeout`` seconds after the leave is terminated (SIGTERM,
   then SIGKILL another ``stop_timeout`` later).
+- **A worker that dies** (killed, crashed: any exit but 0, a leave, or the
+  preemption code 42) while more than MIN workers are live is not restarted:
+  it goes into ``left`` at once (:meth:`Elastic.lost`, called by the
+  launcher as soon as it sees the exit, and published as a scale-down is,
+  then pushed to every running task too: survivors waiting on the dead one
+  learn it without waiting for a heartbeat),
+  and the job goes on smaller; a later ``scale`` may grow it again, with a
+  fresh index. The chief-lease holder may go this way too: its lease runs
+  out within three heartbeats and the arbiter (ps 0) grants it to a
+  survivor. At MIN live workers it is restarted in place, as a fixed
+  launch's task is; so is the source of the membership when it is a worker
+  (no ps job, no chief): the record lives there, and a worker that serves it
+  cannot leave. The launcher's line says which happened and why.
+- **A restart in place is a new generation.** Whenever the launcher
+  restarts a worker (or chief) task in place (at MIN, the source, a
+  preemption exit 42), the restarted process is a fresh one with no state
+  under the old name: :meth:`Elastic.restarted` publishes a new version
+  whose ``generations`` count that task one more, before the new process
+  starts, to the source first and at once to every running task (an
+  elastic MultiWorkerMirroredStrategy group takes it for a newcomer, and
+  its survivors' recovery has a newer record to go by). When the restarted
+  task is the source itself, the record reaches its new process by the
+  keeper below, within about half a second of it listening.
 - **A change that fails part way** (cluster.json cannot be written) is
   rolled back: no index of a worker that never started stays in the cluster.
 - **Everyone keeps up.** Every half second the launcher asks the source for
   its version and pushes the record again when the source's is older (the
-  first push, before the source listens; a restarted ps, which lost it).
+  first push, before the source listens; a restarted ps or source worker,
+  which lost it). While the source does not answer it asks again every
+  tenth of a second, each try giving up after a second (a client of its
+  own with that connect deadline, so the transport's backoff between
+  attempts stays short): a restarted source holds the record within about
+  half a second of listening.
 - ``DIR/cluster.json`` is always the live cluster (written anew, atomically,
   on each change): ``python -m distrib.status --cluster DIR/cluster.json``.
 """
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -51,9 +80,9 @@ from distrib.cluster import ClusterSpec, task_string
 from distrib.errors import OpError
 from distrib.launch.tasks import LOOPBACK, free_ports
 from distrib.runtime.actors.failure_detector import heartbeat_s
-from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.actors.system import ActorSystem, client_name, default_transport_config
 from distrib.runtime.chief.doors import MembershipDoor
-from distrib.runtime.chief.membership import Membership, membership_source
+from distrib.runtime.chief.membership import WORKER_JOBS, Membership, membership_source
 from distrib.server.doors import ServerDoor
 
 if TYPE_CHECKING:
@@ -67,7 +96,10 @@ __all__ = ["CONTROL_SOCKET", "CLUSTER_FILE", "Elastic", "ScaleError", "NoLaunche
 CONTROL_SOCKET = "launch.sock"
 CLUSTER_FILE = "cluster.json"
 _KEEP_EVERY_S = 0.5
+_KEEP_RETRY_S = 0.1      # the keeper's pause while the source does not answer
+_KEEP_CONNECT_S = 1.0    # the keeper's connect deadline: attempts stay <= ~0.5 s apart
 _PUSH_TIMEOUT_S = 5.0
+_TELL_WAIT_S = 1.0       # a restart in place waits this long at most for its pushes to everyone
 _MAX_UNIX_PATH = 107   # sun_path holds 108 bytes, the last a NUL
 _MAX_REQUEST = 4096
 
@@ -174,12 +206,16 @@ class Elastic:
         self.path = control_path(logdir)
         self.version = 0
         self.left: list[str] = []
+        self.generations: dict[str, int] = {}   # task -> its restarts in place (absent: 0)
         self.changed_at: float | None = None   # loop time of the last scale request
         self._lock = asyncio.Lock()
         self._server: asyncio.base_events.Server | None = None
         self._system: ActorSystem | None = None
         self._keeper: asyncio.Task | None = None
+        self._keeper_system: ActorSystem | None = None   # the keeper's: a short connect deadline
+        self._telling: set[asyncio.Task] = set()   # a loss's pushes to every task
         source = membership_source(launcher.cluster)
+        self.source_task = source   # (job, index) of the task that serves the record
         self.source = None if source is None else launcher.cluster.task_address(*source)
 
     # -- the record --------------------------------------------------------
@@ -191,21 +227,27 @@ class Elastic:
                             for job in full.jobs})
 
     def record(self) -> Membership:
-        return Membership(self.version, self.live(), tuple(self.left))
+        return Membership(self.version, self.live(), tuple(self.left),
+                          tuple(sorted(self.generations.items())))
 
     def workers(self) -> list[int]:
         """The live worker indices."""
         live = self.live()
         return live.task_indices("worker") if "worker" in live.jobs else []
 
-    async def _publish(self) -> None:
+    async def _publish(self, *, live_changed: bool = True, source_down: bool = False) -> None:
         """A new version: to cluster.json, and to the source now (the keeper
         retries). With heartbeats off (``DISTRIB_HEARTBEAT_S=0``) nothing
         would carry it on: every running task of the launch is given it directly.
-        cluster.json is written first: when that fails, nothing was published."""
-        write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
+        cluster.json is written first: when that fails, nothing was published.
+        ``live_changed=False`` (a restart in place: the live tasks are the
+        same) leaves cluster.json as it is; ``source_down`` (the source is
+        the task being restarted) leaves the source to the keeper."""
+        if live_changed:
+            write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
         self.version += 1
-        await self._push()
+        if not source_down:
+            await self._push()
         if heartbeat_s() == 0 and self._system is not None:
             full = self.launcher.cluster
             others = [full.task_address(t.job, t.index) for t in self.launcher.tasks
@@ -225,17 +267,51 @@ class Elastic:
             logger.debug("membership version %d not pushed to %s: %s", self.version, self.source, e)
             return False
 
+    def _tell_everyone(self) -> list[asyncio.Task]:
+        """The record, pushed now to every running task but the source (which
+        has it), in the background: after a loss the survivors may be waiting
+        on the dead worker (a collective), and need not wait for a heartbeat
+        to carry the new version. A task that does not answer learns it from
+        its heartbeat, as always. The pushes, for a caller that waits on them."""
+        if self._system is None:
+            return []
+        system, record, full = self._system, self.record().to_wire(), self.launcher.cluster
+        others = [full.task_address(t.job, t.index) for t in self.launcher.tasks
+                  if t.running and full.task_address(t.job, t.index) != self.source]
+
+        async def tell(address: str) -> None:
+            try:
+                await MembershipDoor.at(system, address).update(record, timeout=_PUSH_TIMEOUT_S)
+            except OpError as e:
+                logger.debug("membership version %s not pushed to %s: %s",
+                             record["version"], address, e)
+        pushes = []
+        for address in others:
+            task = asyncio.ensure_future(tell(address))
+            self._telling.add(task)
+            task.add_done_callback(self._telling.discard)
+            pushes.append(task)
+        return pushes
+
     async def _keep(self) -> None:
-        door = None if self.source is None or self._system is None else \
-            MembershipDoor.at(self._system, self.source)
+        """Every half second: the source's version, and the record pushed
+        again when it is older. A try that cannot reach the source gives up
+        after a second (the keeper's own client) and the next follows a
+        tenth of a second later: a source that restarts (a ps, or the worker
+        that serves the record) holds the record within about half a second
+        of listening, not after the transport's longer connect backoff."""
+        system = self._keeper_system
+        door = None if self.source is None or system is None else \
+            MembershipDoor.at(system, self.source)
         while door is not None:
+            pause = _KEEP_EVERY_S
             try:
                 held = await door.get(timeout=_PUSH_TIMEOUT_S)
                 if held is None or held.get("version", 0) < self.version:
-                    await self._push()
+                    await door.update(self.record().to_wire(), timeout=_PUSH_TIMEOUT_S)
             except OpError:
-                pass   # not up yet, or restarting: asked again below
-            await asyncio.sleep(_KEEP_EVERY_S)
+                pause = _KEEP_RETRY_S   # not up yet, or restarting: asked again soon
+            await asyncio.sleep(pause)
 
     # -- lifecycle -----------------------------------------------------------
     async def open(self) -> None:
@@ -252,6 +328,11 @@ class Elastic:
                               f"(it answers at {self.path})")
         self._server = await asyncio.start_unix_server(self._serve, sock=self._bind_private())
         self._system = await ActorSystem(client_name(), listen=False).start()
+        if self.source is not None:
+            config = dataclasses.replace(default_transport_config(),
+                                         connect_timeout_s=_KEEP_CONNECT_S)
+            self._keeper_system = await ActorSystem(client_name(), listen=False,
+                                                    config=config).start()
         self.version = 1
         write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
         self._keeper = asyncio.ensure_future(self._keep())
@@ -279,6 +360,10 @@ class Elastic:
         return sock
 
     async def close(self) -> None:
+        telling, self._telling = list(self._telling), set()
+        for task in telling:
+            task.cancel()
+        await asyncio.gather(*telling, return_exceptions=True)
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.cancel()
@@ -290,9 +375,11 @@ class Elastic:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
-        system, self._system = self._system, None
-        if system is not None:
-            await system.shutdown()
+        systems = (self._system, self._keeper_system)
+        self._system = self._keeper_system = None
+        for system in systems:
+            if system is not None:
+                await system.shutdown()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -386,6 +473,74 @@ class Elastic:
         self.launcher.say(f"scale: {names} leaving after the current step (membership "
                           f"version {self.version}, {len(self.workers())} workers)")
         return f"{names} leaving after the current step; membership version {self.version}"
+
+    async def lost(self, job: str, index: int) -> str | None:
+        """Task ``index`` of ``job`` died (not a leave, not a preemption).
+        While more than MIN workers are live it leaves the membership now: a
+        new version with it in ``left``, cluster.json rewritten and the record
+        pushed to the source (as a scale-down is); returns None, and the
+        launcher does not restart it. Otherwise returns why it is to be
+        restarted in place instead (at MIN live workers; the source of the
+        membership; not a worker; the launch stopping; the record not written)."""
+        if job != "worker":
+            return f"a {job} task is not elastic"
+        async with self._lock:
+            if self.launcher.stopping:
+                return "the launcher is stopping"
+            have = self.workers()
+            if index not in have:
+                return None if task_string(job, index) in self.left else \
+                    f"worker:{index} is not in the membership"
+            if self.source_task == (job, index):
+                return ("it serves the cluster's membership (the source, with no ps job): "
+                        "the record would go with it")
+            if len(have) <= self.min:
+                return f"{len(have)} live worker(s), this launch's MIN"
+            before = list(self.left)
+            self.left.append(task_string(job, index))
+            try:
+                await self._publish()
+            except Exception as e:   # noqa: BLE001 - a removal not published: restarted instead
+                self._roll_back(self.launcher.cluster, before)
+                return f"the membership could not be changed ({type(e).__name__}: {e})"
+            if heartbeat_s() != 0:   # (with heartbeats off, _publish told everyone)
+                self._tell_everyone()
+            return None
+
+    async def restarted(self, job: str, index: int) -> int | None:
+        """Task ``index`` of ``job`` is about to be restarted in place (at MIN,
+        the source, a preemption): its new process has no state, so the
+        record counts it a new generation. A new version with the task's
+        generation one more, published before the process starts: to the
+        source first (unless it is the source: the keeper gives it to the
+        new process once it listens), then to every running task, waited on
+        for up to :data:`_TELL_WAIT_S` (a task that listens answers in
+        milliseconds; one still starting is not waited for: its heartbeat
+        brings it the record). The new version; None when nothing was
+        published (not a training task, not in the membership, stopping)."""
+        if job not in WORKER_JOBS:
+            return None
+        task = task_string(job, index)
+        async with self._lock:
+            live = self.live()
+            if self.launcher.stopping or job not in live.jobs \
+                    or index not in live.task_indices(job):
+                return None
+            self.generations[task] = self.generations.get(task, 0) + 1
+            try:
+                await self._publish(live_changed=False, source_down=self.source_task == (job, index))
+            except Exception as e:   # noqa: BLE001 - restarted all the same, under the old count
+                logger.warning("the restart of %s was not published: %s", task, e)
+                count = self.generations.pop(task) - 1
+                if count:
+                    self.generations[task] = count
+                self._roll_back(self.launcher.cluster, list(self.left))
+                return None
+            if heartbeat_s() != 0:   # (with heartbeats off, _publish told everyone)
+                pushes = self._tell_everyone()
+                if pushes:
+                    await asyncio.wait(pushes, timeout=_TELL_WAIT_S)
+            return self.version
 
     def _roll_back(self, cluster: ClusterSpec, left: list[str]) -> None:
         """A change that failed part way: the cluster and the left list as they

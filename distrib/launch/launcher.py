@@ -34,6 +34,16 @@ The rules it keeps, and why:
   wait lets every worker of the save exit before one comes back. Past
   ``MAX_PREEMPTIONS`` such restarts of one task, an exit 42 counts as a
   failure: a task that always exits 42 is crash-looping, not preempted.
+- **An elastic launch shrinks instead.** With ``--workers MIN:MAX``, a
+  worker that dies any other way while more than MIN workers are live is
+  not restarted: ``Elastic.lost`` takes it out of the membership at once
+  (the job goes on smaller) and its state is ``left``. At MIN, a task of
+  another job, or the worker that serves the membership (no ps job), it is
+  restarted in place as above; the launcher's line says which and why.
+  Every restart in place of a chief/worker task there (a preemption's too)
+  first publishes a membership version counting it a new generation
+  (``Elastic.restarted``): a fresh process under an old name. Every task
+  of an elastic launch gets ``DISTRIB_ELASTIC=1``.
 - **Output as it comes.** Every line a task writes (stdout to stdout, stderr
   to stderr) is printed at once, prefixed ``[job:index] ``; children get
   ``PYTHONUNBUFFERED=1`` so a Python task's lines are not held in its buffer.
@@ -58,6 +68,7 @@ from distrib.cluster.exit_codes import RESTART_EXIT_CODE
 from distrib.launch.elastic import Elastic
 from distrib.launch.tasks import TRAINING_JOBS, gpu_slice, tf_config
 from distrib.server import request_stop
+from distrib.settings import ELASTIC
 
 __all__ = ["LaunchConfig", "LaunchResult", "Launcher", "TaskProcess"]
 
@@ -203,6 +214,8 @@ class Launcher:
         self._threads = config.threads_per_task or max(1, (os.cpu_count() or 1) // max(1, len(tasks)))
         for job, i in tasks if config.gpus_per_task else ():   # too few GPUs: refused now
             gpu_slice(cluster, job, i, config.gpus_per_task, self._base_env.get("CUDA_VISIBLE_DEVICES"))
+        if elastic_workers is not None:   # every task knows: a lone worker still campaigns
+            self._base_env[ELASTIC.name] = "1"
         self.tasks = [self._new_task(job, i) for job, i in tasks]
         self._watchers: list[asyncio.Task[None]] = []
         # --workers MIN:MAX: the membership, the control socket, scale (launch/elastic.py)
@@ -385,28 +398,55 @@ class Launcher:
                 t.state = BACKOFF
                 delay = min(self.config.restart_backoff_s, self.config.max_backoff_s)
                 t.tail.append(f"[launch] {t.name} exit code {returncode}: preempted, restarted")
+                generation = await self._new_generation(t)
                 self.say(f"{t.name} exit code {returncode} (preempted, its checkpoint saved); "
                          f"restarting it in {delay:g} s, not counted against --max_restarts "
-                         f"(preemption {t.preemptions})", t)
+                         f"(preemption {t.preemptions}){generation}", t)
                 await self._backoff(delay)
                 continue
+            in_place = ""
+            if self.elastic is not None:   # a lost worker may shrink the job instead
+                why = await self.elastic.lost(t.job, t.index)
+                if why is None:
+                    t.state = LEFT
+                    t.tail.append(f"[launch] {t.name} {describe_exit(returncode)}: removed")
+                    self.say(f"{t.name} {describe_exit(returncode)}; removed from the cluster, "
+                             f"not restarted: more than MIN {self.elastic.min} workers were live "
+                             f"(membership version {self.elastic.version}, "
+                             f"{len(self.elastic.workers())} workers)", t)
+                    break
+                in_place = f" (in place, not removed: {why})"
             if t.restarts >= self.config.max_restarts:
                 t.state = FAILED
                 self.say(f"{t.name} {describe_exit(returncode)}; no restarts left "
-                         f"({self.config.max_restarts} allowed)", t)
+                         f"({self.config.max_restarts} allowed){in_place}", t)
                 break
             delay = min(self.config.restart_backoff_s * 2 ** t.restarts, self.config.max_backoff_s)
             t.restarts += 1
             t.state = BACKOFF
             t.tail.append(f"[launch] {t.name} {describe_exit(returncode)}: restart {t.restarts}")
+            generation = await self._new_generation(t)
             self.say(f"{t.name} {describe_exit(returncode)}; restart {t.restarts} of "
-                     f"{self.config.max_restarts} in {delay:g} s", t)
+                     f"{self.config.max_restarts} in {delay:g} s{in_place}{generation}", t)
             await self._backoff(delay)
         if t.state in (PENDING, BACKOFF):
             t.state = LEFT if t.leaving else STOPPED
         if t.leave_deadline is not None:   # it is gone: nothing left to terminate
             t.leave_deadline.cancel()
         self._wake.set()
+
+    async def _new_generation(self, t: TaskProcess) -> str:
+        """An elastic launch's restart in place of a training task: a new
+        membership version counting ``t`` a new generation, published before
+        its new process starts (``Elastic.restarted``); the words the
+        launcher's line adds ("" when nothing was published, or not elastic)."""
+        if self.elastic is None:
+            return ""
+        version = await self.elastic.restarted(t.job, t.index)
+        if version is None:
+            return ""
+        return (f"; membership version {version}, {t.name} generation "
+                f"{self.elastic.generations.get(t.task, 0)}")
 
     async def _backoff(self, delay: float) -> None:
         """Wait ``delay`` seconds before a restart, or until the stop begins."""

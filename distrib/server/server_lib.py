@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import logging
 import math
@@ -351,6 +352,21 @@ class Server:
         tasks keep the wire."""
         self._core.system.direct_callers = True
 
+    def add_task(self, task: str, address: str) -> concurrent.futures.Future:
+        """``task`` joined the cluster after this server started (an elastic
+        launch; the coordinator tells its strategy's server): this server's
+        master may place steps on it, at ``address``. It does not block: the
+        master learns it on the server's loop, and the returned future settles
+        then (``await asyncio.wrap_future(f)`` on a loop, ``f.result(timeout)``
+        on a thread); a step placed there must wait for it."""
+        if self._loop is None or self._stopped.is_set():
+            raise InvalidArgumentError("this server is not running")
+        master = self._core.master
+
+        async def add() -> None:
+            master.add_task(task, address)
+        return asyncio.run_coroutine_threadsafe(add(), self._loop.loop)
+
     @property
     def server_def(self) -> dict[str, Any]:
         return {"cluster": self._core.cluster.as_dict(), "job_name": self._core.job_name,
@@ -359,6 +375,28 @@ class Server:
     @property
     def cluster(self) -> ClusterSpec:
         return self._core.cluster
+
+    @property
+    def membership(self) -> MembershipService:
+        """The membership record this task holds (``record`` None outside an
+        elastic launch); its fields are read from any thread."""
+        return self._core.membership
+
+    @property
+    def collectives(self) -> CollectiveEngine:
+        """This task's collective engine (its group leader's table of who joined)."""
+        return self._core.worker.collectives
+
+    async def on_loop(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` run on this server's loop thread, awaited from another loop:
+        for reading the state its actors change (the collective leader's table)."""
+        if self._loop is None:
+            raise InvalidArgumentError("this server is not started")
+
+        async def call() -> Any:
+            return fn()
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(call(), self._loop.loop))
 
     @property
     def is_stopped(self) -> bool:

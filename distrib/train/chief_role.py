@@ -4,9 +4,13 @@ In a training cluster with a ps job and two or more workers, the chief is
 elected (``distrib.runtime.chief.election``): the arbiter is the first ps
 task, the preferred chief is the worker whose Supervisor says
 ``is_chief=True``, and the role moves to another live worker when the chief
-dies or stops answering. Anywhere else (one worker, no ps job, an in-process
-server) there is nothing to elect and the role is what the script said, as
-in TensorFlow.
+dies or stops answering. So is it in an elastic launch's cluster with a ps
+job (``DISTRIB_ELASTIC=1``, which the launcher sets), even while it has one
+worker: workers may join later, and the first one must then hold a lease
+that can move, or a worker that joined could never become chief once the
+first one is gone. Anywhere else (one worker of a fixed cluster, no ps
+job, an in-process server) there is nothing to elect and the role is what
+the script said, as in TensorFlow.
 
 ``ChiefRole`` hides the difference from the Supervisor: ``is_chief`` is live
 either way, ``run_options()`` gives the fencing term that a chief-only write
@@ -34,6 +38,7 @@ from distrib.runtime.chief.doors import MembershipDoor
 from distrib.runtime.chief.election import ChiefElection
 from distrib.runtime.chief.lease import lease_seconds
 from distrib.runtime.step.doors import MasterDoor, WorkerDoor
+from distrib.settings import ELASTIC
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +95,7 @@ class ChiefRole:
         self.ps = {f"/job:ps/task:{i}": a for i, a in ps.items()}
         workers = sum(len(cluster.get(j) or {}) for j in WORKER_JOBS)
         job = self.task.split("/")[1].split(":", 1)[1]
-        if not ps or workers < 2 or job not in WORKER_JOBS:
+        if not ps or job not in WORKER_JOBS or (workers < 2 and not ELASTIC.get()):
             return self.is_chief   # nothing to elect: TF's fixed role
         first = min(ps, key=int)
         self.election = ChiefElection(

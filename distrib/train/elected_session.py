@@ -2,7 +2,8 @@
 
 ``MonitoredTrainingSession(is_chief=...)`` names the *preferred* chief, as
 ``Supervisor(is_chief=...)`` does (docs/CONTRACT.md, "Fault tolerance"). In a
-training cluster (a ps job and two or more workers) the role is elected
+training cluster (a ps job and two or more workers, or any number in an
+elastic launch, ``DISTRIB_ELASTIC=1``: a lone worker campaigns) the role is elected
 (:class:`~distrib.train.chief_role.ChiefRole`) and can move during training;
 anywhere else it is fixed, as in TF. Two pieces carry that into the
 monitored session:

@@ -70,9 +70,10 @@ class MembershipDoor(Door):
     __slots__ = ()
     actor = "membership"
 
-    async def get(self, *, timeout: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
-        """The membership record the task holds (None: none yet)."""
-        return await self.ref.call("get", timeout=timeout)
+    async def get(self, version: int | None = None, *,
+                  timeout: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
+        """The newest membership record held (None: none), or exactly ``version``'s if kept."""
+        return await self.ref.call("get", version, timeout=timeout)
 
     async def update(self, record: dict[str, Any], *,
                      timeout: float | None = DEFAULT_TIMEOUT_S) -> int:

@@ -22,8 +22,20 @@ the tasks that left (``left``, task names). Task indices are never reused,
 so a name in ``left`` is final: a worker that finds itself there stops after
 its current step (the Supervisor's ``should_stop``; ``distrib.train.chief_role``
 watches its own server's record), and a task started later, with a fresh
-index, can never be taken for it. A task absent from both lists is one the
-record does not know yet (it joined after), never one that left.
+index, can never be taken for it. A worker that died while more than the
+launch's MIN workers were live is put there too, at once, instead of being
+restarted (``Elastic.lost``): the others see the job shrink by one version.
+A task absent from both lists is one the record does not know yet (it
+joined after), never one that left.
+
+``generations`` counts, per task, the times the launcher restarted it in
+place (absent: 0): a task whose generation changed is a fresh process with
+no state, a newcomer to a group even though its name stayed.
+
+Each service keeps the last :data:`HISTORY` records it held, so a reader
+that agreed on a version (an elastic MultiWorkerMirroredStrategy's group)
+can ask for exactly that one after a newer record arrived
+(``MembershipDoor.get(version=V)``).
 """
 from __future__ import annotations
 
@@ -46,6 +58,8 @@ __all__ = ["Membership", "MembershipService", "MembershipReader", "membership_so
 
 # the jobs whose tasks train (and may join or leave)
 WORKER_JOBS = ("chief", "worker")
+# records a service keeps for readers that ask for one version
+HISTORY = 16
 
 
 def membership_source(cluster: ClusterSpec) -> tuple[str, int] | None:
@@ -64,13 +78,19 @@ class Membership:
     version: int
     cluster: ClusterSpec
     left: tuple[str, ...] = ()
+    generations: tuple[tuple[str, int], ...] = ()   # (task, restarts in place), sorted
 
     def to_wire(self) -> dict[str, Any]:
         return {"version": self.version,
                 "cluster": {job: {str(i): self.cluster.task_address(job, i)
                                   for i in self.cluster.task_indices(job)}
                             for job in self.cluster.jobs},
-                "left": list(self.left)}
+                "left": list(self.left),
+                "generations": dict(self.generations)}
+
+    def generation(self, task: str) -> int:
+        """How many times the launcher restarted ``task`` in place (0: never)."""
+        return dict(self.generations).get(task, 0)
 
     @classmethod
     def from_wire(cls, record: Any) -> Membership:
@@ -82,7 +102,12 @@ class Membership:
             left = record.get("left") or []
             if not isinstance(left, list) or not all(isinstance(t, str) for t in left):
                 raise ValueError("left is not a list of task names")
-            return cls(version, ClusterSpec(record["cluster"]), tuple(left))
+            gens = record.get("generations") or {}
+            if not isinstance(gens, dict) or not all(
+                    isinstance(t, str) and type(g) is int and g >= 0 for t, g in gens.items()):
+                raise ValueError("generations is not a map of task name to a count >= 0")
+            return cls(version, ClusterSpec(record["cluster"]), tuple(left),
+                       tuple(sorted((t, g) for t, g in gens.items() if g)))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise InvalidArgumentError(f"not a membership record: {e}") from None
 
@@ -109,6 +134,7 @@ class MembershipService:
         self._system = system
         self.task = task
         self.record: Membership | None = None
+        self.history: dict[int, Membership] = {}   # version -> record, the last HISTORY
         source = membership_source(cluster)
         self.source = (None if source is None or task_string(*source) == task
                        else cluster.task_address(*source))
@@ -122,13 +148,27 @@ class MembershipService:
         """The version held (0: none yet)."""
         return 0 if self.record is None else self.record.version
 
-    def get(self) -> dict[str, Any] | None:
-        """The record held, as sent on the wire (None: none yet)."""
-        return None if self.record is None else self.record.to_wire()
+    def get(self, version: int | None = None) -> dict[str, Any] | None:
+        """The record held, as sent on the wire (None: none yet); with
+        ``version``, that version's record if this task still keeps it
+        (None: never held, or older than the last :data:`HISTORY`)."""
+        if version is None:
+            return None if self.record is None else self.record.to_wire()
+        record = self.history.get(version) if type(version) is int else None
+        return None if record is None else record.to_wire()
+
+    def at(self, version: int) -> Membership | None:
+        """Version ``version``'s record if this task keeps it (in process)."""
+        return self.history.get(version)
 
     def update(self, record: dict[str, Any]) -> int:
         """Take ``record`` if it is newer than the one held; the version held after."""
         new = Membership.from_wire(record)
+        if new.version not in self.history and new.version >= min(self.history, default=0):
+            # an older one pushed late is kept for readers of that version, not taken
+            self.history[new.version] = new
+            for v in sorted(self.history)[:-HISTORY]:
+                del self.history[v]
         if new.version > self.version:
             old = self.version
             self.record = new

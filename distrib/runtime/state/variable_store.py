@@ -92,12 +92,16 @@ class VariableStore:
         return id(value if base is None else base) in self._owned
 
     def set(self, name: str, value: Any) -> None:
-        self.delete(name)
-        self._values[name] = value
         # views of an arena array point at its buffer's root, not at the array
         ids = (id(value), id(value.base)) if ARENA.lookup(value) is not None else (id(value),)
-        self._ids[name] = ids
+        old = self._ids.get(name)
         self._owned.update(ids)
+        # replaced in one step: a reader on another thread (the loop, while a GPU
+        # update on the kernel pool replaces the array) never finds it missing
+        self._values[name] = value
+        self._ids[name] = ids
+        if old is not None:
+            self._owned.difference_update(set(old) - set(ids))
 
     def delete(self, name: str) -> None:
         if self._values.pop(name, None) is not None:

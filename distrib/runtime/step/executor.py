@@ -27,17 +27,28 @@ partition waits.
 
 Memory and in-place kernels: :mod:`distrib.runtime.core.tensor_values`. Stateful
 ops (variables, updates): :mod:`distrib.runtime.state.stateful`.
+
+GPUs: an op on ``GPU:i`` runs with GPU i current on whichever thread runs it
+(``kernels.devices.use_gpu``, one thread-local check when it already is), so
+its launches, allocations (one pool per device), copies and default stream
+are that GPU's; with several GPUs an input from another GPU is copied device
+to device first. A GPU variable read in place (``PartitionGraph.read_var``)
+is held by its step until the step ends (``_GPU_READS``): an update of that
+variable from another step meanwhile writes into a copy (``_unshare``); the
+update's check and write, and the read's taking of the buffer, are ordered by
+``VariableStore.update_lock`` whenever an update runs off the loop.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+import weakref
 from typing import Any, Awaitable, NoReturn
 
 import kernels
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
-from distrib.framework.op_def import op_types
+from distrib.framework.op_def import op_defs, op_types
 from distrib.runtime.collective.engine import run_collective
 from distrib.runtime.core import kernel_pool
 from distrib.runtime.core.step_waits import Pending, StepChannel, flush_channel
@@ -47,6 +58,7 @@ from distrib.runtime.state.stateful import run_stateful
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.partition_graph import PartitionGraph
 from distrib.runtime.step.step_trace import StepTrace, active_trace
+from kernels import devices
 from kernels.cuda_fusion import fuse_gpu_nodes
 
 logger = logging.getLogger(__name__)
@@ -57,19 +69,104 @@ __all__ = ["CompiledPartition", "RunStats"]
 # and resource store (facts of the op catalogue, derived once: a set test per op)
 _COLLECTIVE_OPS = op_types(lambda d: d.is_collective)
 _RESOURCE_OPS = op_types(lambda d: d.is_resource)
+_UPDATES = op_types(lambda d: d.is_update)
 # updates of a GPU variable that launch a kernel (Assign only copies the value in)
-_GPU_KERNEL_UPDATES = op_types(lambda d: d.is_update) - {"Assign"}
+_GPU_KERNEL_UPDATES = _UPDATES - {"Assign"}
+# the updates that write into a stored array, and the attrs naming what they write
+# (Assign replaces the array instead: a reader keeps the one it has)
+_WRITES = {d.name: ("var", *d.slot_attrs) for d in op_defs() if d.is_update and d.name != "Assign"}
 
 
 def _locked_update(node: Any, args: list[Any], variables: VariableStore, wanted: bool,
-                   dev: tuple[str, int]) -> Any:
-    """A GPU variable update on the pool, one at a time (see VariableStore.update_lock)."""
+                   dev: tuple[str, int], own_reads: dict[str, int]) -> Any:
+    """A GPU variable update on the pool, one at a time (see VariableStore.update_lock),
+    its copy for other steps' reads in place (_unshare) decided and made under the lock."""
     with variables.update_lock:
+        devices.use_gpu(dev[1])   # (the pool's thread: its own current GPU)
+        if node["op"] in _WRITES and _GPU_READS:
+            _unshare(node, variables, own_reads)
         return run_stateful(node, args, variables, wanted, dev)
 
 
-def _update_done(variables: VariableStore) -> None:
+def _locked_read(node: Any, variables: VariableStore) -> list[Any]:
+    """The buffer a step reads in place, taken on the pool under update_lock
+    while an update may be writing it there (see _GPU_READS)."""
+    with variables.update_lock:
+        return [variables.get(node["attrs"].get("var"), node["name"])]
+
+
+def _on_gpu(index: int, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` with GPU ``index`` current on this (a pool's) thread."""
+    devices.use_gpu(index)
+    return fn(*args)
+
+
+# Variables some running step reads in place on a GPU (PartitionGraph.read_var):
+# store -> variable name -> how many running steps hold such a read. Such a
+# step holds its reads from its start to its end; an update of the variable
+# from another step meanwhile first gives the store a copy to write into
+# (_unshare), so the step's reads stay what they were when it read them.
+#
+# One lock, one rule. While an update of a store's GPU variables runs off the
+# loop (``offloop_updates`` > 0), every change of them (updates, Assign
+# included, and their _unshare) and every taking of a buffer that a step reads
+# in place (its VariableV2: ``held_fetch``) goes to the pool and runs under
+# ``update_lock``; while none does, they all run on the loop's thread, which
+# never takes the lock (nothing else changes those variables then: the count
+# drops only once the pool's update has left the lock, see _update_done). So
+# an update's check of the holds, its copy and its write are one step for
+# every reader in place: a read takes the buffer either before it (its hold,
+# counted on the loop at its step's start, before the step takes any buffer,
+# is then seen: the update writes into a copy) or after the write is done.
+# The hold itself needs no lock (one dict entry, changed on the loop only).
+# This is TensorFlow's order for resource variables: ReadVariableOp takes the
+# tensor under the variable's mutex, an update copies it under the same mutex
+# when it is shared. A step that overlaps no off-loop update takes no lock.
+_GPU_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _hold_reads(variables: VariableStore, names: dict[str, int], sign: int) -> None:
+    held = _GPU_READS.get(variables)
+    if held is None:
+        held = _GPU_READS[variables] = {}
+    for name, k in names.items():
+        left = held.get(name, 0) + sign * k
+        if left:
+            held[name] = left
+        else:
+            held.pop(name, None)
+
+
+def _update_done(loop: asyncio.AbstractEventLoop, variables: VariableStore) -> None:
+    """An off-loop update has run (or never will: cancelled before it started),
+    on the pool's thread: counted down on the loop, where it was counted up (not
+    when its step stops waiting for it: a cancelled step's update may still run)."""
+    try:
+        loop.call_soon_threadsafe(_count_down, variables)
+    except RuntimeError:   # the loop has closed: nothing runs on it any more
+        pass
+
+
+def _count_down(variables: VariableStore) -> None:
     variables.offloop_updates -= 1
+
+
+def _unshare(node: Any, variables: VariableStore, own_reads: dict[str, int]) -> None:
+    """Before an update writes into a GPU variable (or its slots) that a step
+    other than its own (``own_reads``: its own reads in place) reads in place,
+    give the store a copy of it to write into: that step's reads keep the
+    version they read (as the store's copy on write does for host arrays).
+    Runs where the update runs: on the loop, or under update_lock (see _GPU_READS)."""
+    held = _GPU_READS.get(variables)
+    if not held:
+        return
+    attrs = node["attrs"]
+    for key in _WRITES[node["op"]]:
+        name = attrs.get(key)
+        if held.get(name, 0) > own_reads.get(name, 0) and name in variables:
+            cur = variables.get(name)
+            if devices.is_device_array(cur):
+                variables.set(name, kernels.get_kernel("Identity", kernels.GPU)([cur], {})[0])
 
 
 def _device_feeds(inputs: list, shape_only: list, devices: list) -> dict[str, tuple[str, int]]:
@@ -96,13 +193,26 @@ class CompiledPartition(PartitionGraph):
         self.gpu_warm: set[tuple] = set()
         # fed tensors whose every consumer runs on one GPU: copied there once a step
         self.device_feeds = _device_feeds(self.inputs, self.shape_only, self.devices)
+        # several GPUs: a device array from another GPU is copied to the op's (device to device)
+        self.multi_gpu = len({d for d in self.devices if d[0] != "CPU"}) > 1
+        # the variables this partition reads in place on a GPU, and how many times
+        self.gpu_reads: dict[str, int] = {}
+        # the VariableV2 nodes whose buffer such a read takes (see _GPU_READS)
+        self.held_fetch = [False] * len(self.nodes)
+        for i, var in enumerate(self.read_var):
+            if var is not None:
+                self.gpu_reads[var] = self.gpu_reads.get(var, 0) + 1
+                self.held_fetch[self.inputs[i][0][0]] = True  # type: ignore[index]
 
     def _on_device(self, i: int, args: list[Any], feeds: dict[str, Any],
                    dev: tuple[str, int]) -> list[Any]:
         """A GPU node's inputs on its device; a fed tensor that only this
         device reads is copied once per step: the copy replaces it in the
         step's own feeds dict for its other consumers."""
-        args = args_to_device(args, dev)
+        if self.multi_gpu:   # (kernels.devices.to_device: host arrays in, other GPUs' across)
+            args = [devices.to_device(a, dev[1]) for a in args]
+        else:
+            args = args_to_device(args, dev)
         if self.device_feeds:
             for k, ref in enumerate(self.inputs[i]):
                 if type(ref) is str and self.device_feeds.get(ref) == dev:
@@ -155,6 +265,8 @@ class CompiledPartition(PartitionGraph):
         on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
         pooled = [0]              # how many went there
         collectives: list[asyncio.Future] = []   # this step's collectives, started
+        if self.gpu_reads:   # held until the step ends (see _GPU_READS)
+            _hold_reads(variables, self.gpu_reads, 1)
         try:
             while done < n:
                 while ready or heavy_ready:
@@ -239,6 +351,8 @@ class CompiledPartition(PartitionGraph):
             if self.heavy != self._priced:   # costs learnt (the first step) or changed
                 self._priorities()
         finally:
+            if self.gpu_reads:
+                _hold_reads(variables, self.gpu_reads, -1)
             for fut in pending.futs:
                 fut.cancel()
             if stats is not None:
@@ -355,12 +469,17 @@ class CompiledPartition(PartitionGraph):
         try:
             args = self._gather(i, values, uses, feeds, shapes)
             fn = self.kernels[i]
+            dev = self.devices[i]
+            if dev[0] != "CPU":
+                # every launch, allocation, copy of this op on its own GPU
+                devices.use_gpu(dev[1])
             if fn is not None:
                 if self.alias[i]:
                     return [args[0]]
-                dev = self.devices[i]
-                args = (self._on_device(i, args, feeds, dev) if dev[0] != "CPU"
-                        else [host_array(a) for a in args])
+                if dev[0] != "CPU":
+                    args = self._on_device(i, args, feeds, dev)
+                else:
+                    args = [host_array(a) for a in args]
                 attrs = self.kernel_attrs[i]
                 weight, cost = kernel_pool.weigh(self.flops_of[i], args, attrs)
                 self.heavy[i] = cost if weight > 0 else 0.0
@@ -368,7 +487,10 @@ class CompiledPartition(PartitionGraph):
                 if cold is not None or weight == 2 or (
                         weight == 1 and on_pool is not None and heavy_ready
                         and kernel_pool.may_offload(on_pool)):
-                    fut = self._to_pool(cold, kernel_pool.timed_kernel, fn, args, attrs, clock)
+                    fut = (self._to_pool(cold, kernel_pool.timed_kernel, fn, args, attrs, clock)
+                           if dev[0] == "CPU" else
+                           self._to_pool(cold, _on_gpu, dev[1], kernel_pool.timed_kernel, fn,
+                                         args, attrs, clock))
                     if on_pool is not None:
                         on_pool.append(fut)
                     return asyncio.wrap_future(fut)
@@ -409,17 +531,23 @@ class CompiledPartition(PartitionGraph):
                 # a waiting one (take, dequeue) returns a future, pending like a receive
                 return run_resource_op(node, [host_array(a) for a in args], variables.resources,
                                        channel, self.task)
-            dev = self.devices[i]
-            if dev[0] != "CPU" and op in _GPU_KERNEL_UPDATES:
-                cold = self._cold_gpu_run(i, args)
+            if dev[0] != "CPU" and op in _UPDATES:
+                cold = self._cold_gpu_run(i, args) if op in _GPU_KERNEL_UPDATES else None
                 if cold is not None or variables.offloop_updates:
                     # its kernel may compile now: off the loop, and every GPU update
-                    # behind it too until it is done (updates never overlap)
-                    variables.offloop_updates += 1   # (both changes on the loop)
-                    fut = asyncio.wrap_future(self._to_pool(
-                        cold, _locked_update, node, args, variables, self.wanted[i], dev))
-                    fut.add_done_callback(lambda _f: _update_done(variables))
-                    return fut
+                    # behind it too until it is done (updates never overlap; and
+                    # see _GPU_READS)
+                    variables.offloop_updates += 1
+                    fut = self._to_pool(cold, _locked_update, node, args, variables,
+                                        self.wanted[i], dev, self.gpu_reads)
+                    loop = asyncio.get_running_loop()
+                    fut.add_done_callback(lambda _f: _update_done(loop, variables))
+                    return asyncio.wrap_future(fut)
+            elif self.held_fetch[i] and variables.offloop_updates:
+                # a buffer this step reads in place, which an update may be writing
+                return asyncio.wrap_future(self._to_pool(None, _locked_read, node, variables))
+            if op in _WRITES and _GPU_READS:   # (on the loop: no update is off it now)
+                _unshare(node, variables, self.gpu_reads)
             t0 = time.perf_counter()
             out = run_stateful(node, args, variables, self.wanted[i], dev)
             t1 = time.perf_counter()

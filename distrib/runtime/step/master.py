@@ -113,6 +113,7 @@ class MasterService:
         self._workers: dict[str, WorkerDoor] = {}   # task -> the door of its worker
         self._plan_ids = itertools.count(1)
         self._valid = {j: list(cluster.task_indices(j)) for j in cluster.jobs}
+        self._joined: dict[str, str] = {}   # task -> address: tasks that joined later (add_task)
         system.on_peer_lost.append(self._peer_lost)
         self.counters = _zero_counters()
 
@@ -132,9 +133,19 @@ class MasterService:
                             for j in self.cluster.jobs}}
 
     # -- addresses -------------------------------------------------------------
+    def add_task(self, task: str, address: str) -> None:
+        """``task`` joined after this master started (an elastic launch): steps
+        may be placed on it, at ``address`` (a task known already keeps its own)."""
+        job, idx = _split_task(task)
+        if idx not in self._valid.setdefault(job, []):
+            self._valid[job].append(idx)
+            self._joined[task] = address
+
     def address_of(self, task: str) -> str:
         if task == self.task:
             return self.system.address
+        if task in self._joined:
+            return self._joined[task]
         job, idx = _split_task(task)
         return self.cluster.task_address(job, idx)
 

@@ -2,7 +2,8 @@
 see ``distrib.runtime.step.plan``) turned once into flat index arrays, with what
 every step reuses decided here: each node's device and kernel, its
 consumers and uses (so a value is dropped after its last reader), inputs
-read only for their shape, variable reads that alias the stored array,
+read only for their shape, variable reads that alias the stored array (a
+GPU variable's where no update of the partition can race its buffer's readers),
 matmuls that write straight into shared memory, updates ordered after this
 step's reads of the same variable, and constants folded.
 
@@ -40,6 +41,12 @@ _UPDATE_OPS = op_types(lambda d: d.is_update)
 _ARENA_OUT_OPS = op_types(lambda d: d.arena_out)
 _SHAPE_ONLY = frozenset((d.name, k) for d in op_defs() for k in d.shape_only_inputs)
 _FLOPS = {d.name: d.heavy for d in op_defs() if d.heavy is not None}
+# what each update writes into in place (Assign replaces the stored array instead)
+_WRITES = {d.name: ("var", *d.slot_attrs) for d in op_defs() if d.is_update and d.name != "Assign"}
+# GPU kernels whose output may be (a view of) their input 0: a variable's buffer
+# read in place flows on through them (and through an Assign, which outputs its
+# input) to their own readers
+_GPU_VIEW_OPS = frozenset({"Reshape", "ExpandDims", "Squeeze", "SumToShapeOf"})
 
 
 def _device_of(node: Node) -> tuple[str, int]:
@@ -121,10 +128,14 @@ class PartitionGraph:
                           for i, refs in enumerate(self.inputs)]
         # a variable's read (the Identity that Variable() puts after it) forwards
         # the stored array: the store copies on write, so no copy is needed here
-        self.alias = [node["op"] == "Identity" and self.devices[i][0] == "CPU"
-                      and len(self.inputs[i]) == 1 and type(self.inputs[i][0]) is not str
-                      and nodes[self.inputs[i][0][0]]["op"] == "VariableV2"
-                      for i, node in enumerate(nodes)]
+        reads = [node["op"] == "Identity" and len(self.inputs[i]) == 1
+                 and type(self.inputs[i][0]) is not str
+                 and nodes[self.inputs[i][0][0]]["op"] == "VariableV2"
+                 for i, node in enumerate(nodes)]
+        self.alias = [r and self.devices[i][0] == "CPU" for i, r in enumerate(reads)]
+        # a GPU read that uses the variable's device buffer in place (no
+        # snapshot copy): the variable's name, where _gpu_reads_in_place allows it
+        self.read_var: list[str | None] = [None] * n
         # a CPU MatMul whose result goes only to other tasks (a weight's
         # gradient on its way to a ps) writes it straight into the shared-memory
         # arena: a co-located receiver then reads it where it is, and the send
@@ -138,7 +149,9 @@ class PartitionGraph:
                             and self.nodes[c]["attrs"].get("dst_task") != task
                             for c in self.consumers[i]):
                 self.kernel_attrs[i] = {**node["attrs"], "_alloc": shared_empty}
+        gpu_reads = self._gpu_read_candidates(reads, fetched)
         self._order_updates_after_reads()
+        self._gpu_reads_in_place(gpu_reads)
         self._fold_constants()
         self.sources = [i for i in range(n) if self.indegree[i] == 0 and not self.is_recv[i]
                         and not self.folded[i]]
@@ -170,7 +183,9 @@ class PartitionGraph:
             if node["op"] == "VariableV2":
                 found = readers.setdefault(node["attrs"].get("var"), [])
                 for c in self.consumers[i]:
-                    if self.alias[c]:
+                    if c in self._gpu_readers:   # a GPU read in place: all that read its buffer
+                        found.extend(self._gpu_readers[c])
+                    elif self.alias[c]:
                         found.extend(c2 for c2 in self.consumers[c] if self._reads(c2, c))
                     elif self._reads(c, i):
                         found.append(c)
@@ -181,6 +196,71 @@ class PartitionGraph:
             for r in set(readers[node["attrs"]["var"]]):
                 if r != i and r not in after and not self._waits_for_recv(r):
                     self._edge(r, i)
+
+    def _gpu_read_candidates(self, reads: list[bool], fetched: set[int]) -> dict[int, str]:
+        """The GPU reads of a variable (its ``Identity``) that may use its
+        device buffer in place, so far as their readers go: on the variable's
+        GPU, not fetched, and every op that reads the buffer (through views:
+        ``_GPU_VIEW_OPS``) a GPU op of that same device (one stream: ordered
+        with the variable's updates) or a host op (it copies the value out when
+        it runs). Those readers stand for the read in
+        ``_order_updates_after_reads`` (ordered before the updates where the
+        graph allows); ``_gpu_reads_in_place`` then decides. Returns read
+        node -> variable name."""
+        self._gpu_readers: dict[int, list[int]] = {}
+        found: dict[int, str] = {}
+        for i, is_read in enumerate(reads):
+            dev = self.devices[i]
+            if not is_read or dev[0] == "CPU" or i in fetched \
+                    or self.devices[self.inputs[i][0][0]] != dev:  # type: ignore[index]
+                continue
+            readers, stack, ok = [], [i], True
+            while stack and ok:
+                j = stack.pop()
+                for c in self.consumers[j]:
+                    if not self._reads(c, j) or c in readers:
+                        continue
+                    readers.append(c)
+                    on, op = self.devices[c], self.nodes[c]["op"]
+                    if on[0] != "CPU" and on != dev:
+                        ok = False   # another GPU's stream: not ordered with the updates
+                    elif (op == "Assign" or (on == dev and op in _GPU_VIEW_OPS)) \
+                            and self.inputs[c][0] == (j, 0):   # (the others: shapes)
+                        ok = c not in fetched   # its output may be the buffer itself
+                        stack.append(c)
+            if ok:
+                found[i] = self.nodes[self.inputs[i][0][0]]["attrs"].get("var")  # type: ignore[index]
+                self._gpu_readers[i] = readers
+        return found
+
+    def _gpu_reads_in_place(self, candidates: dict[int, str]) -> None:
+        """Keep a candidate GPU read in place where every op reading its buffer
+        runs before every update of this partition that writes into the
+        variable (by the graph's edges, the read-before-update ones included);
+        else it copies, as ``Identity`` does, ordered before those updates.
+        (Another step's update meanwhile: the executor's ``_unshare``.)"""
+        if not candidates:
+            return
+        writers: dict[str, list[int]] = {}
+        for u, node in enumerate(self.nodes):
+            for key in _WRITES.get(node["op"], ()):
+                writers.setdefault(node["attrs"].get(key), []).append(u)
+        after: dict[int, set[int]] = {}
+        for i, var in candidates.items():
+            ws = writers.get(var, [])
+            safe = True
+            for r in self._gpu_readers[i] if ws else ():
+                if r not in after:
+                    after[r] = self._descendants(r)
+                safe = safe and all(u in after[r] for u in ws)
+            if safe:
+                self.alias[i] = True
+                self.read_var[i] = var
+                continue
+            self.alias[i] = False   # a snapshot copy, read before the updates
+            for u in ws:
+                if i not in self._descendants(u) and not self._waits_for_recv(i):
+                    self._edge(i, u)
 
     def _topological(self) -> list[int]:
         """The nodes in an order where each comes after its inputs (the
