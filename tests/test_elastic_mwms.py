@@ -7,7 +7,11 @@ group changes at a step boundary while a custom loop trains.
   the test pushes to its server as a launcher would: a newer version
   regroups after the step (a new trace epoch: the step is traced again),
   a version that lists it in ``left`` makes the step call exit 0 after the
-  step; ``distribute_datasets_from_function`` is refused.
+  step.
+- ``distribute_datasets_from_function`` (the per-worker batch kept): the
+  pipeline is made for (n, i), made again for a new group's (n, i) and
+  skipped to the group's position; a step runs on its elements and a
+  regroup that keeps (n, i) keeps the pipeline.
 - The exact agreed version (two records during one step: the group takes
   v2 from the history, not "only v3 is to be had", and waits for v3's
   newcomer); a regroup that fails regroups again to the newest record and
@@ -46,9 +50,9 @@ import distrib as dt
 from distrib.cluster import ClusterSpec
 from distrib.distribute import elastic
 from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveKeys, ReduceOp
-from distrib.distribute.elastic_input import ElasticIterator, worker_rows
+from distrib.distribute.elastic_input import ElasticIterator, PerWorkerIterator, worker_rows
 from distrib.distribute.local_target import set_default_target
-from distrib.errors import OpError, UnimplementedError
+from distrib.errors import OpError
 from distrib.launch.__main__ import main as launch_main
 from distrib.launch.tasks import free_ports
 from distrib.runtime.actors.system import ActorSystem, client_name
@@ -106,6 +110,77 @@ def test_the_elastic_iterator_cuts_for_the_group_of_the_moment():
         it.seek(1)
 
 
+def _sharded_range(made: list) -> object:
+    """A dataset_fn over range(80), sharded by input pipeline, batched by 2;
+    it records each InputContext it is called with."""
+    def dataset_fn(ctx):
+        made.append((ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync))
+        return dt.data.Dataset.range(80).shard(ctx.num_input_pipelines,
+                                               ctx.input_pipeline_id).batch(2)
+    return dataset_fn
+
+
+def test_the_per_worker_iterator_makes_the_pipeline_again_for_a_new_group():
+    strategy = dt.distribute.MultiWorkerMirroredStrategy()   # no cluster: one local worker
+    made: list = []
+    it = PerWorkerIterator(strategy, _sharded_range(made))
+    assert made == [(1, 0, 1)]
+    assert next(it).values[0].tolist() == [0, 1]
+    it.step_done()
+    x = next(it)
+    assert x.values[0].tolist() == [2, 3] and it.position == 1
+
+    strategy.regroup(1, 2, 5)          # worker 1 of 2: pipeline 1 of 2, skipped to step 1
+    it.reslice()                       # the pending element, read again in place
+    assert made[-1] == (2, 1, 2)
+    assert x.values[0].tolist() == [5, 7]          # shard 1: [1, 3], [5, 7], ...
+    it.step_done()
+    assert next(it).values[0].tolist() == [9, 11] and len(made) == 2
+    it.step_done()
+
+    strategy.regroup(0, 4, 6)          # after the step: made again at the next element
+    x = next(it)
+    assert made[-1] == (4, 0, 4) and it.position == 3
+    assert x.values[0].tolist() == [24, 28]         # shard 0 of 4: 0, 4, 8, ...; step 3
+    it.seek(5)                         # a newcomer skipping to the group's position
+    assert it.global_index == 5 and x.values[0].tolist() == [40, 44] and len(made) == 3
+    with pytest.raises(ValueError, match="only moves forward"):
+        it.seek(1)
+
+
+def test_per_worker_datasets_run_steps_and_keep_their_position_over_a_regroup(monkeypatch):
+    strategy, pusher, address = _one_worker_strategy(monkeypatch)
+    try:
+        made: list = []
+        with strategy.scope():
+            agg = dt.VariableAggregation.ONLY_FIRST_REPLICA
+            total = dt.Variable(np.int64(0), name="total", trainable=False, aggregation=agg)
+
+        @dt.function
+        def train(batch):
+            def replica(x):
+                total.assign_add(dt.reduce_sum(x))
+            strategy.run(replica, args=(batch,))
+            return total.read_value()
+
+        it = iter(strategy.distribute_datasets_from_function(_sharded_range(made)))
+        assert strategy.elastic.iterator is it and made == [(1, 0, 1)]
+
+        async def run() -> list[int]:
+            out = [int(await train(next(it)))]              # 0 + 1
+            await pusher.apush(Membership(2, ClusterSpec({"worker": [address]})))
+            out.append(int(await train(next(it))))          # 2 + 3, regroups after it
+            assert strategy.elastic.version == 2
+            out.append(int(await train(next(it))))          # 4 + 5: the same pipeline
+            return out
+
+        assert asyncio.run(run()) == [1, 6, 15]
+        assert made == [(1, 0, 1)] and it.position == 3   # (n, i) kept: not made again
+    finally:
+        set_default_target(None)
+        strategy.elastic.server.stop()
+
+
 # -- the agreement, in one process ---------------------------------------------------------
 
 
@@ -150,8 +225,6 @@ def test_a_newer_version_regroups_after_the_step_and_a_leave_exits_0(monkeypatch
         first.join(30)
     try:
         assert strategy.elastic is not None and strategy.trace_epoch == 1
-        with pytest.raises(UnimplementedError, match="elastic launch"):
-            strategy.distribute_datasets_from_function(lambda ctx: None)
         with strategy.scope():
             agg = dt.VariableAggregation.ONLY_FIRST_REPLICA
             w = dt.Variable(np.float32(1.0), name="w", aggregation=agg)

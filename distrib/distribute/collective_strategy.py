@@ -27,7 +27,9 @@ Under an elastic launch (``--workers MIN:MAX``: ``DISTRIB_ELASTIC=1``) the
 group follows the launch's membership record and changes at a step
 boundary: see ``distrib.distribute.elastic`` (agreement, regroup, leaving, a
 lost member) and ``elastic_input`` (the global batch, cut for the group of
-the moment). ``distribute_datasets_from_function`` is refused there.
+the moment: ``experimental_distribute_dataset`` keeps the global batch;
+``distribute_datasets_from_function`` keeps the per-worker batch, calling
+``dataset_fn`` again for the new group's (n, i) at a regroup).
 """
 from __future__ import annotations
 
@@ -45,11 +47,10 @@ from distrib.distribute.elastic import (
     group_tasks,
     wait_for_record,
 )
-from distrib.distribute.elastic_input import ElasticDistributedDataset
+from distrib.distribute.elastic_input import ElasticDatasetsFromFunction, ElasticDistributedDataset
 from distrib.distribute.local_target import local_server, set_default_target
 from distrib.distribute.mirrored_strategy import MirroringStrategy, local_devices
 from distrib.distribute.values import MirroredVariable
-from distrib.errors import UnimplementedError
 from distrib.framework.graph import get_default_graph
 from distrib.ops import collective_ops
 from distrib.ops import math_ops as ops
@@ -203,11 +204,8 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
         return ElasticDistributedDataset(self, dataset, self._elastic.use_iterator)
 
     def distribute_datasets_from_function(self, dataset_fn: Any, options: Any = None) -> Any:
-        if self._elastic is not None:
-            raise UnimplementedError(
-                "distribute_datasets_from_function under an elastic launch: the per-worker "
-                "datasets cannot follow a change of the group; use "
-                "experimental_distribute_dataset with the global batch")
+        if self._elastic is not None:   # the per-worker batch kept: dataset_fn per group
+            return ElasticDatasetsFromFunction(self, dataset_fn, self._elastic.use_iterator)
         return super().distribute_datasets_from_function(dataset_fn, options)
 
     experimental_distribute_datasets_from_function = distribute_datasets_from_function

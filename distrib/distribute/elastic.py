@@ -38,8 +38,10 @@ else the strategy is exactly as before: no extra op, no extra collective.
   broadcasts every mirrored variable of the strategy (model, optimizer
   slots, global step), in variable-name order so a fresh newcomer's build
   order cannot mismatch the keys, and the input position
-  (``elastic_input``). **Every mirrored variable must exist before the first
-  step**: one made later is in no regroup's broadcast. The broadcasts take
+  (``elastic_input``: the global batch, or the step of the per-worker
+  pipelines, made again for a new (n, i)). **Every mirrored variable must
+  exist before the first step**: one made later is in no regroup's
+  broadcast. The broadcasts take
   instance keys from ``1 << 24`` up, apart from the steps' keys, each
   bounded by :data:`REGROUP_TIMEOUT_S`. A regroup that fails (a newcomer
   gone or moved on) regroups again to the newest record, within

@@ -21,6 +21,20 @@ batch when a job's size is fixed:
 - The iterator's *position* (global batches the group consumed) is what a
   regroup's broadcast carries: a newcomer skips to it, so no batch is used
   twice or skipped. One elastic iterator is in use at a time (the newest).
+
+``distribute_datasets_from_function`` keeps the PER-WORKER batch instead (the
+user's choice, as TF's): :class:`PerWorkerIterator` calls ``dataset_fn`` with
+an ``InputContext`` for the group of the moment (``num_input_pipelines`` n,
+``input_pipeline_id`` i, every replica in sync) and hands this worker's
+replicas its elements in turn, as the non-elastic form does. Its position
+is the steps the group ran (the same counter, broadcast the same way). When
+the group's (n, i) or the local replica count changed at a regroup (found
+when the pending element is cut again, at a newcomer's seek, or at the next
+element), ``dataset_fn`` is called again for the new (n, i) and the new
+pipeline is read from its start and skipped to the group's position, as TF
+rebuilds input pipelines from their start after a restart (no checkpointed
+iterator state): skipping costs reading that many of its batches. The
+global batch becomes the per-worker batch times the new n.
 """
 from __future__ import annotations
 
@@ -29,9 +43,12 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from distrib.data import Dataset
+from distrib.data.distribute_input import replica_steps
+from distrib.distribute.input_lib import InputContext, regroup_replicas
 from distrib.distribute.values import PerReplica
 
-__all__ = ["ElasticDistributedDataset", "ElasticIterator", "ElasticPerReplica", "worker_rows"]
+__all__ = ["ElasticDatasetsFromFunction", "ElasticDistributedDataset", "ElasticIterator",
+           "ElasticPerReplica", "PerWorkerIterator", "worker_rows"]
 
 
 def worker_rows(batch: int, num_workers: int, index: int) -> tuple[int, int]:
@@ -157,3 +174,118 @@ class ElasticDistributedDataset:
     @property
     def element_spec(self) -> Any:
         return self._dataset.element_spec
+
+
+def _as_elastic(value: Any) -> Any:
+    """``regroup_replicas``' element with :class:`ElasticPerReplica` leaves."""
+    if isinstance(value, PerReplica):
+        return ElasticPerReplica(list(value.values))
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_as_elastic(v) for v in value)
+    if isinstance(value, list):
+        return [_as_elastic(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_elastic(v) for k, v in value.items()}
+    return value
+
+
+def _worker_dataset(strategy: Any, dataset_fn: Callable[[InputContext], Any]) -> Dataset:
+    context = InputContext(strategy.num_workers, strategy.worker_index,
+                           strategy.num_replicas_in_sync)
+    dataset = dataset_fn(context)
+    if not isinstance(dataset, Dataset):
+        raise ValueError("dataset_fn must return a dt.data.Dataset, got "
+                         f"{type(dataset).__name__}")
+    return replica_steps(dataset, len(strategy.replica_devices))
+
+
+class PerWorkerIterator(ElasticIterator):
+    """The elements of this worker's own pipeline for the group of the moment
+    (``distribute_datasets_from_function``: see the module header). ``pulled``
+    counts the group's steps; the pipeline is made again for a new (n, i)."""
+
+    def __init__(self, strategy: Any, dataset_fn: Callable[[InputContext], Any]) -> None:
+        self._strategy = strategy
+        self._dataset_fn = dataset_fn
+        self.pulled = 0
+        self.pending = False
+        self._batch = None
+        self._element = None
+        self._built: tuple[int, int, int] | None = None
+        self._read = 0   # steps read from the current pipeline
+        self._open()
+
+    def _group(self) -> tuple[int, int, int]:
+        s = self._strategy
+        return s.num_workers, s.worker_index, len(s.replica_devices)
+
+    def _open(self) -> None:
+        self._it = iter(_worker_dataset(self._strategy, self._dataset_fn))
+        self._built = self._group()
+        self._read = 0
+
+    def _step(self, k: int) -> Any:
+        """The current group's pipeline's step ``k`` (made again for a new
+        group, read from its start and skipped to ``k``)."""
+        if self._built != self._group() or self._read > k:
+            self._open()
+        while self._read < k:
+            next(self._it)
+            self._read += 1
+        step = next(self._it)
+        self._read += 1
+        return step
+
+    def __next__(self) -> Any:
+        self._batch = self._step(self.pulled)
+        self.pulled += 1
+        self._element = _as_elastic(regroup_replicas(tuple(self._batch)))
+        self.pending = True
+        return self._element
+
+    def _refill(self) -> None:
+        """The pending element becomes step ``pulled - 1`` of the current pipeline."""
+        self._batch = self._step(self.pulled - 1)
+        fresh = _leaves(_as_elastic(regroup_replicas(tuple(self._batch))), [])
+        for old, new in zip(_leaves(self._element, []), fresh):
+            old.refill(list(new.values))
+
+    def reslice(self) -> None:
+        """The pending element again, from the pipeline of the group the
+        strategy is in now (unchanged when its (n, i) is)."""
+        if self._element is None or not self.pending or self._built == self._group():
+            return
+        self._refill()
+
+    def seek(self, position: int) -> None:
+        """Move to the group's ``position`` (forward only): the pending
+        element becomes that step of the current group's pipeline."""
+        target = position + 1 if self.pending else position
+        if target < self.pulled:
+            raise ValueError(f"the group is at step {position}, before this iterator's "
+                             f"{self.pulled - 1}: an iterator only moves forward")
+        moved, self.pulled = target != self.pulled, target
+        if self.pending and (moved or self._built != self._group()):
+            self._refill()
+
+
+class ElasticDatasetsFromFunction:
+    """``distribute_datasets_from_function`` under an elastic launch: each
+    iterator calls ``dataset_fn`` for the group of the moment."""
+
+    def __init__(self, strategy: Any, dataset_fn: Callable[[InputContext], Any],
+                 on_iter: Callable[[ElasticIterator], None]) -> None:
+        if not callable(dataset_fn):
+            raise ValueError(f"dataset_fn must be callable, got {type(dataset_fn).__name__}")
+        self._strategy = strategy
+        self._dataset_fn = dataset_fn
+        self._on_iter = on_iter
+
+    def __iter__(self) -> Iterator[Any]:
+        it = PerWorkerIterator(self._strategy, self._dataset_fn)
+        self._on_iter(it)
+        return it
+
+    @property
+    def element_spec(self) -> Any:
+        return _worker_dataset(self._strategy, self._dataset_fn).element_spec
