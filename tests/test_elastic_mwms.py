@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -50,9 +51,14 @@ import distrib as dt
 from distrib.cluster import ClusterSpec
 from distrib.distribute import elastic
 from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveKeys, ReduceOp
-from distrib.distribute.elastic_input import ElasticIterator, PerWorkerIterator, worker_rows
+from distrib.distribute.elastic_input import (
+    ElasticDatasetsFromFunction,
+    ElasticIterator,
+    PerWorkerIterator,
+    worker_rows,
+)
 from distrib.distribute.local_target import set_default_target
-from distrib.errors import OpError
+from distrib.errors import OpError, UnavailableError
 from distrib.launch.__main__ import main as launch_main
 from distrib.launch.tasks import free_ports
 from distrib.runtime.actors.system import ActorSystem, client_name
@@ -146,6 +152,94 @@ def test_the_per_worker_iterator_makes_the_pipeline_again_for_a_new_group():
     assert it.global_index == 5 and x.values[0].tolist() == [40, 44] and len(made) == 3
     with pytest.raises(ValueError, match="only moves forward"):
         it.seek(1)
+
+
+def test_the_regroup_sender_is_the_member_furthest_ahead():
+    """The all-reduce MAX of ``sender_code`` names the member with state
+    furthest ahead (ties: the lowest rank): a survivor that finished the step
+    another one failed sends, and the others only ever seek forward."""
+    def sender(members: list[tuple[bool, int]]) -> int:   # (has state, position) by rank
+        n = len(members)
+        return elastic.sender_rank(max(elastic.sender_code(h, p, r, n)
+                                       for r, (h, p) in enumerate(members)), n)
+
+    assert sender([(True, 8), (True, 9)]) == 1         # rank 0 failed step 8, rank 1 ran it
+    assert sender([(True, 9), (True, 8), (True, 9)]) == 0
+    assert sender([(True, 4), (True, 4), (True, 4)]) == 0        # ties: the lowest rank
+    assert sender([(False, 50), (True, 3), (True, 3)]) == 1      # no state: never sends
+    assert sender([(False, 0), (False, 0), (False, 0)]) == 0     # none: rank 0 initializes
+    assert sender([(True, -1), (True, -1)]) == 0                 # no iterator
+    assert sender([(True, 1000), (True, 999), (True, 1000), (False, 0)]) == 0
+
+    # the member one behind (its step 8 pending) skips forward to the sender's 9
+    strategy = dt.distribute.MultiWorkerMirroredStrategy()   # no cluster: one local worker
+    made: list = []
+    for it in (ElasticIterator(strategy, dt.data.Dataset.range(80).batch(2)),
+               PerWorkerIterator(strategy, _sharded_range(made))):
+        for _ in range(8):
+            next(it)
+            it.step_done()
+        x = next(it)
+        assert it.position == 8 and x.values[0].tolist() == [16, 17]
+        it.seek(8)                                     # an equal position: unchanged
+        assert it.position == 8 and x.values[0].tolist() == [16, 17]
+        it.seek(9)
+        assert it.position == 9 and x.values[0].tolist() == [18, 19]
+        it.step_done()
+        assert next(it).values[0].tolist() == [20, 21]
+
+
+def test_a_per_worker_pipeline_that_ends_during_a_skip_ends_the_iterator():
+    """40 elements, per-worker batch 2: a group of 2 has 10 steps per worker;
+    grown to 4 at step 8, the new pipeline (5 steps) ends during the skip.
+    The regroup (a coroutine) goes on; the next ``next`` stops the loop."""
+    made: list = []
+
+    def dataset_fn(ctx):
+        made.append(ctx.num_input_pipelines)
+        return dt.data.Dataset.range(40).shard(ctx.num_input_pipelines,
+                                               ctx.input_pipeline_id).batch(2)
+
+    async def regroup(it: PerWorkerIterator, to: int) -> None:   # as recover / a seek runs it
+        it.reslice() if to < 0 else it.seek(to)
+
+    for to in (-1, 9):          # the pending element cut again; a newcomer's seek
+        strategy = dt.distribute.MultiWorkerMirroredStrategy()
+        strategy.regroup(0, 2, 2)
+        it = PerWorkerIterator(strategy, dataset_fn)
+        for _ in range(8):
+            next(it)
+            it.step_done()
+        x = next(it)
+        assert it.position == 8 and x.values[0].tolist() == [32, 34]
+        strategy.regroup(0, 4, 3)
+        asyncio.run(regroup(it, to))
+        assert made[-1] == 4 and it.exhausted
+        with pytest.raises(StopIteration):
+            next(it)
+        assert list(it) == []
+
+
+def test_the_per_worker_element_spec_calls_dataset_fn_once_per_group():
+    strategy = dt.distribute.MultiWorkerMirroredStrategy()
+    made: list = []
+    dataset = ElasticDatasetsFromFunction(strategy, _sharded_range(made), lambda it: None)
+    spec = dataset.element_spec
+    assert dataset.element_spec == spec and dataset.element_spec == spec and len(made) == 1
+    strategy.regroup(1, 2, 5)
+    assert dataset.element_spec == spec and made == [(1, 0, 1), (2, 1, 2)]
+
+
+async def test_on_loop_after_the_server_stopped_raises_unavailable_in_time():
+    server = dt.Server.create_local_server()
+    try:
+        assert await server.on_loop(lambda: 7) == 7
+        with pytest.raises(UnavailableError, match="within 0.2 s"):   # the bound
+            await server.on_loop(lambda: time.sleep(0.6), timeout=0.2)
+    finally:
+        server.stop()
+    with pytest.raises(UnavailableError, match="stopped"):
+        await asyncio.wait_for(server.on_loop(lambda: 7), 10)   # it hung forever before
 
 
 def test_per_worker_datasets_run_steps_and_keep_their_position_over_a_regroup(monkeypatch):
@@ -329,12 +423,18 @@ def test_the_agreed_version_is_taken_exactly_though_a_newer_record_arrived(monke
         strategy.elastic.server.stop()
 
 
-def test_a_failed_regroup_regroups_again_and_the_step_counts_once(monkeypatch):
+def test_a_failed_regroup_regroups_again_and_the_step_counts_once(monkeypatch, caplog):
     """Worker 1's group agrees on v2, which adds worker 2: its regroup fails
-    (the collective leader, worker 0, is not running); v3 drops worker 2 and
-    the regroup goes to it instead. The step ran once: the step counter, the
-    controller's count and the iterator's position all say so."""
+    (the collective leader, worker 0, is not running), twice; v3 drops worker
+    2 and the regroup goes to it instead. The step ran once: the step
+    counter, the controller's count and the iterator's position all say so.
+    Every try logs who joins and who is gone against the group it left (v1's)."""
     monkeypatch.setattr(elastic, "REGROUP_TIMEOUT_S", 1.0)
+    caplog.set_level(logging.INFO, logger=elastic.__name__)
+
+    def tries(version: int) -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if f"regroup to membership version {version} after" in r.getMessage()]
     strategy, pusher, address = _one_worker_strategy(monkeypatch, task=1, workers=2)
     try:
         train, it = _counting_step(strategy)
@@ -342,7 +442,7 @@ def test_a_failed_regroup_regroups_again_and_the_step_counts_once(monkeypatch):
         grown = ClusterSpec({"worker": {1: address, 2: f"127.0.0.1:{free_ports(1)[0]}"}})
 
         async def shrink_once_switched() -> None:
-            while strategy.elastic.version < 2:
+            while len(tries(2)) < 2:       # a retry at the same version
                 await asyncio.sleep(0.02)
             await pusher.apush(Membership(3, me, ("/job:worker/task:2",)))
 
@@ -358,6 +458,8 @@ def test_a_failed_regroup_regroups_again_and_the_step_counts_once(monkeypatch):
 
         assert asyncio.run(run()) == [1, 2, 3]
         assert strategy.elastic.steps == 3 and strategy.elastic.iterator.position == 3
+        assert all("; joining: /job:worker/task:2" in m for m in tries(2)), tries(2)
+        assert len(tries(3)) == 1 and not re.search("joining|gone", tries(3)[0]), tries(3)
     finally:
         set_default_target(None)
         strategy.elastic.server.stop()

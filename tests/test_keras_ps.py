@@ -248,7 +248,7 @@ async def test_a_dataset_creator_without_a_strategy_needs_steps_and_trains() -> 
 def test_the_keras_example_fits_under_the_launcher_with_a_chief() -> None:
     launch = subprocess.Popen(
         [sys.executable, "-m", "distrib.launch", "--ps", "1", "--workers", "2", "--chief", "--",
-         sys.executable, "examples/keras_fit.py", "--strategy", "ps", "--epochs", "3",
+         sys.executable, "examples/keras_fit.py", "--strategy", "ps", "--epochs", "8",
          "--verbose", "0"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=child_env())
@@ -265,9 +265,10 @@ def test_the_keras_example_fits_under_the_launcher_with_a_chief() -> None:
     assert launch.returncode == 0, out[-3000:]
     found = re.search(r"\[chief:0\] done strategy=ps replicas=1 accuracy=(\S+)", out)
     assert found, out[-3000:]
-    # asynchronous training: the order of the workers' updates varies run to run (one
-    # run of 3 epochs reached 0.805); far above chance (0.1) is what this checks
-    assert float(found.group(1)) >= 0.7
+    # asynchronous training: the order of the workers' updates varies run to run; 3
+    # epochs gave 0.36-0.92 (below 0.7 in 4 of 10 runs, before this session's change
+    # too), 8 epochs 0.71-0.96 in 6 runs; far above chance (0.1) is what this checks
+    assert float(found.group(1)) >= 0.6
     assert "seed example: loss" in out
     # the chief told the servers to stop (the launcher may tell the ps first)
     assert all(f"{task} finished (exit code 0)" in out

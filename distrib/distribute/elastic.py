@@ -33,24 +33,24 @@ else the strategy is exactly as before: no extra op, no extra collective.
 - **Members** are (task, generation): a task the launcher restarted in place
   (its generation bumped) is a newcomer with no state under its old name.
 - **Regroup**: members still in the record form the new group with the
-  newcomers; the lowest-ranked member that has state (one tiny all-reduce
-  MAX finds it; none, as at the start: rank 0, which initializes first)
-  broadcasts every mirrored variable of the strategy (model, optimizer
-  slots, global step), in variable-name order so a fresh newcomer's build
-  order cannot mismatch the keys, and the input position
+  newcomers; the member with state furthest ahead (the highest input position:
+  a survivor that finished the step another one failed; ties: the lowest rank;
+  one tiny all-reduce MAX finds it; none, as at the start: rank 0, which
+  initializes first) broadcasts every mirrored variable of the strategy
+  (model, optimizer slots, global step), in variable-name order so a fresh
+  newcomer's build order cannot mismatch the keys, and the input position
   (``elastic_input``: the global batch, or the step of the per-worker
   pipelines, made again for a new (n, i)). **Every mirrored variable must
-  exist before the first step**: one made later is in no regroup's
-  broadcast. The broadcasts take
-  instance keys from ``1 << 24`` up, apart from the steps' keys, each
-  bounded by :data:`REGROUP_TIMEOUT_S`. A regroup that fails (a newcomer
-  gone or moved on) regroups again to the newest record, within
-  :data:`JOIN_WAIT_S`; the step that ran before it is not run again (the
-  step call counts it, and the iterator's position, outside any retry).
-  A newcomer's first use is the same routine, tried :data:`ATTEMPT_S` at a
-  time: after :data:`MOVE_ON_TRIES` tries at one version it takes a newer
-  record that lists it (that version's key) rather than wait in a stale
-  one; ``ElasticGroupError`` (naming the version and group key) after
+  exist before the first step**: one made later is in no regroup's broadcast.
+  The broadcasts take instance keys from ``1 << 24`` up, apart from the steps'
+  keys, each bounded by :data:`REGROUP_TIMEOUT_S`. A regroup that fails (a
+  newcomer gone or moved on) regroups again to the newest record, within
+  :data:`JOIN_WAIT_S`; the step that ran before it is not run again (the step
+  call counts it, and the iterator's position, outside any retry). A
+  newcomer's first use is the same routine, tried :data:`ATTEMPT_S` at a time:
+  after :data:`MOVE_ON_TRIES` tries at one version it takes a newer record
+  that lists it (that version's key) rather than wait in a stale one;
+  ``ElasticGroupError`` (naming the version and group key) after
   :data:`JOIN_WAIT_S`.
 - **Leaving**: a member in the record's ``left`` finishes the agreed step,
   waits for every member of the old group to finish it too (one tiny
@@ -107,8 +107,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["ElasticGroupError", "ElasticController", "Agreement", "group_tasks",
-           "group_members", "elastic_group_key", "wait_for_record", "JOIN_WAIT_S",
-           "REGROUP_TIMEOUT_S"]
+           "group_members", "elastic_group_key", "wait_for_record", "sender_code", "sender_rank",
+           "JOIN_WAIT_S", "REGROUP_TIMEOUT_S"]
 
 JOIN_WAIT_S = 60.0          # a newcomer waits this long for a record / its group; a regroup
                             # retries this long
@@ -121,13 +121,25 @@ _POLL_S = 0.1
 
 
 class ElasticGroupError(FailedPreconditionError):
-    """An elastic regroup that cannot happen (no record lists this task in
-    time, or the membership changed twice within one step)."""
+    """An elastic group not formed or joined: no record lists this task in
+    time, the agreed record does not list it or is kept nowhere (a regroup),
+    or a newcomer's group did not form within :data:`JOIN_WAIT_S`."""
 
 
 def elastic_group_key(base: int, version: int) -> int:
     """The collective group key of the group formed from record ``version``."""
     return (base << 20) + version
+
+
+def sender_code(has_state: bool, position: int, rank: int, n: int) -> int:
+    """A member's input to the all-reduce MAX that picks a regroup's sender: the
+    member with state furthest ahead, ties: the lowest rank (-1: no state)."""
+    return max(position, 0) * (n + 1) + (n - rank) if has_state else -1
+
+
+def sender_rank(top: int, n: int) -> int:
+    """The rank the MAX of :func:`sender_code` names (none has state: 0)."""
+    return 0 if top < 0 else n - top % (n + 1)
 
 
 def group_tasks(record: Membership) -> list[str]:
@@ -385,10 +397,11 @@ class ElasticController:
         :data:`JOIN_WAIT_S`, without running any step again."""
         deadline = time.monotonic() + JOIN_WAIT_S
         reader = _SourceReader(self.server.membership.source)
+        before = (list(self.tasks), set(self.members))   # a retry logs against these too
         try:
             while True:
                 try:
-                    await self.switch(session, record, barrier)
+                    await self.switch(session, record, barrier, before)
                     return
                 except OpError as e:
                     if time.monotonic() > deadline:
@@ -404,8 +417,9 @@ class ElasticController:
         finally:
             await reader.close()
 
-    async def switch(self, session: Any, record: Membership, barrier: bool) -> None:
-        old = list(self.tasks)
+    async def switch(self, session: Any, record: Membership, barrier: bool,
+                     before: tuple[list[str], set]) -> None:
+        old, members = before   # the group the regroup left: its tasks, members
         leaving = [t for t in old if record.has_left(t)]
         if barrier and leaving and len(old) > 1:
             await self._barrier(session)   # every member finished the step: none waits on a leaver
@@ -416,7 +430,7 @@ class ElasticController:
             raise ElasticGroupError(f"{self.task} is not in membership version "
                                     f"{record.version} ({', '.join(new)})")
         started = time.monotonic()
-        joined = self.newcomers(record)
+        joined = [t for t in new if (t, record.generation(t)) not in members]
         self.adopt(record)
         gone = [t for t in old if t not in new]
         logger.info("%s: regroup to membership version %d after step %d: %d workers (%s)%s%s",
@@ -498,9 +512,8 @@ class ElasticController:
     async def broadcast_state(self, session: Any, containers: list[MirroredVariable],
                               timeout: float) -> None:
         """The values of ``containers`` (in name order) and the input position,
-        from the lowest-ranked member that has state (none: rank 0, after
-        initializing them) to every other member; each collective bounded by
-        ``timeout`` s."""
+        from the member with state furthest ahead (ties: the lowest rank; none:
+        rank 0, initializing them) to the others; each bounded by ``timeout`` s."""
         s = self.strategy
         n, rank = s.num_workers, s.worker_index
         if n == 1:
@@ -512,14 +525,14 @@ class ElasticController:
         gk = s.collective_keys.group_key
         instance = itertools.count(_BROADCAST_KEYS)
         ordered = sorted(containers, key=lambda c: c.values[0].op.name)
+        at = -1 if self.iterator is None else self.iterator.position
         with graph.as_default(), graph.device(s.replica_devices[0]):
-            # who sends: the lowest rank with state (MAX of n - rank over those that have it)
-            code = collective_ops.all_reduce(
-                ops.constant(n - rank if self.has_state else 0, dtypes.int64), n, gk,
+            code = collective_ops.all_reduce(   # who sends (see sender_code)
+                ops.constant(sender_code(self.has_state, at, rank, n), dtypes.int64), n, gk,
                 next(instance), merge_op="Max", timeout=timeout, name="elastic_broadcaster")
         top = int(await session.run(code))
-        src = n - top if top else 0
-        if not top and rank == src:
+        src = sender_rank(top, n)
+        if top < 0 and rank == src:
             await session.run([c.initializer for c in ordered])
         sending = rank == src
         todo: list[Any] = []
@@ -536,7 +549,6 @@ class ElasticController:
                     todo += [comp.assign(got, read_value=False) for comp in c.values]
             key = next(instance)
             if sending:
-                at = -1 if self.iterator is None else self.iterator.position
                 position = collective_ops.broadcast_send(
                     ops.constant(at, dtypes.int64), [], dtypes.int64, n, gk, key,
                     timeout=REGROUP_TIMEOUT_S)

@@ -213,6 +213,7 @@ class PerWorkerIterator(ElasticIterator):
         self._element = None
         self._built: tuple[int, int, int] | None = None
         self._read = 0   # steps read from the current pipeline
+        self.exhausted = False   # a skip ran past the pipeline's end: the next __next__ stops
         self._open()
 
     def _group(self) -> tuple[int, int, int]:
@@ -226,7 +227,8 @@ class PerWorkerIterator(ElasticIterator):
 
     def _step(self, k: int) -> Any:
         """The current group's pipeline's step ``k`` (made again for a new
-        group, read from its start and skipped to ``k``)."""
+        group, read from its start and skipped to ``k``); StopIteration when
+        it ends first (a finite sharded pipeline of a larger group)."""
         if self._built != self._group() or self._read > k:
             self._open()
         while self._read < k:
@@ -236,7 +238,19 @@ class PerWorkerIterator(ElasticIterator):
         self._read += 1
         return step
 
+    def _skip(self, k: int) -> Any:
+        """``_step`` for a regroup (a seek, a pending element cut again): the
+        pipeline's end marks the iterator exhausted (its next ``__next__``
+        stops) instead of raising StopIteration into the caller's coroutine."""
+        try:
+            return self._step(k)
+        except StopIteration:
+            self.exhausted = True
+            return None
+
     def __next__(self) -> Any:
+        if self.exhausted:
+            raise StopIteration
         self._batch = self._step(self.pulled)
         self.pulled += 1
         self._element = _as_elastic(regroup_replicas(tuple(self._batch)))
@@ -244,8 +258,12 @@ class PerWorkerIterator(ElasticIterator):
         return self._element
 
     def _refill(self) -> None:
-        """The pending element becomes step ``pulled - 1`` of the current pipeline."""
-        self._batch = self._step(self.pulled - 1)
+        """The pending element becomes step ``pulled - 1`` of the current
+        pipeline (unchanged when it ended first: the iterator is exhausted)."""
+        batch = self._skip(self.pulled - 1)
+        if self.exhausted:
+            return
+        self._batch = batch
         fresh = _leaves(_as_elastic(regroup_replicas(tuple(self._batch))), [])
         for old, new in zip(_leaves(self._element, []), fresh):
             old.refill(list(new.values))
@@ -253,7 +271,8 @@ class PerWorkerIterator(ElasticIterator):
     def reslice(self) -> None:
         """The pending element again, from the pipeline of the group the
         strategy is in now (unchanged when its (n, i) is)."""
-        if self._element is None or not self.pending or self._built == self._group():
+        if self._element is None or not self.pending or self._built == self._group() \
+                or self.exhausted:
             return
         self._refill()
 
@@ -265,7 +284,7 @@ class PerWorkerIterator(ElasticIterator):
             raise ValueError(f"the group is at step {position}, before this iterator's "
                              f"{self.pulled - 1}: an iterator only moves forward")
         moved, self.pulled = target != self.pulled, target
-        if self.pending and (moved or self._built != self._group()):
+        if self.pending and not self.exhausted and (moved or self._built != self._group()):
             self._refill()
 
 
@@ -280,6 +299,7 @@ class ElasticDatasetsFromFunction:
         self._strategy = strategy
         self._dataset_fn = dataset_fn
         self._on_iter = on_iter
+        self._spec: tuple[Any, Any] | None = None   # (the group, its pipeline's element_spec)
 
     def __iter__(self) -> Iterator[Any]:
         it = PerWorkerIterator(self._strategy, self._dataset_fn)
@@ -288,4 +308,9 @@ class ElasticDatasetsFromFunction:
 
     @property
     def element_spec(self) -> Any:
-        return _worker_dataset(self._strategy, self._dataset_fn).element_spec
+        """The pipeline's element_spec, ``dataset_fn`` called once per group (cached)."""
+        s = self._strategy
+        group = (s.num_workers, s.worker_index, len(s.replica_devices))
+        if self._spec is None or self._spec[0] != group:
+            self._spec = (group, _worker_dataset(s, self._dataset_fn).element_spec)
+        return self._spec[1]

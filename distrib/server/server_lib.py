@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Callable
 from distrib.client.loop_thread import LoopThread
 from distrib.client.session import SCHEME, ConfigProto, parse_target
 from distrib.cluster.cluster_spec import ClusterSpec
-from distrib.errors import InvalidArgumentError
+from distrib.errors import InvalidArgumentError, UnavailableError
 from distrib.framework import config
 from distrib.runtime.actors.system import ActorSystem, client_name
 from distrib.runtime.chief.lease import ChiefLease
@@ -387,16 +387,25 @@ class Server:
         """This task's collective engine (its group leader's table of who joined)."""
         return self._core.worker.collectives
 
-    async def on_loop(self, fn: Callable[[], Any]) -> Any:
+    async def on_loop(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         """``fn()`` run on this server's loop thread, awaited from another loop:
-        for reading the state its actors change (the collective leader's table)."""
+        for reading the state its actors change (the collective leader's table).
+        UnavailableError once the server stopped, or when ``fn`` has not run
+        within ``timeout`` s (a loop stopped meanwhile never runs it)."""
         if self._loop is None:
             raise InvalidArgumentError("this server is not started")
+        if self._stopped.is_set():
+            raise UnavailableError(f"{self._core.task}: this server was stopped")
 
         async def call() -> Any:
             return fn()
-        return await asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(call(), self._loop.loop))
+        future = asyncio.run_coroutine_threadsafe(call(), self._loop.loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except asyncio.TimeoutError:
+            future.cancel()
+            raise UnavailableError(f"{self._core.task}: its server's loop did not run the call "
+                                   f"within {timeout:g} s (stopped: {self.is_stopped})") from None
 
     @property
     def is_stopped(self) -> bool:
