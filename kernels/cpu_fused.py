@@ -18,8 +18,10 @@ kernels``; if it cannot be imported, every run takes the numpy path.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import time
 from types import ModuleType
 from typing import Any
 
@@ -28,7 +30,7 @@ import numpy as np
 from kernels.registry import CPU, KernelError, get_kernel, register
 
 __all__ = ["OPCODES", "FUSIBLE_DTYPES", "INEXACT_OPS", "check_program", "jit_module", "prepare",
-           "ready_jit", "run_numpy"]
+           "ready_jit", "run_numpy", "join_loaders", "LOADER_EXIT_WAIT_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,8 @@ _lock = threading.Lock()
 _jit: list[Any] = []   # [module or None] once loaded
 _ready: set[np.dtype] = set()      # dtypes whose interpreter is compiled or loaded
 _loading: set[np.dtype] = set()    # dtypes a loader thread is preparing
+_loaders: list[threading.Thread] = []   # joined (bounded) at exit: see join_loaders
+LOADER_EXIT_WAIT_S = 30.0
 
 
 def jit_module() -> ModuleType | None:
@@ -89,8 +93,24 @@ def ready_jit(dt: np.dtype) -> ModuleType | None:
         if dt in _loading or (_jit and _jit[0] is None):
             return None
         _loading.add(dt)
-    threading.Thread(target=_load, args=(dt,), name="fused-kernel-loader", daemon=True).start()
+    thread = threading.Thread(target=_load, args=(dt,), name="fused-kernel-loader", daemon=True)
+    with _lock:
+        if not _loaders:
+            atexit.register(join_loaders)
+        _loaders.append(thread)
+    thread.start()
     return None
+
+
+def join_loaders(timeout: float = LOADER_EXIT_WAIT_S) -> None:
+    """At exit: wait (bounded) for loader threads still inside numba. A
+    daemon thread left compiling while the interpreter finalizes can crash
+    the process (SIGSEGV) after the program itself finished."""
+    deadline = time.monotonic() + timeout
+    with _lock:
+        loaders = list(_loaders)
+    for thread in loaders:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _load(dt: np.dtype) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from distrib.runtime.step.graph_optimizer import Passes, optimize_nodes, resolve
 from distrib.runtime.step.plan import partition, place, prune, tensor_op
 from kernels import cpu_fused
 from kernels.registry import KernelError
+from tests.helpers import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 NONE = Passes(False, False, False, False, False, False, False)
@@ -447,3 +449,20 @@ def test_sessions_with_the_optimizer_on_and_off_agree(server, graph, monkeypatch
             sess.close()
     assert all(_same_bits(r[0], results[0][0]) for r in results)
     assert [r[1] for r in results] == [1.0, 1.0, 1.0]
+
+
+def test_a_process_that_exits_while_the_fused_kernel_loads_waits_for_the_loader():
+    """The loader thread is a daemon inside numba: left running while the
+    interpreter finalizes it can crash a finished program (SIGSEGV); at exit
+    it is joined, bounded (cpu_fused.join_loaders)."""
+    code = ("import threading, numpy as np\n"
+            "from kernels import cpu_fused\n"
+            "assert cpu_fused.ready_jit(np.dtype(np.float64)) is None\n"
+            "assert any(t.name == 'fused-kernel-loader' for t in threading.enumerate())\n")
+    child = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(),
+                           capture_output=True, text=True, timeout=90)
+    assert child.returncode == 0, child.stderr[-2000:]
+    # a bounded wait: nothing to wait for returns at once
+    t = time.monotonic()
+    cpu_fused.join_loaders(timeout=0.0)
+    assert time.monotonic() - t < 1.0
