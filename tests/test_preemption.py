@@ -371,7 +371,7 @@ class Launch:
     def __init__(self, *args: str) -> None:
         self.p = subprocess.Popen([sys.executable, "-m", "distrib.launch", *args], cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env=child_env(OPENBLAS_NUM_THREADS="1"))
+                                  env=child_env(OPENBLAS_NUM_THREADS="1", PYTHONFAULTHANDLER="1"))
         self.lines: list[str] = []
         self.cv = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -385,6 +385,14 @@ class Launch:
         with self.cv:
             self.cv.notify_all()
 
+    def report(self, last: int = 60) -> str:
+        """What a failure shows: every line of the launcher's own (each task's start,
+        exit and restart) and every crash dump, then the last ``last`` lines."""
+        with self.cv:
+            lines = list(self.lines)
+        events = [x for x in lines[:-last] if x.startswith("[launch]") or "Fatal Python" in x]
+        return "\n".join(events + ["..."] + lines[-last:])
+
     def wait_for(self, pattern: str, timeout: float = 60) -> str:
         rx, deadline = re.compile(pattern), time.monotonic() + timeout
         with self.cv:
@@ -394,14 +402,14 @@ class Launch:
                     return hit
                 if time.monotonic() > deadline or (self.p.poll() is not None
                                                    and not self.reader.is_alive()):
-                    raise AssertionError(f"no line {pattern!r}:\n" + "\n".join(self.lines[-60:]))
+                    raise AssertionError(f"no line {pattern!r}:\n" + self.report())
                 self.cv.wait(0.2)
 
     def finish(self, timeout: float = LAUNCH_BOUND_S) -> int:
         try:
             code = self.p.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError("the launch did not end:\n" + "\n".join(self.lines[-60:])) \
+            raise AssertionError("the launch did not end:\n" + self.report()) \
                 from None
         self.reader.join(5)
         return code
@@ -482,7 +490,7 @@ def outcome(launch: Launch) -> dict[str, tuple[int, float, int]]:
     found = {}
     for task in ("worker:0", "worker:1"):
         lines = [m for x in launch.task_lines(task, "done ") if (m := DONE.match(x))]
-        assert len(lines) == 1, "\n".join(launch.lines[-60:])
+        assert len(lines) == 1, launch.report()
         m = lines[0]
         found[task] = (int(m.group(1)), float(m.group(2)), int(m.group(3)))
     return found
@@ -494,7 +502,7 @@ def unpreempted(tmp_path_factory):
     launch = Launch("--workers", "2", "--", sys.executable, EXAMPLE, "--checkpoint_dir",
                     str(tmp_path_factory.mktemp("plain")), "--epochs", str(EXAMPLE_EPOCHS))
     try:
-        assert launch.finish() == 0, "\n".join(launch.lines[-60:])
+        assert launch.finish() == 0, launch.report()
         return outcome(launch)["worker:0"]
     finally:
         launch.stop()
@@ -504,7 +512,7 @@ def check_resumed(launch: Launch, unpreempted) -> int:
     """Both workers saved at one run S, exited 42, were restarted (not counted), resumed
     at S, and ended as the run without the preemption: the same global step, the same
     examples (their ids' sum), the same accuracy band. Returns S."""
-    assert launch.finish() == 0, "\n".join(launch.lines[-80:])
+    assert launch.finish() == 0, launch.report(80)
     saved = {task: [int(SAVED.search(x).group(1)) for x in launch.task_lines(task)
                     if SAVED.search(x)] for task in ("worker:0", "worker:1")}
     assert saved["worker:0"] == saved["worker:1"] and len(saved["worker:0"]) == 1, saved

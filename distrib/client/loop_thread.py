@@ -1,15 +1,27 @@
 """A private event loop on a daemon thread, for the blocking facades
 (``SyncSession``, ``Server``): they drive the async core from plain scripts
 and the REPL, where no loop runs, by handing coroutines to this thread.
+
+Every loop still running when the interpreter exits is stopped, and its thread
+joined (bounded), by an exit hook: a uvloop loop left running on a daemon
+thread can crash a finished program with SIGSEGV while the interpreter
+finalizes, when an event (a peer closing its connection, say) wakes it and
+libuv calls back into an interpreter that is gone (uvloop #706; xpra and
+uvicorn users hit the same). Owners with more to close (``Server``) stop
+theirs first, from their own exit hook.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
 import threading
+import weakref
 from typing import Any, Coroutine
 
-__all__ = ["LoopThread", "client_loop"]
+__all__ = ["LoopThread", "client_loop", "EXIT_JOIN_S"]
+
+EXIT_JOIN_S = 5.0     # how long the exit hook waits for each loop's thread to end
+_live: weakref.WeakSet[LoopThread] = weakref.WeakSet()
 
 
 class LoopThread:
@@ -22,6 +34,7 @@ class LoopThread:
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.thread.start()
         self._ready.wait()
+        _live.add(self)
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -33,10 +46,21 @@ class LoopThread:
             raise RuntimeError("blocking call from the loop thread itself would deadlock")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = EXIT_JOIN_S) -> None:
+        """Stop the loop and wait (at most ``timeout`` seconds) for its thread."""
+        _live.discard(self)
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=5)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout=timeout)
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    """Stop every loop thread still running (registered first, so it runs
+    after the exit hooks of the modules that own loops: see the module doc)."""
+    for loop_thread in list(_live):
+        loop_thread.stop()
 
 
 _client_loop: LoopThread | None = None

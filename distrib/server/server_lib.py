@@ -9,6 +9,7 @@ scripts, and ``join()`` blocks like TF's.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
@@ -17,6 +18,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from typing import Any, AsyncIterator, Callable
 
 from distrib.client.loop_thread import LoopThread
@@ -39,6 +41,7 @@ from transports.shm import ARENA
 logger = logging.getLogger(__name__)
 
 GLOBAL_STEP = "global_step"   # the variable's name (dt.train.get_or_create_global_step)
+EXIT_STOP_S = 5.0             # the exit hook's bound on stopping each server still running
 
 
 def resolve_task(cluster: ClusterSpec, job_name: str | None,
@@ -426,6 +429,7 @@ class Server:
                 self._loop.stop()
                 self._loop = None
                 raise
+            _running.add(self)
 
     def join(self, timeout: float | None = None) -> bool:
         """Block until the server stops, or a peer tells it that training is over
@@ -442,13 +446,16 @@ class Server:
             self._stopped.wait(0.05 if left is None else min(0.05, left))
         return True
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
+        """Close its connections and listener, free its variables, end its loop
+        thread; a later call does nothing. ``timeout`` bounds the shutdown."""
         with self._lock:
+            _running.discard(self)
             if self._stopped.is_set():
                 return
             if self._loop is not None:
                 try:
-                    self._loop.run(self._core.stop(), timeout=30)
+                    self._loop.run(self._core.stop(), timeout=timeout)
                 finally:
                     self._loop.stop()
             self._stopped.set()
@@ -461,3 +468,18 @@ class Server:
 
     def __repr__(self) -> str:
         return f"Server({self._core.task} at {self.target})"
+
+
+_running: weakref.WeakSet[Server] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """At interpreter exit, stop every server still running in this process (one
+    a strategy started, say): its loop thread must not outlive the interpreter
+    (``loop_thread``'s module doc says why: a SIGSEGV after the program's end)."""
+    for server in list(_running):
+        try:
+            server.stop(timeout=EXIT_STOP_S)
+        except Exception as e:       # noqa: BLE001  (exit goes on; the loop hook still stops it)
+            logger.warning("%s: stopping its server at exit failed: %s", server._core.task, e)
