@@ -482,4 +482,4 @@ def _stop_at_exit() -> None:
         try:
             server.stop(timeout=EXIT_STOP_S)
         except Exception as e:       # noqa: BLE001  (exit goes on; the loop hook still stops it)
-            logger.warning("%s: stopping its server at exit failed: %s", server._core.task, e)
+            logger.warning("%s: stopping its server at exit failed: %s", server, e)
