@@ -21,6 +21,27 @@ def pytest_asyncio_loop_factories(config, item):
     return {"uvloop": uvloop.new_event_loop}
 
 
+def pytest_collection_finish(session):
+    """Queue the background children of the selected tests, in the order they run
+    (tests/background.py): ``@pytest.mark.background(key, ...)``, each key a
+    factory in the module's ``BACKGROUND`` that returns its Spec (None: none)."""
+    from tests import background
+    if not background.enabled():
+        return
+    for item in session.items:
+        for mark in item.iter_markers("background"):
+            factories = getattr(item.module, "BACKGROUND", {})
+            for key in mark.args:
+                spec = factories[key]()
+                if spec is not None:
+                    background.schedule(key, spec)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests import background
+    background.stop_all()
+
+
 @pytest.fixture
 async def fresh_graph():
     """A fresh default graph, and after the test every dt.function session closed."""

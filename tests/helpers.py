@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any, Sequence
 
+from tests import background
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -18,13 +20,21 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def simulated_json(args: Sequence[str], timeout: float = 300) -> Any:
-    """Run ``python *args`` from the repository root under numba's CUDA
-    simulator (set before numba is imported: a fresh process) and return the
-    JSON object its stdout holds; the child's failure fails the caller."""
-    out = subprocess.run([sys.executable, *args], cwd=ROOT,
-                         env=child_env(NUMBA_ENABLE_CUDASIM="1"), capture_output=True,
-                         text=True, timeout=timeout)
+def simulated_spec(args: Sequence[str], timeout: float = 300) -> background.Spec:
+    """``python *args`` from the repository root under numba's CUDA simulator (set
+    before numba is imported: a fresh process), as a child :mod:`tests.background`
+    can start early."""
+    return background.Spec([sys.executable, *args], child_env(NUMBA_ENABLE_CUDASIM="1"),
+                           timeout)
+
+
+def simulated_json(args: Sequence[str], timeout: float = 300, key: str | None = None) -> Any:
+    """Run ``python *args`` under the simulator (:func:`simulated_spec`; the one
+    started in the background under ``key`` when given) and return the JSON
+    object its stdout holds; the child's failure fails the caller."""
+    spec = simulated_spec(args, timeout)
+    out = background.run(key, spec) if key else subprocess.run(
+        spec.argv, cwd=ROOT, env=spec.env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 

@@ -27,7 +27,6 @@ import importlib.metadata
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +35,10 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:     # run as a script (the compile children)
+    sys.path.insert(0, ROOT)
+from tests import background  # noqa: E402
+
 SIM = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 sim_only = pytest.mark.skipif(not SIM, reason="runs in the simulator child (test_the_simulator_cases)")
 host_only = pytest.mark.skipif(SIM, reason="runs in the host process, not under the simulator")
@@ -138,14 +141,18 @@ def test_the_setting_through_the_runtime(monkeypatch):
 
 # --- on the host -------------------------------------------------------------------
 
-@host_only
-@pytest.mark.timeout(300)
-def test_the_simulator_cases():
+def _simulator_child() -> background.Spec:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "tests/test_cuda_matmul.py"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    return background.Spec([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "tests/test_cuda_matmul.py"], env, 280)
+
+
+@host_only
+@pytest.mark.timeout(300)
+@pytest.mark.background("matmul_simulator")
+def test_the_simulator_cases():
+    out = background.run("matmul_simulator", _simulator_child())
     tail = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     passed = re.search(r"(\d+) passed", tail)
@@ -232,12 +239,22 @@ def compile_variants(cc: tuple[int, int]) -> dict:
     return out
 
 
-def _compile_child(cc: tuple[int, int]) -> dict:
+def _compile_spec(cc: tuple[int, int]) -> background.Spec | None:
+    if _nvvm_missing():
+        return None
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env.update(CUDA_VISIBLE_DEVICES="", NUMBA_ENABLE_CUDASIM="0",
                PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), json.dumps(cc)],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    return background.Spec([sys.executable, os.path.abspath(__file__), json.dumps(cc)], env, 280)
+
+
+CCS = ((8, 0), (9, 0))
+BACKGROUND = {"matmul_simulator": _simulator_child,
+              **{f"matmul_ptx_{cc[0]}{cc[1]}": (lambda cc=cc: _compile_spec(cc)) for cc in CCS}}
+
+
+def _compile_child(cc: tuple[int, int]) -> dict:
+    out = background.run(f"matmul_ptx_{cc[0]}{cc[1]}", _compile_spec(cc))
     assert out.returncode == 0, out.stderr[-6000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -245,13 +262,13 @@ def _compile_child(cc: tuple[int, int]) -> dict:
 @host_only
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.background(*(f"matmul_ptx_{cc[0]}{cc[1]}" for cc in CCS))
 def test_every_matmul_kernel_compiles_for_real_targets_without_local_memory():
     reason = _nvvm_missing()
     if reason:
         pytest.skip(reason)
-    ccs = ((8, 0), (9, 0))
-    with ThreadPoolExecutor(len(ccs)) as pool:   # one interpreter per target: two cores
-        results = dict(zip(ccs, pool.map(_compile_child, ccs)))
+    with ThreadPoolExecutor(len(CCS)) as pool:   # one interpreter per target: two cores
+        results = dict(zip(CCS, pool.map(_compile_child, CCS)))
     for cc, kernels in results.items():
         print(f"cc {cc[0]}.{cc[1]}: {kernels}")
         assert set(kernels) == {"large float32", "large float64", "small float32", "small float64"}

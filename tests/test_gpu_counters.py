@@ -20,12 +20,15 @@ import numpy as np
 import pytest
 
 from kernels.counters import StepCounters, counting, note
-from tests.helpers import ROOT, child_env, simulated_json
+from tests.helpers import ROOT, child_env, simulated_json, simulated_spec
+
+BACKGROUND = {"gpu_counters": lambda: simulated_spec(["tests/peers/gpu_counters.py"], 300)}
 
 
 @pytest.mark.slow
+@pytest.mark.background("gpu_counters")
 def test_a_warm_gpu_step_allocates_nothing_and_copies_only_feeds_and_fetches():
-    res = simulated_json(["tests/peers/gpu_counters.py"], timeout=300)
+    res = simulated_json(["tests/peers/gpu_counters.py"], timeout=300, key="gpu_counters")
     gpu, cpu = res["gpu"], res["cpu"]
     assert any(d.endswith("/device:GPU:0") for d in gpu["devices"])
     np.testing.assert_allclose(gpu["losses"], cpu["losses"], rtol=1e-5)

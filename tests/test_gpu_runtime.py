@@ -12,12 +12,15 @@ import pytest
 
 import distrib as dt
 from distrib.errors import InvalidArgumentError
-from tests.helpers import ROOT, child_env, simulated_json
+from tests.helpers import ROOT, child_env, simulated_json, simulated_spec
+
+BACKGROUND = {"gpu_mlp": lambda: simulated_spec(["tests/peers/gpu_mlp.py"], 300)}
 
 
 @pytest.mark.slow
+@pytest.mark.background("gpu_mlp")
 def test_mlp_pinned_to_gpu_matches_cpu_under_the_simulator():
-    res = simulated_json(["tests/peers/gpu_mlp.py"], timeout=300)
+    res = simulated_json(["tests/peers/gpu_mlp.py"], timeout=300, key="gpu_mlp")
     assert any(d.endswith("/device:GPU:0") for d in res["devices"])
     for g, c in zip(res["gpu"], res["cpu"]):
         np.testing.assert_allclose(np.asarray(g), np.asarray(c), rtol=1e-4, atol=1e-5)

@@ -23,15 +23,20 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from tests.helpers import Proc, child_env, simulated_json
+from tests.helpers import Proc, child_env, simulated_json, simulated_spec
 from tests.peers.cli_cluster import cluster_spec, write_cluster
 
 HEARTBEAT_S = 0.2   # a silent peer is dead after three: 0.6 s
 COMPILE_S = 1.0     # each GPU op's first run "compiles" this long: > 3 heartbeats
 
 
-def _state_run(*flags: str) -> dict:
-    return simulated_json(["tests/peers/gpu_state.py", *flags], timeout=300)
+STATE_RUNS = {"gpu_state": (), "gpu_state_host_momentum": ("--no-gpu-momentum",)}
+BACKGROUND = {key: (lambda f=flags: simulated_spec(["tests/peers/gpu_state.py", *f], 300))
+              for key, flags in STATE_RUNS.items()}
+
+
+def _state_run(key: str) -> dict:
+    return simulated_json(["tests/peers/gpu_state.py", *STATE_RUNS[key]], timeout=300, key=key)
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,7 @@ def state_runs():
     """The two runs of the state peer, started together (a process each: two cores);
     each test waits for its own."""
     with ThreadPoolExecutor(2) as pool:
-        yield {flags: pool.submit(_state_run, *flags) for flags in ((), ("--no-gpu-momentum",))}
+        yield {key: pool.submit(_state_run, key) for key in STATE_RUNS}
 
 
 def _assert_same(res: dict) -> None:
@@ -54,16 +59,18 @@ def _assert_same(res: dict) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.background(*STATE_RUNS)
 def test_assign_ops_and_updates_of_gpu_variables_match_cpu(state_runs):
-    res = state_runs[()].result()
+    res = state_runs["gpu_state"].result()
     _assert_same(res)
     assert res["gpu"]["fetched"][2] == 1 and res["gpu"]["fetched"][5] == 2   # the counter
     assert res["gpu"]["trained"][4] == 3                                      # the global step
 
 
 @pytest.mark.slow
+@pytest.mark.background(*STATE_RUNS)
 def test_an_update_without_a_gpu_kernel_runs_on_host_copies(state_runs):
-    _assert_same(state_runs[("--no-gpu-momentum",)].result())
+    _assert_same(state_runs["gpu_state_host_momentum"].result())
 
 
 def _graph(task: str):

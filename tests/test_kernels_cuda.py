@@ -13,6 +13,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from tests import background
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -29,11 +33,17 @@ def _python(code: str, **env: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def _simulator_suite() -> background.Spec:
+    return background.Spec([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+                            "tests/test_kernels_cudasim.py"], _env(NUMBA_ENABLE_CUDASIM="1"), 110)
+
+
+BACKGROUND = {"kernels_cudasim": _simulator_suite}
+
+
+@pytest.mark.background("kernels_cudasim")
 def test_gpu_kernels_match_cpu_under_the_simulator():
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-         "tests/test_kernels_cudasim.py"],
-        cwd=ROOT, env=_env(NUMBA_ENABLE_CUDASIM="1"), capture_output=True, text=True, timeout=110)
+    out = background.run("kernels_cudasim", _simulator_suite())
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
     assert " passed" in out.stdout and "skipped" not in out.stdout.splitlines()[-1]
 

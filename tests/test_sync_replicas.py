@@ -368,7 +368,10 @@ async def test_synchronous_training_on_processes_decreases_the_loss(ps_worker_cl
             await s0.run(opt.sync_token_queue.close())
             steps = await replicas
         after = await s0.run(loss, feed_all)
-        assert await s0.run(gs) >= 10 and min(steps) >= 5   # both replicas took part
+        # both replicas took part; how many steps each ran is the scheduler's (TF's
+        # accumulator takes any replicas_to_aggregate gradients: a fast replica may
+        # give both of a step's; one suite run saw 2 of 11 on one replica)
+        assert await s0.run(gs) >= 10 and min(steps) >= 1
         assert after < 0.5 * before
     finally:
         for s in sessions:

@@ -116,7 +116,11 @@ class EventFileWriter:
             return
         self._drain(True)
         self._closed = True
-        self._finalizer()   # the thread's stop marker, after everything queued
+        # the thread's stop marker, after everything queued: put here, not by calling the
+        # finalizer, which does nothing once weakref's own exit hook has run (at exit,
+        # _flush_all would then wait out the join below for every open writer)
+        self._finalizer.detach()
+        _stop(self._sink)
         self._thread.join(timeout=30)
         _open.discard(self)
         self._check()

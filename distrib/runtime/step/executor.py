@@ -48,7 +48,7 @@ from typing import Any, Awaitable, NoReturn
 
 import kernels
 from distrib.errors import InvalidArgumentError, NotFoundError, OpError, UnknownError
-from distrib.framework.op_def import op_defs, op_types
+from distrib.framework.op_def import op_types
 from distrib.runtime.collective.engine import run_collective
 from distrib.runtime.core import kernel_pool
 from distrib.runtime.core.step_waits import Pending, StepChannel, flush_channel
@@ -56,7 +56,7 @@ from distrib.runtime.core.tensor_values import args_to_device, exclusive, host_a
 from distrib.runtime.state.resources import run_resource_op
 from distrib.runtime.state.stateful import run_stateful
 from distrib.runtime.state.variable_store import VariableStore
-from distrib.runtime.step.partition_graph import PartitionGraph
+from distrib.runtime.step.partition_graph import UPDATE_WRITES, PartitionGraph
 from distrib.runtime.step.step_trace import StepTrace, active_trace
 from kernels import devices
 from kernels.cuda_fusion import fuse_gpu_nodes
@@ -72,9 +72,6 @@ _RESOURCE_OPS = op_types(lambda d: d.is_resource)
 _UPDATES = op_types(lambda d: d.is_update)
 # updates of a GPU variable that launch a kernel (Assign only copies the value in)
 _GPU_KERNEL_UPDATES = _UPDATES - {"Assign"}
-# the updates that write into a stored array, and the attrs naming what they write
-# (Assign replaces the array instead: a reader keeps the one it has)
-_WRITES = {d.name: ("var", *d.slot_attrs) for d in op_defs() if d.is_update and d.name != "Assign"}
 
 
 def _locked_update(node: Any, args: list[Any], variables: VariableStore, wanted: bool,
@@ -83,7 +80,7 @@ def _locked_update(node: Any, args: list[Any], variables: VariableStore, wanted:
     its copy for other steps' reads in place (_unshare) decided and made under the lock."""
     with variables.update_lock:
         devices.use_gpu(dev[1])   # (the pool's thread: its own current GPU)
-        if node["op"] in _WRITES and _GPU_READS:
+        if node["op"] in UPDATE_WRITES and _GPU_READS:
             _unshare(node, variables, own_reads)
         return run_stateful(node, args, variables, wanted, dev)
 
@@ -161,7 +158,7 @@ def _unshare(node: Any, variables: VariableStore, own_reads: dict[str, int]) -> 
     if not held:
         return
     attrs = node["attrs"]
-    for key in _WRITES[node["op"]]:
+    for key in UPDATE_WRITES[node["op"]]:
         name = attrs.get(key)
         if held.get(name, 0) > own_reads.get(name, 0) and name in variables:
             cur = variables.get(name)
@@ -546,7 +543,7 @@ class CompiledPartition(PartitionGraph):
             elif self.held_fetch[i] and variables.offloop_updates:
                 # a buffer this step reads in place, which an update may be writing
                 return asyncio.wrap_future(self._to_pool(None, _locked_read, node, variables))
-            if op in _WRITES and _GPU_READS:   # (on the loop: no update is off it now)
+            if op in UPDATE_WRITES and _GPU_READS:   # (on the loop: no update is off it now)
                 _unshare(node, variables, self.gpu_reads)
             t0 = time.perf_counter()
             out = run_stateful(node, args, variables, self.wanted[i], dev)

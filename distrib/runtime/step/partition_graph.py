@@ -42,7 +42,7 @@ _ARENA_OUT_OPS = op_types(lambda d: d.arena_out)
 _SHAPE_ONLY = frozenset((d.name, k) for d in op_defs() for k in d.shape_only_inputs)
 _FLOPS = {d.name: d.heavy for d in op_defs() if d.heavy is not None}
 # what each update writes into in place (Assign replaces the stored array instead)
-_WRITES = {d.name: ("var", *d.slot_attrs) for d in op_defs() if d.is_update and d.name != "Assign"}
+UPDATE_WRITES = {d.name: ("var", *d.slot_attrs) for d in op_defs() if d.is_update and d.name != "Assign"}
 # GPU kernels whose output may be (a view of) their input 0: a variable's buffer
 # read in place flows on through them (and through an Assign, which outputs its
 # input) to their own readers
@@ -243,7 +243,7 @@ class PartitionGraph:
             return
         writers: dict[str, list[int]] = {}
         for u, node in enumerate(self.nodes):
-            for key in _WRITES.get(node["op"], ()):
+            for key in UPDATE_WRITES.get(node["op"], ()):
                 writers.setdefault(node["attrs"].get(key), []).append(u)
         after: dict[int, set[int]] = {}
         for i, var in candidates.items():
