@@ -41,3 +41,4 @@ def test_servers_still_running_at_exit_are_stopped_before_the_interpreter_finali
     lines = out.stdout.splitlines()
     assert "sum 5.0" in lines and "servers False False" in lines, out.stdout
     assert lines[-1] == "loop threads left: []", out.stdout + out.stderr[-2000:]
+

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import threading
 import weakref
 from typing import Any, Coroutine
@@ -34,6 +35,7 @@ class LoopThread:
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.thread.start()
         self._ready.wait()
+        self.pid = os.getpid()   # a forked child has the object, not the thread
         _live.add(self)
 
     def _main(self) -> None:
@@ -60,7 +62,8 @@ def _stop_all_at_exit() -> None:
     """Stop every loop thread still running (registered first, so it runs
     after the exit hooks of the modules that own loops: see the module doc)."""
     for loop_thread in list(_live):
-        loop_thread.stop()
+        if loop_thread.pid == os.getpid():
+            loop_thread.stop()
 
 
 _client_loop: LoopThread | None = None

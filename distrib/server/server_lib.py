@@ -429,6 +429,7 @@ class Server:
                 self._loop.stop()
                 self._loop = None
                 raise
+            self._pid = os.getpid()   # a forked child has the object, not the loop
             _running.add(self)
 
     def join(self, timeout: float | None = None) -> bool:
@@ -479,6 +480,8 @@ def _stop_at_exit() -> None:
     a strategy started, say): its loop thread must not outlive the interpreter
     (``loop_thread``'s module doc says why: a SIGSEGV after the program's end)."""
     for server in list(_running):
+        if server._pid != os.getpid():   # noqa: SLF001  (a forked child: not its server)
+            continue
         try:
             server.stop(timeout=EXIT_STOP_S)
         except Exception as e:       # noqa: BLE001  (exit goes on; the loop hook still stops it)
