@@ -670,16 +670,20 @@ def elastic_run(name: str, log_dir: str | None) -> dict[str, Any]:
     finally:
         run.close()
         shutil.rmtree(ctl, ignore_errors=True)
-    curve = progress_curve(run.snapshot())
-
-    def examples(a: float, b: float) -> float | None:
-        r = rate(curve, a, b)
-        return None if r is None else r * BATCH
+    examples = examples_rate(progress_curve(run.snapshot()))
     return {"fault": ELASTIC, "scale_cmd_s": t_cmd, "scale_to_started_s": started.t - t_scale,
             "scale_to_first_step_s": new.t - t_scale, "shrink_to_left_s": left.t - t_shrink,
             "ex_before": examples(t_scale - BEFORE_S, t_scale),
             "ex_during": examples(t_scale, new.t), "ex_after": examples(new.t, new.t + AFTER_S),
             "ex_after_shrink": examples(left.t, left.t + AFTER_S), "leftover_pids": run.leftover}
+
+
+def examples_rate(curve: Any) -> Callable[[float, float], float | None]:
+    """Examples/s of the progress ``curve`` between two times (None: too few steps)."""
+    def examples(a: float, b: float) -> float | None:
+        r = rate(curve, a, b)
+        return None if r is None else r * BATCH
+    return examples
 
 
 def shrink_run(name: str, log_dir: str | None) -> dict[str, Any]:
@@ -717,11 +721,7 @@ def shrink_run(name: str, log_dir: str | None) -> dict[str, Any]:
     finally:
         run.close()
         shutil.rmtree(ctl, ignore_errors=True)
-    curve = progress_curve(run.snapshot())
-
-    def examples(a: float, b: float) -> float | None:
-        r = rate(curve, a, b)
-        return None if r is None else r * BATCH
+    examples = examples_rate(progress_curve(run.snapshot()))
     return {"fault": SHRINK, "kill_to_removed_s": removed.t - t_kill,
             "kill_to_learned_s": learned.t - t_kill, "kill_to_first_step_s": step.t - t_kill,
             "chief_s": chief.t - t_kill, "ex_before": examples(t_kill - BEFORE_S, t_kill),

@@ -43,8 +43,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from distrib.data import Dataset
-from distrib.data.distribute_input import replica_steps
-from distrib.distribute.input_lib import InputContext, regroup_replicas
+from distrib.distribute.input_lib import InputContext, regroup_replicas, worker_replica_steps
 from distrib.distribute.values import PerReplica
 
 __all__ = ["ElasticDatasetsFromFunction", "ElasticDistributedDataset", "ElasticIterator",
@@ -189,16 +188,6 @@ def _as_elastic(value: Any) -> Any:
     return value
 
 
-def _worker_dataset(strategy: Any, dataset_fn: Callable[[InputContext], Any]) -> Dataset:
-    context = InputContext(strategy.num_workers, strategy.worker_index,
-                           strategy.num_replicas_in_sync)
-    dataset = dataset_fn(context)
-    if not isinstance(dataset, Dataset):
-        raise ValueError("dataset_fn must return a dt.data.Dataset, got "
-                         f"{type(dataset).__name__}")
-    return replica_steps(dataset, len(strategy.replica_devices))
-
-
 class PerWorkerIterator(ElasticIterator):
     """The elements of this worker's own pipeline for the group of the moment
     (``distribute_datasets_from_function``: see the module header). ``pulled``
@@ -221,7 +210,7 @@ class PerWorkerIterator(ElasticIterator):
         return s.num_workers, s.worker_index, len(s.replica_devices)
 
     def _open(self) -> None:
-        self._it = iter(_worker_dataset(self._strategy, self._dataset_fn))
+        self._it = iter(worker_replica_steps(self._strategy, self._dataset_fn))
         self._built = self._group()
         self._read = 0
 
@@ -312,5 +301,5 @@ class ElasticDatasetsFromFunction:
         s = self._strategy
         group = (s.num_workers, s.worker_index, len(s.replica_devices))
         if self._spec is None or self._spec[0] != group:
-            self._spec = (group, _worker_dataset(s, self._dataset_fn).element_spec)
+            self._spec = (group, worker_replica_steps(s, self._dataset_fn).element_spec)
         return self._spec[1]

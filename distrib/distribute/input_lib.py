@@ -41,6 +41,18 @@ class InputContext:
         return global_batch_size // self.num_replicas_in_sync
 
 
+def worker_replica_steps(strategy: Any, dataset_fn: Callable[[InputContext], Any]) -> Dataset:
+    """``dataset_fn`` called with this worker's ``InputContext`` (as the strategy's
+    group stands now), its elements dealt to the local replicas in turn."""
+    context = InputContext(strategy.num_workers, strategy.worker_index,
+                           strategy.num_replicas_in_sync)
+    dataset = dataset_fn(context)
+    if not isinstance(dataset, Dataset):
+        raise ValueError("dataset_fn must return a dt.data.Dataset, got "
+                         f"{type(dataset).__name__}")
+    return replica_steps(dataset, len(strategy.replica_devices))
+
+
 def regroup_replicas(step: tuple[Any, ...]) -> Any:
     """A tuple of per-replica elements as one element with PerReplica leaves."""
     first = step[0]
@@ -88,11 +100,5 @@ class DistributedDatasetsFromFunction(_Distributed):
     local replicas in turn (not rebatched, not sharded: TF's)."""
 
     def __init__(self, strategy: Any, dataset_fn: Callable[[Any], Dataset]) -> None:
-        context = InputContext(strategy.num_workers, strategy.worker_index,
-                               strategy.num_replicas_in_sync)
-        dataset = dataset_fn(context)
-        if not isinstance(dataset, Dataset):
-            raise ValueError("dataset_fn must return a dt.data.Dataset, got "
-                             f"{type(dataset).__name__}")
         self._strategy = strategy
-        self._steps = replica_steps(dataset, len(strategy.replica_devices))
+        self._steps = worker_replica_steps(strategy, dataset_fn)
