@@ -22,6 +22,11 @@ through the CLI; this process hosts task 0 (the master) and the client:
   process) and a ``ClusterCoordinator``; one ``coordinator.schedule`` of a
   ``@dt.function`` returning ``dt.constant(1.0)`` (traced under the worker's
   device, so it runs there) and ``await rv.fetch()`` of its RemoteValue;
+- ``coordinator-trivial-queued``: the same function, 32 closures scheduled at
+  once, then ``join``: time per closure with the default one closure per
+  worker (TF's: the worker idles a round trip between two); ``-overlap``: the
+  same with ``closures_per_worker=2`` (the next closure sent while one runs;
+  staler gradients in training, see ``distrib/distribute/coordinator.py``);
 - ``fetch-64MiB-shm`` / ``fetch-64MiB-tcp``: a 64 MiB tensor made on task 1,
   fetched to the client, over shared memory and over forced TCP;
 - ``memcpy`` and ``raw-socket``: the in-process copy and a raw blocking socket
@@ -236,10 +241,14 @@ async def remote_rows(reps: int, transport: str, call_us: float) -> list[dict]:
     return rows
 
 
-async def coordinator_row(reps: int, transport: str, baseline_us: float) -> dict:
+QUEUED = 32   # closures scheduled at once by the coordinator-trivial-queued rows
+
+
+async def coordinator_rows(reps: int, transport: str, baseline_us: float) -> list[dict]:
     """``schedule`` + ``fetch`` of a trivial ``dt.function`` through a
     ClusterCoordinator: 1 ps and 1 worker in child processes, the chief (the
-    strategy's server and the coordinator) in this process."""
+    strategy's server and the coordinator) in this process; then ``QUEUED``
+    closures at once, with one and with two closures per worker."""
     from distrib.distribute import def_function
     from distrib.distribute.local_target import set_default_target
     env = dict(os.environ, DISTRIB_TRANSPORT=transport,
@@ -271,6 +280,18 @@ async def coordinator_row(reps: int, transport: str, baseline_us: float) -> dict
                 await coordinator.schedule(trivial).fetch()
             t = await amedian_time(once, reps * 20, warmup=50) * 1e6
             assert float(await coordinator.schedule(trivial).fetch()) == 1.0
+            queued = {}
+            for closures in (1, 2):
+                if closures > 1:   # a second coordinator, the first one's loops stopped
+                    await coordinator.shutdown()
+                    coordinator = dt.distribute.coordinator.ClusterCoordinator(
+                        strategy, closures_per_worker=closures)
+
+                async def many() -> None:
+                    for _ in range(QUEUED):
+                        coordinator.schedule(trivial)
+                    await coordinator.join()
+                queued[closures] = await amedian_time(many, reps, warmup=2) / QUEUED * 1e6
     finally:
         try:
             if coordinator is not None:
@@ -283,8 +304,12 @@ async def coordinator_row(reps: int, transport: str, baseline_us: float) -> dict
             for p in reversed(children):
                 stop_task(p)
             os.environ.pop("DISTRIB_TRANSPORT", None)
-    return {"name": "coordinator-trivial-step", "us": t, "baseline": "remote-trivial-step",
-            "ratio": t / baseline_us, "target": "<= 2.0x"}
+    return [{"name": "coordinator-trivial-step", "us": t, "baseline": "remote-trivial-step",
+             "ratio": t / baseline_us, "target": "<= 2.0x"},
+            {"name": "coordinator-trivial-queued", "us": queued[1],
+             "baseline": "coordinator-trivial-step", "ratio": queued[1] / t},
+            {"name": "coordinator-trivial-queued-overlap", "us": queued[2],
+             "baseline": "coordinator-trivial-step", "ratio": queued[2] / t}]
 
 
 async def variable_rows(reps: int) -> list[dict]:
@@ -381,7 +406,7 @@ async def amain(args: argparse.Namespace) -> list[dict]:
         rows += await remote_rows(reps, "shm", call_us)
         remote_us = rows[-2]["us"]   # remote-trivial-step, measured just before
         assert rows[-2]["name"] == "remote-trivial-step"
-        rows.append(await coordinator_row(reps, "shm", remote_us))
+        rows += await coordinator_rows(reps, "shm", remote_us)
         rows += await remote_rows(reps, "tcp", call_us)
         rows += await variable_rows(reps)
         mem = memcpy_gbps(reps)

@@ -54,15 +54,19 @@ Rows (examples/s; ratio vs ``numpy-plain`` of the same round):
   ``next(iterator)`` in the step; the coordinator reads it and feeds it).
   The coordinator keeps ``PSS_INFLIGHT`` closures per worker scheduled
   (awaiting the oldest RemoteValue before scheduling the next), so a worker
-  that finishes a step finds the next one queued (and the coordinator sends
-  each worker its next closure while the current one runs:
-  ``closures_per_worker``, 2); a window ends with
+  that finishes a step finds the next one queued; the coordinator runs one
+  closure per worker at a time (``closures_per_worker=1``, the default, TF's),
+  so a worker idles a round trip between two steps; a window ends with
   ``join`` and counts every closure scheduled in it over its whole time.
   Target: >= 0.9x ps1-w2 of the same round (``vs row``). Its cpu ms adds
   the coordinator's process; the JSON also gives ``coordinator_cpu_ms_per_step``
   and ``chief_kernel_ms_per_step`` (kernels that ran in the chief's own
   server: 0 when the step's ops are on the workers and the ps, as they
   should be);
+- ``psstrategy-w2-overlap``: psstrategy-w2 with ``closures_per_worker=2``
+  (the opt-in): each worker is sent its next closure while the current one
+  runs, so it never idles between steps, at the price of staler gradients
+  (a step's reads race up to three other steps' updates, not one);
 - ``keras-local``: the same model as a ``dt.keras`` Sequential (Dense 512
   relu, Dense 512 relu, Dense 10; ``SparseCategoricalCrossentropy(from_logits
   =True)``, ``SGD(0.01)``, the same initial weights via ``set_weights``)
@@ -134,7 +138,7 @@ TARGETS = {"local-1proc": ">= 1.0x", "ps1-w1": ">= 0.9x", "ps1-w2": ">= 1.5x",
            "mwms-w2": ">= 1.5x", "psstrategy-w2": ">= 0.9x", "keras-local": ">= 0.95x",
            "local-summaries": ">= 0.97x", "ps1-w2-traced": ">= 0.5x"}
 # rows whose target is against another row of the same round, not numpy-plain
-VERSUS = {"psstrategy-w2": "ps1-w2", "keras-local": "local-1proc", "local-summaries": "local-1proc",
+VERSUS = {"psstrategy-w2": "ps1-w2", "psstrategy-w2-overlap": "ps1-w2", "keras-local": "local-1proc", "local-summaries": "local-1proc",
           "ps1-w2-traced": "ps1-w2"}
 
 
@@ -613,7 +617,7 @@ class MwmsCluster:
 PSS_INFLIGHT = 3   # closures per worker kept scheduled (one running, the rest queued)
 
 
-async def pss_main(spec: dict[str, list[str]]) -> None:
+async def pss_main(spec: dict[str, list[str]], closures_per_worker: int = 1) -> None:
     """The coordinator (``--pss``), the chief of a cluster of 1 ps and 2 bare
     worker servers: a ``ParameterServerStrategy`` from TF_CONFIG (task
     chief:0, whose server the strategy starts in this process) and a
@@ -627,7 +631,8 @@ async def pss_main(spec: dict[str, list[str]]) -> None:
                                                                      "index": 0}})
     resolver = dt.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = dt.distribute.ParameterServerStrategy(resolver)
-    coordinator = dt.distribute.coordinator.ClusterCoordinator(strategy)
+    coordinator = dt.distribute.coordinator.ClusterCoordinator(
+        strategy, closures_per_worker=closures_per_worker)
     start = initial_params()
     with strategy.scope():
         params = [dt.Variable(v, name=f"{'wb'[i % 2]}{i // 2}") for i, v in enumerate(start)]
@@ -715,10 +720,12 @@ async def pss_main(spec: dict[str, list[str]]) -> None:
 
 
 class PssCluster:
-    """``psstrategy-w2``: one ps and two workers (bare ``python -m distrib.server``
-    processes) and the coordinator (this file, ``--pss``), the cluster's chief."""
+    """``psstrategy-w2`` (``-overlap``: ``closures_per_worker=2``): one ps and two
+    workers (bare ``python -m distrib.server`` processes) and the coordinator
+    (this file, ``--pss N``, N closures per worker), the cluster's chief."""
 
-    def __init__(self) -> None:
+    def __init__(self, closures_per_worker: int = 1) -> None:
+        self.closures_per_worker = closures_per_worker
         ports = free_ports(4)
         self.spec = {"chief": [f"localhost:{ports[0]}"], "ps": [f"localhost:{ports[1]}"],
                      "worker": [f"localhost:{ports[2]}", f"localhost:{ports[3]}"]}
@@ -735,6 +742,7 @@ class PssCluster:
                     ["-m", "distrib.server", "--cluster", cfg, "--job_name", job,
                      "--task_index", str(task), "--log_level", "WARNING"], ready="serving"))
             self.children.append(Child([os.path.abspath(__file__), "--pss",
+                                        str(self.closures_per_worker),
                                         "--spec", json.dumps(self.spec)], ready="ready",
                                        wait=False))
             self.children[-1].expect_ready(120)
@@ -878,7 +886,8 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
     def add(name: str, result: dict[str, Any]) -> None:
         samples.setdefault(name, []).append(result)
 
-    with PsCluster() as cluster, MwmsCluster() as mwms, PssCluster() as pss:
+    with PsCluster() as cluster, MwmsCluster() as mwms, PssCluster() as pss, \
+            PssCluster(closures_per_worker=2) as pss_overlap:
         local = Child([os.path.abspath(__file__), "--local"], ready="ready")
         keras = None
         try:
@@ -897,6 +906,7 @@ def measure(rounds: int, seconds: float) -> dict[str, list[dict[str, Any]]]:
                 add("ps1-w2-traced", cluster.window(2, seconds, "traced"))
                 add("mwms-w2", mwms.window(seconds))
                 add("psstrategy-w2", pss.window(seconds))
+                add("psstrategy-w2-overlap", pss_overlap.window(seconds))
                 keras.command(f"go {seconds}")
                 add("keras-local", json.loads(keras.readline(3 * seconds + 60)))
         finally:
@@ -955,7 +965,8 @@ def main() -> None:
     ap.add_argument("--numpy", choices=["plain", "prealloc"], help=argparse.SUPPRESS)
     ap.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mwms", type=int, help=argparse.SUPPRESS)     # internal: an MWMS worker
-    ap.add_argument("--pss", action="store_true", help=argparse.SUPPRESS)   # the coordinator
+    ap.add_argument("--pss", type=int, help=argparse.SUPPRESS)   # the coordinator: closures
+    # per worker
     ap.add_argument("--keras", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.numpy:
@@ -971,8 +982,8 @@ def main() -> None:
     if args.mwms is not None:
         uvloop.run(mwms_main(json.loads(args.spec), args.mwms))
         return
-    if args.pss:
-        uvloop.run(pss_main(json.loads(args.spec)))
+    if args.pss is not None:
+        uvloop.run(pss_main(json.loads(args.spec), args.pss))
         return
     if args.keras:
         uvloop.run(keras_main())

@@ -308,7 +308,7 @@ class _Pong:
 async def _peer_actor(host: str) -> None:
     from distrib.runtime.actors.system import ActorSystem
     system = await ActorSystem("/job:pong/task:0", host=host).start()
-    system.spawn("pong", _Pong())
+    system.spawn("pong", _Pong(), ["ping"])
     print(f"ADDRESS {system.address}", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     await system.shutdown()

@@ -185,7 +185,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     # dt.train loads on first use: it pulls in the optimizers, Saver and Supervisor
-    if name in ("train", "distribute", "keras", "app"):   # dt.app: TF1's tf.app (flags, run)
+    if name in ("train", "distribute", "keras", "app", "io"):   # dt.app: TF1's tf.app
         import importlib
         mod = importlib.import_module(f"distrib.{name}")
         if name == "train":   # dt.train.Checkpoint runs its steps as dt.functions
@@ -203,6 +203,6 @@ def __getattr__(name: str):
 __all__ = ["errors", "config", "data", "distribute", "function", "summary", "merge_all_summaries",
            "ClusterSpec", "Server",
            "serve", "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions",
-           "RewriterConfig", "Session", "SyncSession", "train", "app",
+           "RewriterConfig", "Session", "SyncSession", "train", "app", "io",
            "client", "RunOptions", "RunMetadata",
            *_graph_all]

@@ -66,7 +66,8 @@ INTER_OP_THREADS = Setting(
     help="Heavy kernels of a step that may run at once, the loop's thread included.")
 COLLECTIVE_STALL_S = Setting(
     "DISTRIB_COLLECTIVE_STALL_S", "seconds", 60.0, above=0, read_by=_COLLECTIVE,
-    help="How often a collective without a timeout logs whom it waits for.")
+    help="How often a collective without a timeout logs whom it waits for; members "
+         "that issued different collectives fail at the second look.")
 COLLECTIVE_SEGMENT_BYTES = Setting(
     "DISTRIB_COLLECTIVE_SEGMENT_BYTES", "bytes", 0, above=0, read_by=_COLLECTIVE,
     default_text="0 (at least 1M, a quarter of a chunk)",

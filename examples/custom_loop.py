@@ -6,6 +6,14 @@ A two-layer classifier of the 8x8 digits, trained synchronously:
     python examples/custom_loop.py --strategy central    # CentralStorageStrategy
     python -m distrib.launch --workers 2 -- python examples/custom_loop.py --strategy mwms
                                                          # MultiWorkerMirroredStrategy, 2 processes
+    python examples/custom_loop.py --iterator            # the step takes the iterator
+
+With ``--iterator`` the loop is the "Custom training loop with
+MultiWorkerMirroredStrategy" tutorial's: a new iterator each epoch
+(``iter(dist_dataset)``) passed to the traced step, which calls
+``next(iterator)`` inside; each call trains on the next batch, and the end of
+the data ends the epoch (``OutOfRangeError``). The losses are the same as the
+default form's, which passes each batch to the step.
 
 It prints the loss of each epoch and the final accuracy on the test split;
 under MultiWorkerMirroredStrategy each worker prints its own lines (the
@@ -81,6 +89,22 @@ async def main(args: argparse.Namespace) -> float:
         return strategy.reduce(dt.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
 
     @dt.function
+    def train_on_next(iterator: dt.distribute.DistributedIterator) -> dt.Tensor:
+        per_replica_losses = strategy.run(train_step, args=(next(iterator),))
+        return strategy.reduce(dt.distribute.ReduceOp.SUM, per_replica_losses, axis=None)
+
+    async def epoch_by_iterator() -> tuple[float, int]:
+        iterator = iter(dist_dataset)   # a new iterator each epoch, as the tutorial's
+        total_loss, num_batches = 0.0, 0
+        while num_batches != args.steps_per_epoch:
+            try:
+                total_loss += float(await train_on_next(iterator))
+            except dt.errors.OutOfRangeError:
+                break
+            num_batches += 1
+        return total_loss, num_batches
+
+    @dt.function
     def predict(x: np.ndarray) -> dt.Tensor:
         return dt.argmax(model(x), axis=1)
 
@@ -90,7 +114,9 @@ async def main(args: argparse.Namespace) -> float:
     start = time.perf_counter()
     for epoch in range(args.epochs):
         total_loss, num_batches = 0.0, 0
-        for batch in dist_dataset:
+        if args.iterator:
+            total_loss, num_batches = await epoch_by_iterator()
+        for batch in (() if args.iterator else dist_dataset):
             total_loss += float(await distributed_train_step(batch))
             num_batches += 1
             if num_batches == args.steps_per_epoch:
@@ -116,6 +142,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--steps_per_epoch", type=int, default=None,
                    help="batches per epoch (default: the whole training split)")
+    p.add_argument("--iterator", action="store_true",
+                   help="the tutorial's loop: the traced step takes a new iterator each epoch")
     args = p.parse_args(argv)
     if args.strategy == "mwms" and "--replicas" not in " ".join(argv or sys.argv):
         args.replicas = 1   # TF's default: one CPU replica per worker

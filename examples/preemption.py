@@ -4,11 +4,14 @@ with ``dt.distribute.experimental.PreemptionCheckpointHandler``.
     python -m distrib.launch --workers 2 -- python examples/preemption.py --checkpoint_dir ckpts
     python -m distrib.launch --workers 2 -- python examples/preemption.py \\
         --checkpoint_dir ckpts --preempt_at 40          # worker 1 sends itself SIGTERM at run 40
+    python -m distrib.launch --workers 2 -- python examples/preemption.py \
+        --checkpoint_dir ckpts --hold_at 40    # worker 1 waits at run 40 for a SIGTERM from outside
 
 The seed's two-layer classifier of the 8x8 digits, trained synchronously on
 every worker. Each step goes through ``handler.run``; a SIGTERM to any worker
 (``kill -TERM <pid>`` of one the launcher lists, or ``--preempt_at``) makes
-every worker save a checkpoint at the same step and exit with code 42, which
+every worker save a checkpoint at the same step (the run after the one the
+noticed worker was about to start) and exit with code 42, which
 the launcher restarts without counting it as a failure. Restarted, the
 handler restores the checkpoint and the loop goes on from
 ``handler.total_run_calls``: the epoch and the step inside it, each epoch's
@@ -28,6 +31,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -107,9 +111,11 @@ async def main(args: argparse.Namespace) -> float:
         total_loss, batches = 0.0, 0
         for batch in strategy.experimental_distribute_dataset(dataset):
             runs = handler.total_run_calls
-            if args.preempt_at == runs and worker == args.preempt_worker \
-                    and handler.restored_from is None:
-                os.kill(os.getpid(), signal.SIGTERM)   # what a cluster manager would send
+            if worker == args.preempt_worker and handler.restored_from is None:
+                if args.preempt_at == runs:
+                    os.kill(os.getpid(), signal.SIGTERM)   # what a cluster manager would send
+                elif args.hold_at == runs:
+                    hold_for_sigterm(runs)
             total_loss += float(await handler.run(distributed_train_step, batch))
             batches += 1
             if args.log_every and (runs + 1) % args.log_every == 0:
@@ -128,6 +134,23 @@ async def main(args: argparse.Namespace) -> float:
     return accuracy
 
 
+def hold_for_sigterm(runs: int, timeout_s: float = 120.0) -> None:
+    """Wait before run ``runs`` until a SIGTERM comes from outside (``--hold_at``: a
+    test's notice at a run it chooses, not one timed against the log), then hand it to
+    the handler's own SIGTERM handler, as if it had come during the run."""
+    came = threading.Event()
+    handlers = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, handlers)
+        came.set()
+        handlers(signum, frame)   # the handler's: the notice
+    signal.signal(signal.SIGTERM, on_sigterm)
+    print(f"holding before run {runs} for a SIGTERM", flush=True)
+    if not came.wait(timeout_s):   # the signal handler runs on this (the main) thread
+        raise SystemExit(f"no SIGTERM came within {timeout_s:g} s of run {runs}")
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     p.add_argument("--checkpoint_dir", default=None,
@@ -141,10 +164,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preempt_at", type=int, default=None,
                    help="worker --preempt_worker sends itself SIGTERM before this run (its "
                         "first start only)")
+    p.add_argument("--hold_at", type=int, default=None,
+                   help="worker --preempt_worker waits before this run until a SIGTERM "
+                        "comes from outside (its first start only)")
     p.add_argument("--preempt_worker", type=int, default=1)
     p.add_argument("--check_period", type=float, default=None,
-                   help="seconds of training between two agreements of the workers (0: "
-                        "every run; default: the handler's, 0.25)")
+                   help="agree by a collective every this many seconds of training (0: "
+                        "every run); default: none until a notice, which the noticed "
+                        "worker sends the others")
     p.add_argument("--log_every", type=int, default=0,
                    help="log 'run N done' every N runs (0: never)")
     args = p.parse_args(argv)

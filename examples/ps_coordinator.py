@@ -46,7 +46,7 @@ async def coordinate(args: argparse.Namespace,
         min_shard_bytes=16 << 10, max_shards=len(resolver.cluster_spec().job_tasks("ps")))
     strategy = dt.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
     coordinator = dt.distribute.coordinator.ClusterCoordinator(
-        strategy, checkpoint_dir=args.logdir)
+        strategy, checkpoint_dir=args.logdir, closures_per_worker=args.closures_per_worker)
     x_train, y_train = load_digits("train")
     x_test, y_test = load_digits("test")
 
@@ -145,6 +145,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning_rate", type=float, default=0.2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--logdir", default=None, help="checkpoints (and a restarted ps's restore)")
+    p.add_argument("--closures_per_worker", type=int, default=1,
+                   help="closures a worker holds at once: 1 as TF; 2 sends the next while "
+                        "one runs (faster on small steps, staler gradients)")
     return p.parse_args(argv)
 
 

@@ -233,7 +233,7 @@ def apply_rms_prop(inputs: list, attrs: dict) -> list:
         ("lr", "rho", "momentum", "epsilon"), inputs[3:7]))
     grad = _grad(op, inputs[7], var)
     ms += (grad * grad - ms) * (var.dtype.type(1) - rho)
-    _momentum_step(mom, momentum, lr, grad, ms + eps)
+    _momentum_step(mom, momentum, lr, grad, np.add(ms, eps, out=np.empty_like(ms)))
     var -= mom
     return [var]
 
@@ -253,7 +253,9 @@ def apply_centered_rms_prop(inputs: list, attrs: dict) -> list:
     one_minus_rho = var.dtype.type(1) - rho
     ms += (grad * grad - ms) * one_minus_rho
     mg += (grad - mg) * one_minus_rho
-    _momentum_step(mom, momentum, lr, grad, (ms - mg * mg) + eps)
+    denom = np.subtract(ms, mg * mg, out=np.empty_like(ms))
+    denom += eps
+    _momentum_step(mom, momentum, lr, grad, denom)
     var -= mom
     return [var]
 
@@ -261,7 +263,9 @@ def apply_centered_rms_prop(inputs: list, attrs: dict) -> list:
 def _momentum_step(mom: np.ndarray, momentum: np.generic, lr: np.generic, grad: np.ndarray,
                    denom: np.ndarray) -> None:
     """``mom = momentum * mom + grad * lr / sqrt(denom)``, in place (``denom`` is a
-    temporary of the step and is overwritten)."""
+    temporary ndarray of the step and is overwritten). The callers make ``denom``
+    with ``out=``: on a 0-d variable numpy arithmetic returns a scalar, which
+    ``out=`` cannot write (issue 36: RMSProp on a scalar variable failed)."""
     with np.errstate(divide="ignore", invalid="ignore"):   # TF: inf/nan are results
         np.sqrt(denom, out=denom)
         np.divide(grad * lr, denom, out=denom)

@@ -13,6 +13,7 @@ from distrib.errors import (
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
+    UnimplementedError,
     UnknownError,
 )
 from distrib.runtime.actors.system import ActorSystem
@@ -41,6 +42,12 @@ class Counter:
     def fail(self):
         raise InvalidArgumentError("bad input here")
 
+    def helper(self):   # public, not a message: out of the wire's reach
+        return "reached"
+
+
+COUNTER = ["incr", "note", "slow", "fail"]
+
 
 @pytest.fixture(params=MODES)
 def mode(request):
@@ -62,7 +69,7 @@ async def test_local_call_and_tell_skip_the_wire():
     sys_ = await ActorSystem("/job:a/task:0").start()
     try:
         c = Counter()
-        ref = sys_.spawn("counter", c)
+        ref = sys_.spawn("counter", c, COUNTER)
         assert await ref.call("incr", 2) == 2
         await ref.tell("note", "x")
         assert c.seen == ["x"]
@@ -70,8 +77,12 @@ async def test_local_call_and_tell_skip_the_wire():
             await ref.call("fail")
         with pytest.raises(DeadlineExceededError, match="slow"):
             await ref.call("slow", 5, timeout=0.05)
-        with pytest.raises(NotFoundError, match="no method"):
+        with pytest.raises(UnimplementedError, match="'nope' is not one of them"):
             await ref.call("nope")
+        with pytest.raises(UnimplementedError, match="'helper' is not one of them"):
+            await ref.call("helper")   # a public method its door does not declare
+        with pytest.raises(ValueError, match=r"no public method for the messages \['echo'\]"):
+            sys_.spawn("other", Counter(), ["incr", "echo"])
     finally:
         await sys_.shutdown()
 
@@ -101,7 +112,7 @@ async def test_remote_errors_are_typed_and_name_the_task(peer, mode):
             await ref.call("crash")
         with pytest.raises(NotFoundError, match="no actor named 'ghost'"):
             await sys_.ref(peer.line, "ghost").call("echo", 1)
-        with pytest.raises(NotFoundError, match="public method"):
+        with pytest.raises(UnimplementedError, match="'_private' is not one of them"):
             await ref.call("_private")
         # the connection survives every error above
         assert await ref.call("echo", 7) == 7
@@ -123,9 +134,10 @@ async def test_call_timeout_is_deadline_exceeded_and_connection_survives(peer, m
 async def test_peer_calls_back_into_a_listening_client(peer, mode):
     sys_ = await client(mode, listen=True)
     try:
-        sys_.spawn("echo", Counter())  # has no 'echo' method: a typed error crosses twice
+        sys_.spawn("echo", Counter(), COUNTER)  # no 'echo' message: a typed error crosses twice
         ref = sys_.ref(peer.line, "echo")
-        with pytest.raises(NotFoundError, match="no method 'echo'"):
+        with pytest.raises(UnimplementedError, match=r"door \[fail, incr, note, slow\]; "
+                                                     r"'echo' is not one of them"):
             await ref.call("call_back", sys_.address, 1)
     finally:
         await sys_.shutdown()
@@ -136,10 +148,12 @@ class Echo:
         return x
 
 
+ECHO = ["echo"]
+
 async def test_connections_lists_the_open_ones_each_way(peer, mode):
     sys_ = await client(mode, listen=True)
     try:
-        sys_.spawn("echo", Echo())
+        sys_.spawn("echo", Echo(), ECHO)
         assert sys_.connections() == []
         ref = sys_.ref(peer.line, "echo")
         assert await ref.call("echo", 1) == 1
@@ -160,7 +174,7 @@ async def _told_back(peer, mode: str):
     """A listening client with a Counter actor, and a handle on the peer's echo."""
     sys_ = await client(mode, listen=True)
     c = Counter()
-    sys_.spawn("counter", c)
+    sys_.spawn("counter", c, COUNTER)
     return sys_, c, sys_.ref(peer.line, "echo")
 
 
@@ -253,7 +267,7 @@ async def test_call_to_another_system_of_this_process_skips_the_wire():
     client_ = await ActorSystem("/job:b/task:0", listen=False).start()
     try:
         c = Counter()
-        server.spawn("counter", c)
+        server.spawn("counter", c, COUNTER)
         ref = client_.ref(server.address.replace("127.0.0.1", "localhost"), "counter")
         assert await ref.call("incr", 3) == 3
         await ref.tell("note", "y")

@@ -4,8 +4,9 @@ back (each copy, each slot), continuing with the loss the saved run reaches;
 a ShardedVariable saved from 2 shards restores into 3 (ParameterServerStrategy
 on in-process ps servers); a model restored in a fresh process (a child,
 stopped by its pid) continues with the same loss as the process that saved it;
-and under MultiWorkerMirroredStrategy (two worker processes) only the chief
-writes, every worker restores from its file.
+and under MultiWorkerMirroredStrategy (two worker processes) every worker
+writes its own folder, the chief's first, and every worker restores from the
+chief's file.
 
 TF's behaviour stated: a MirroredVariable is saved once, under its one-replica
 path, and restored into every copy; a ShardedVariable is saved whole; an
@@ -220,7 +221,7 @@ async def main():
     ckpt = dt.train.Checkpoint(model=model, optimizer=model.optimizer)
     manager = dt.train.CheckpointManager(ckpt, own_dir, max_to_keep=1)
     print("saved", await manager.save(), flush=True)
-    print("after_save", repr(await one_epoch(model)), flush=True)   # a collective step: a barrier
+    print("after_save", repr(await one_epoch(model)), flush=True)
     print("files", sorted(os.listdir(own_dir)) if os.path.isdir(own_dir) else [], flush=True)
     status = await ckpt.restore(dt.train.latest_checkpoint(chief_dir))
     status.assert_existing_objects_matched()
@@ -231,10 +232,10 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-def test_under_multi_worker_mirrored_only_the_chief_writes_and_every_worker_restores(
+def test_under_multi_worker_mirrored_every_worker_writes_and_restores_the_chiefs(
         tmp_path) -> None:
-    """Every worker saves (the read step is theirs too); the chief writes the file,
-    the other worker's folder stays empty; restored from the chief's file, each
+    """Every worker saves (the read step is theirs too) and, as TF's, writes its
+    own folder (the chief's first); restored from the chief's file, each
     worker's next epoch has the loss the one after the save had."""
     ports = free_ports(2)
     dirs = [str(tmp_path / f"worker{i}") for i in range(2)]
@@ -261,7 +262,7 @@ def test_under_multi_worker_mirrored_only_the_chief_writes_and_every_worker_rest
                                                        "after_restore")))
     chief, other = lines
     assert chief["saved"] == os.path.join(dirs[0], "ckpt-1")
-    assert chief["files"] == "['checkpoint', 'ckpt-1']" and other["files"] == "[]"
+    assert chief["files"] == other["files"] == "['checkpoint', 'ckpt-1']"
     for worker in lines:
         assert worker["after_restore"] == worker["after_save"]
     assert chief["after_save"] == other["after_save"]

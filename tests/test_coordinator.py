@@ -228,15 +228,57 @@ def _gate(op_type: str, inputs=(), device: str | None = None):
                            output_specs=specs, device=device)
 
 
-async def test_a_worker_holds_two_closures_at_once() -> None:
-    """With one worker, a closure that waits on the worker's queue finishes only
-    because the next closure, which fills the queue, reached the worker while
-    the first one ran (one closure at a time would never end)."""
+async def test_a_worker_runs_one_closure_at_a_time_by_default() -> None:
+    """TF's rule (it was two: staler gradients, the PS tutorial's loop diverged):
+    with one worker, the closure that fills the worker's queue is not sent
+    while the closure waiting on that queue runs; the queue filled from
+    outside the coordinator, both run."""
     spec = cluster_spec(chief=1, ps=1, worker=1)
     servers = [dt.Server(spec, job_name=j, task_index=0) for j in ("ps", "worker")]
     strategy = strategy_for(spec)
     try:
         coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        assert coord.closures_per_worker == 1
+
+        @dt.function
+        def wait():
+            return _gate("QueueDequeue").outputs[0] + 0
+
+        @dt.function
+        def release(value):
+            return _gate("QueueEnqueueMany", [value], device="/job:worker/task:0")
+
+        async with asyncio.timeout(BOUND_S):
+            waiting = coord.schedule(wait)
+            releasing = coord.schedule(release, args=(np.array([7], np.int64),))
+            while coord._inflight < 1:   # noqa: SLF001 (the test waits for the closure to start)
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)     # (time for a second closure to be sent, were it)
+            assert not releasing.done() and not waiting.done()
+            assert coord._inflight == 1   # noqa: SLF001
+            with strategy.scope():
+                await release(np.array([5], np.int64))   # from outside: the wait ends
+            await coord.join()
+            assert int(await waiting.fetch()) == 5
+            assert await releasing.fetch() is None
+        await coord.shutdown()
+        with pytest.raises(ValueError, match="closures_per_worker"):
+            dt.distribute.coordinator.ClusterCoordinator(strategy, closures_per_worker=0)
+    finally:
+        await stop_chief(strategy)
+        for s in servers:
+            s.stop()
+
+
+async def test_a_worker_holds_two_closures_at_once_when_asked() -> None:
+    """``closures_per_worker=2`` (opt-in): with one worker, a closure that waits
+    on the worker's queue finishes only because the next closure, which fills
+    the queue, reached the worker while the first one ran."""
+    spec = cluster_spec(chief=1, ps=1, worker=1)
+    servers = [dt.Server(spec, job_name=j, task_index=0) for j in ("ps", "worker")]
+    strategy = strategy_for(spec)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy, closures_per_worker=2)
 
         @dt.function
         def wait():
@@ -372,15 +414,16 @@ async def test_a_killed_worker_loses_no_closure_and_comes_back(process_cluster,
 @pytest.mark.slow
 async def test_a_killed_worker_holding_two_closures_loses_none_and_runs_none_twice(
         process_cluster, monkeypatch) -> None:
-    """Both workers hold two closures, each waiting on its worker's queue; worker
-    1 is killed: its two closures run again on worker 0, every RemoteValue
-    holds its own closure's result, and no closure's update reached the ps
-    twice (the killed ones never got past their wait)."""
+    """Both workers hold two closures (``closures_per_worker=2``), each waiting on
+    its worker's queue; worker 1 is killed: its two closures run again on
+    worker 0, every RemoteValue holds its own closure's result, and no
+    closure's update reached the ps twice (the killed ones never got past
+    their wait)."""
     monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
     spec, cfg, procs, env = process_cluster
     strategy = strategy_for(spec)
     try:
-        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy, closures_per_worker=2)
         with strategy.scope():
             runs = dt.Variable(0.0, name="runs")
 
@@ -477,3 +520,57 @@ def test_a_failure_is_blamed_on_the_task_it_names() -> None:
     assert coord._failed_task(err) == "/job:ps/task:1"
     assert coord._failed_task(dt.errors.AbortedError("/job:worker/task:10 gone",
                                                      peer="/job:worker/task:10")) is None
+
+
+async def test_code_outside_a_finished_strategy_runs_as_if_it_was_never_made() -> None:
+    # issue 36: once a ParameterServerStrategy's cluster went away, a later
+    # dt.function or Keras fit of no strategy ran on that strategy's chief
+    # server and failed with "/job:ps/task:1 is unavailable"; and the server
+    # it started could not be stopped but by a private attribute
+    spec = cluster_spec(chief=1, ps=2, worker=2)
+    servers = [dt.Server(spec, job_name=j, task_index=i)
+               for j, n in (("ps", 2), ("worker", 2)) for i in range(n)]
+    strategy = strategy_for(spec)
+    try:
+        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+        (w, b), step = linear_model(strategy)
+        x, y = linear_data()
+        it = iter(coord.create_per_worker_dataset(
+            lambda: dt.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()))
+
+        @dt.function
+        def read_w():   # outside the scope, reads the strategy's variable: runs where it lives
+            return w.read_value()
+        async with asyncio.timeout(BOUND_S):
+            for _ in range(4):
+                coord.schedule(step, args=(it,))
+            await coord.join()
+            assert np.abs(await read_w()).sum() > 0
+        with strategy.scope():   # one no step used (a metric, a slot): never initialized
+            dt.Variable(np.zeros(3, np.float32), name="unused")
+    finally:
+        for s in servers:
+            s.stop()   # the cluster goes away; this process's program goes on
+    u = dt.Variable(np.float32(3.0), name="u")
+
+    @dt.function
+    def scaled(v):
+        return u * v
+    async with asyncio.timeout(BOUND_S):
+        assert float(await scaled(np.float32(2.0))) == 6.0
+        model = dt.keras.Sequential([dt.keras.layers.Dense(1)])
+        model.compile(optimizer=dt.keras.optimizers.SGD(0.1), loss="mse")
+        history = await model.fit(x, y, epochs=1, batch_size=64, verbose=0)
+        assert np.isfinite(history.history["loss"][-1])
+    address = spec["chief"][0]
+    await def_function.close_sessions()   # (a session left open to a stopped server
+    strategy.shutdown()                   # costs its close timeout at close_sessions)
+    strategy.shutdown()
+    with pytest.raises(dt.errors.FailedPreconditionError, match="shut down"):
+        strategy.target
+    import socket
+    with socket.socket() as sock:   # the chief's port is free again
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("localhost", int(address.rpartition(":")[2])))
+    async with asyncio.timeout(BOUND_S):
+        assert float(await scaled(np.float32(4.0))) == 12.0

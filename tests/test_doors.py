@@ -8,6 +8,9 @@ sent by its literal name nowhere else in distrib.
   dataclass's fields) equal the handler's in name, order and default, and
   the door sends the message under its own method name. Every public
   method of a service is a message of its door, or named here as not one.
+- Doors whitelist: a server spawns each service with its door, and over a
+  real connection the service refuses every public method its door does not
+  declare (``UnimplementedError`` naming the door) and answers the rest.
 - The client's ``MasterChannel`` declares the master's messages a session
   sends, the same as ``MasterDoor`` and the master's handlers.
 - A wrong argument is a ``TypeError`` at the caller, before anything is sent
@@ -29,6 +32,8 @@ from typing import Any
 import pytest
 
 from distrib.client.channel import MasterChannel
+from distrib.client.session import parse_target
+from distrib.errors import UnimplementedError
 from distrib.runtime.actors.door import Door
 from distrib.runtime.actors.system import ActorSystem
 from distrib.runtime.chief.doors import Campaign, ChiefLeaseDoor, FenceDoor, MembershipDoor
@@ -40,7 +45,7 @@ from distrib.runtime.step.master import MasterService
 from distrib.runtime.step.master_channel import ActorMasterChannel
 from distrib.runtime.step.worker import WorkerService
 from distrib.server.doors import ServerDoor
-from distrib.server.server_lib import ServerCore
+from distrib.server.server_lib import Server, ServerCore
 
 ROOT = Path(__file__).resolve().parent.parent
 DOORS = [WorkerDoor, FenceDoor, MasterDoor, CollectiveDoor, ChiefLeaseDoor, ServerDoor,
@@ -65,9 +70,10 @@ def spawned() -> dict[str, type]:
     found: dict[str, type] = {}
     spawn = ActorSystem.spawn
 
-    def spy(self: ActorSystem, name: str, actor: Any) -> Any:
+    def spy(self: ActorSystem, name: str, actor: Any, door: Any) -> Any:
         found[name] = type(actor)
-        return spawn(self, name, actor)
+        found[name + "/door"] = door
+        return spawn(self, name, actor, door)
 
     async def start_and_stop() -> None:
         core = ServerCore({"local": ["127.0.0.1:0"]}, "local", 0)
@@ -126,6 +132,36 @@ def test_services_are_spawned_under_their_doors_names(spawned):
     assert spawned["collective"] is CollectiveEngine
     assert spawned["chief_lease"] is ChiefLease
     assert {d.actor for d in DOORS} <= set(spawned)
+    for door in DOORS:
+        if door is not FenceDoor:   # the worker's door is WorkerDoor, which extends it
+            assert spawned[door.actor + "/door"] is door, door.actor
+            assert door.messages() == frozenset(messages(door)), door.__name__
+
+
+async def test_a_service_answers_only_its_doors_messages_over_a_real_connection():
+    """A server on its own loop thread, called from this loop over TCP: every public
+    method that is not a message is refused with the door's name; the connection and
+    the server go on answering declared messages."""
+    server = Server.create_local_server()
+    system = await ActorSystem("/job:probe/task:0", listen=False).start()
+    try:
+        address = parse_target(server.target)
+        refused = 0
+        for door in DOORS:
+            if door is FenceDoor:
+                continue
+            for name in sorted(NOT_MESSAGES[door.actor] - {"on_stop"}):
+                with pytest.raises(UnimplementedError, match=rf"door {door.__name__}; "
+                                                             rf"'{name}' is not one of them"):
+                    await system.ref(address, door.actor).call(name, timeout=30)
+                refused += 1
+        assert refused >= 7   # the worker's detached and peer, the master's add_task, ...
+        assert await WorkerDoor.at(system, address).ping(timeout=30) == "/job:local/task:0"
+        assert (await ServerDoor.at(system, address).task(timeout=30)) == "/job:local/task:0"
+        assert [c.kind for c in system.connections()] != []   # a real connection, kept
+    finally:
+        await system.shutdown()
+        server.stop()
 
 
 @pytest.mark.parametrize("door", DOORS, ids=lambda d: d.__name__)

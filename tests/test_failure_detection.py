@@ -104,20 +104,26 @@ async def test_a_busy_task_is_not_declared_dead(tmp_path, monkeypatch) -> None:
     with cli_task(cfg, "worker", 0):
         server = dt.Server(dt.ClusterSpec(spec), job_name="host", task_index=0)
         try:
-            g = dt.Graph()
-            with g.as_default(), dt.device("/job:worker/task:0"):
-                x = dt.random_uniform([1500, 1500], seed=1)
-                y = x
-                for _ in range(24):
-                    y = dt.matmul(y, x) * (1.0 / 1500)
-                total = dt.reduce_sum(y)
-            async with dt.Session(server.target, graph=g) as sess:
-                started = time.monotonic()
-                value = await asyncio.wait_for(sess.run(total), GUARD_S)
-                assert np.isfinite(value)
-            took = time.monotonic() - started
-            if took < 2 * MISSED_HEARTBEATS * HEARTBEAT_S / 2:
-                pytest.skip(f"the step took {took:.2f}s: too fast to show a busy task")
+            # the step must outlast twice the detection bound on any machine: the chain
+            # of matmuls grows fourfold until it does (a fast machine runs more of them)
+            bound = 2 * MISSED_HEARTBEATS * HEARTBEAT_S / 2
+            took = 0.0
+            for matmuls in (24, 96, 384, 1536):
+                g = dt.Graph()
+                with g.as_default(), dt.device("/job:worker/task:0"):
+                    x = dt.random_uniform([1500, 1500], seed=1)
+                    y = x
+                    for _ in range(matmuls):
+                        y = dt.matmul(y, x) * (1.0 / 1500)
+                    total = dt.reduce_sum(y)
+                async with dt.Session(server.target, graph=g) as sess:
+                    started = time.monotonic()
+                    value = await asyncio.wait_for(sess.run(total), GUARD_S)
+                    took = time.monotonic() - started
+                    assert np.isfinite(value)
+                if took >= bound:
+                    break
+            assert took >= bound, f"even {matmuls} matmuls took only {took:.2f}s"
         finally:
             server.stop()
 

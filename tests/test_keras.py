@@ -57,9 +57,10 @@ def step_ops(function, *args) -> int:
 
 @pytest.mark.parametrize("metrics", [[], ["accuracy"], ["accuracy", "sparse_categorical_accuracy"]])
 def test_the_train_step_has_the_ops_of_the_hand_written_step_plus_the_metrics(metrics) -> None:
-    """Keras' train step against the same step written by hand (the loss
-    object's mean, tape, the optimizer) that also sums each metric's values:
-    the statistics fit reports cost no op of their own."""
+    """Keras' train step against the same step written by hand (compile's
+    match_dtype_and_rank, the loss object's mean, tape, the optimizer) that also
+    sums each metric's values: the statistics fit reports cost no op of their own."""
+    from distrib.keras.losses_utils import match_dtype_and_rank
     x = np.zeros((32, 20), np.float32)
     y = np.zeros(32, np.int64)
 
@@ -83,6 +84,7 @@ def test_the_train_step_has_the_ops_of_the_hand_written_step_plus_the_metrics(me
             bx, by = data
             with dt.GradientTape() as tape:
                 logits = hand(bx, training=True)
+                by, logits, _ = match_dtype_and_rank(by, logits)
                 loss = loss_fn(by, logits)
             grads = tape.gradient(loss, hand.trainable_variables)
             hand.optimizer.apply_gradients(zip(grads, hand.trainable_variables))
@@ -185,6 +187,98 @@ async def test_losses_and_reductions_match_numpy() -> None:
     np.testing.assert_allclose(got["mae"], np.mean(np.abs(z - p1)), rtol=1e-5)
     with pytest.raises(ValueError, match="Reduction"):
         L.MeanSquaredError(reduction="mean")
+
+
+def _keras2_per_example(name: str, y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """A per-example loss or metric by tf_keras' rules, in numpy, once labels and
+    predictions have their matched shapes (broadcast as numpy does, mean over the
+    last axis)."""
+    if name in ("mse", "mean_squared_error"):
+        return ((p - y) ** 2).mean(axis=-1)
+    if name in ("mae", "mean_absolute_error"):
+        return np.abs(p - y).mean(axis=-1)
+    if name == "binary_accuracy":
+        return ((p > 0.5).astype(np.float32) == y).mean(axis=-1)
+    raise KeyError(name)
+
+
+def _keras2_compile_match(y: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """compile_utils.match_dtype_and_rank, then LossFunctionWrapper's
+    squeeze_or_expand_dimensions: [N] labels against [N, k] outputs become [N, 1]."""
+    if y.ndim == 1 and p.ndim == 2:
+        y = y[:, None]
+    return y.astype(p.dtype)
+
+
+@pytest.mark.parametrize("n, units", [(10, 10), (8, 10), (6, 1)])
+async def test_compiled_losses_and_metrics_match_rank1_labels_as_keras2(n, units) -> None:
+    # issue 36: compile(loss="mse") with [N] labels against [N, k] outputs: Keras 2
+    # makes the labels [N, 1] (one per row, broadcast over the row's k outputs);
+    # a plain broadcast lays the N labels along the k axis: an error for N != k,
+    # and silently another loss for N == k
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    y = rng.normal(size=n).astype(np.float32)
+    w = rng.normal(size=(3, units)).astype(np.float32)
+    b = rng.normal(size=units).astype(np.float32)
+    model = keras.Sequential([keras.layers.Dense(units, input_shape=(3,))])
+    model.compile(optimizer="sgd", loss="mse", metrics=["mae", keras.metrics.MeanSquaredError()])
+    async with asyncio.timeout(BOUND_S):
+        await model.set_weights([w, b])
+        got = await model.evaluate(x, y, batch_size=n, verbose=0, return_dict=True)
+    p = x @ w + b
+    yy = _keras2_compile_match(y, p)
+    want = _keras2_per_example("mse", yy, p).mean()
+    if n == units:   # the wrong way, told apart: labels along the k axis
+        assert abs(((p - y[None, :]) ** 2).mean() - want) > 1e-3
+    np.testing.assert_allclose(got["loss"], want, rtol=1e-5)
+    np.testing.assert_allclose(got["mae"], _keras2_per_example("mae", yy, p).mean(), rtol=1e-5)
+    np.testing.assert_allclose(got["mean_squared_error"], want, rtol=1e-5)
+
+
+async def test_loss_and_metric_objects_squeeze_or_expand_as_keras2() -> None:
+    """Called directly (a custom loop), a loss or metric object applies tf_keras'
+    squeeze_or_expand_dimensions: a trailing 1 dropped from the side with one more
+    axis (predictions [N, 1] against labels [N] are squeezed, labels [N, 1] against
+    predictions [N] too); class ids [N] against [N, k] scores stay as they are;
+    sample weights gain or lose a trailing axis to meet the per-example losses."""
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=6).astype(np.float32)
+    p = rng.normal(size=(6, 1)).astype(np.float32)
+    p3 = rng.normal(size=(6, 3)).astype(np.float32)
+    y3 = rng.normal(size=(6, 3)).astype(np.float32)
+    sw = rng.random(6).astype(np.float32)
+    z = (rng.random(6) > 0.5).astype(np.float32)
+    L, M = keras.losses, keras.metrics
+
+    @dt.function
+    def compute():
+        return {
+            "pred_squeezed": L.MeanSquaredError(reduction="sum")(y, p),
+            "labels_squeezed": L.MeanAbsoluteError(reduction="sum")(y[:, None], p[:, 0]),
+            "weights_squeezed": L.MeanSquaredError(reduction="none")(y3, p3, sw[:, None]),
+            "weights_expanded": L.MeanSquaredError(reduction="none")(
+                y3[:, :, None], p3[:, :, None], sw),
+            "metric_values": M.BinaryAccuracy().values(z, p),
+            "metric_labels_squeezed": M.MeanSquaredError().values(y[:, None], p[:, 0]),
+        }
+
+    async with asyncio.timeout(BOUND_S):
+        got = await compute()
+    flat = p[:, 0]
+    np.testing.assert_allclose(got["pred_squeezed"], ((flat - y) ** 2).mean(), rtol=1e-5)
+    np.testing.assert_allclose(got["labels_squeezed"], np.abs(flat - y).mean(), rtol=1e-5)
+    per = ((p3 - y3) ** 2).mean(axis=-1)
+    np.testing.assert_allclose(got["weights_squeezed"], per * sw, rtol=1e-5)
+    np.testing.assert_allclose(got["weights_expanded"], ((p3 - y3) ** 2) * sw[:, None],
+                               rtol=1e-5)
+    # a metric's values are per example here (their mean is the metric: Keras'
+    # result), on the squeezed predictions
+    np.testing.assert_allclose(got["metric_values"],
+                               ((flat > 0.5).astype(np.float32) == z), rtol=1e-6)
+    # (mean_squared_error's mean over the last axis of rank-1 values is their mean, Keras')
+    np.testing.assert_allclose(got["metric_labels_squeezed"], ((flat - y) ** 2).mean(),
+                               rtol=1e-5)
 
 
 async def test_initializers_activations_flatten_and_dropout() -> None:

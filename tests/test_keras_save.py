@@ -195,19 +195,6 @@ async def test_mirrored_to_no_strategy_to_mirrored(two_cpus, tmp_path) -> None:
         np.testing.assert_allclose(await epochs(again), want_next, rtol=1e-5)
 
 
-async def test_only_the_chief_writes(two_cpus, tmp_path, monkeypatch) -> None:
-    """As save_weights under a multi-worker strategy: a worker that is not the chief
-    (``should_checkpoint`` False) runs the read step and writes nothing."""
-    async with asyncio.timeout(BOUND_S):
-        strategy = dt.distribute.MirroredStrategy()
-        model = small_model(strategy)
-        await epochs(model)
-        monkeypatch.setattr(type(strategy.extended), "should_checkpoint",
-                            property(lambda self: False))
-        assert await model.save(str(tmp_path / "model")) is None
-        assert os.listdir(tmp_path) == []
-
-
 # -- what is saved -------------------------------------------------------------------------
 
 async def test_include_optimizer_false_saves_no_training_config(tmp_path, caplog) -> None:

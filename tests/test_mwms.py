@@ -4,8 +4,10 @@ as MirroredStrategy over the same number of replicas in one process (the
 weights of every worker equal after every step: their loss lines agree);
 workers with two logical CPUs each make four replicas; a worker killed
 mid-training fails the other one's step with UnavailableError naming it,
-within the heartbeat bound, instead of a hang. Every process is stopped by
-its pid."""
+within the heartbeat bound, instead of a hang; so does a worker that never
+starts, or dies before its first collective (tests/peers/mwms_first_use.py):
+the chief's first collective, the variables' broadcast, fails naming it.
+Every process is stopped by its pid."""
 from __future__ import annotations
 
 import json
@@ -113,3 +115,69 @@ def test_a_killed_worker_fails_the_others_step_within_the_heartbeat_bound() -> N
     assert procs[0].returncode != 0
     assert "UnavailableError" in out and "worker/task:1" in out, out[-3000:]
     assert took < 10.0, f"worker 0 took {took:.1f}s to fail"
+
+
+def _first_use(ports: list[int], index: int, mode: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "tests/peers/mwms_first_use.py", "--mode", mode],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=child_env(TF_CONFIG=tf_config(ports, index), **env))
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+
+
+def test_a_worker_that_never_starts_fails_the_chiefs_first_broadcast_naming_it() -> None:
+    ports = free_ports(2)
+    # the chief alone: its broadcast waits for worker 1, which nobody can reach
+    chief = _first_use(ports, 0, "train", DISTRIB_CONNECT_TIMEOUT_S="2")
+    try:
+        out, _ = chief.communicate(timeout=BOUND_S)
+    finally:
+        _stop([chief])
+    assert "error UnavailableError" in out and "/job:worker/task:1 " in out, out[-3000:]
+
+
+def test_a_worker_killed_before_its_first_collective_fails_the_chief_naming_it() -> None:
+    ports = free_ports(2)
+    env = dict(DISTRIB_HEARTBEAT_S="0.2", DISTRIB_COLLECTIVE_STALL_S="0.5")
+    procs = [_first_use(ports, 1, "wait", **env), _first_use(ports, 0, "train", **env)]
+    worker, chief = procs
+    try:
+        # the chief waits in its broadcast for worker 1 to join (its stall warning says so)
+        deadline = time.monotonic() + BOUND_S
+        seen = ""
+        while "has waited" not in seen and time.monotonic() < deadline:
+            line = chief.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "has waited" in seen, seen[-2000:]
+        worker.kill()
+        out, _ = chief.communicate(timeout=BOUND_S)
+    finally:
+        _stop(procs)
+    assert "error UnavailableError" in out and "/job:worker/task:1 " in out, out[-3000:]
+
+
+def test_all_reduce_gradient_is_the_all_reduce_of_every_workers_upstream_gradient() -> None:
+    # issue 36: d/dx of all_reduce(SUM, x) * c is the sum of c over the workers
+    # (2, 3 on worker 0 and 20, 30 on worker 1), as TF's, on every worker
+    ports = free_ports(2)
+    procs = [subprocess.Popen([sys.executable, "tests/peers/mwms_saves.py", "--mode", "grad"],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=child_env(TF_CONFIG=tf_config(ports, i)))
+             for i in range(2)]
+    try:
+        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+        assert "grad [22.0, 33.0]" in out, out[-3000:]

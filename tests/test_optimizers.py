@@ -350,3 +350,62 @@ def test_sgd_written_into_a_new_array_has_the_bits_of_the_in_place_rule(blas, mo
     # a storage that is the variable's memory under another array object
     v2 = var.copy()
     np.testing.assert_array_equal(gradient_descent_into(v2[:], v2, lr, grad), want)
+
+
+def _scalar_reference(name: str, grads: list[float]) -> list[float]:
+    """TF1's update rules (training_ops.cc) on a 0-d variable, step by step, in numpy."""
+    w, s1, s2, s3, want = 1.5, 0.0, 0.0, 0.0, []
+    if name in ("rmsprop", "centered"):
+        s1 = 1.0                                   # TF1 starts ``ms`` at ones
+    if name == "adagrad":
+        s1 = 0.1                                   # initial_accumulator_value
+    for t, g in enumerate(grads, 1):
+        if name == "sgd":
+            w -= 0.1 * g
+        elif name in ("momentum", "nesterov"):
+            s1 = 0.9 * s1 + g
+            w -= 0.1 * g + 0.1 * 0.9 * s1 if name == "nesterov" else 0.1 * s1
+        elif name == "adagrad":
+            s1 += g * g
+            w -= 0.1 * g / np.sqrt(s1)
+        elif name == "adam":
+            lr_t = 0.1 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+            s1, s2 = 0.9 * s1 + 0.1 * g, 0.999 * s2 + 0.001 * g * g
+            w -= lr_t * s1 / (np.sqrt(s2) + 1e-8)
+        else:                                      # rmsprop, centered (momentum 0.5)
+            s1 += (g * g - s1) * 0.1
+            denom = s1 + 1e-10
+            if name == "centered":
+                s2 += (g - s2) * 0.1
+                denom = s1 - s2 * s2 + 1e-10
+            s3 = 0.5 * s3 + 0.1 * g / np.sqrt(denom)
+            w -= s3
+        want.append(w)
+    return want
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "nesterov", "adagrad", "adam", "rmsprop",
+                                  "centered"])
+def test_every_tf1_optimizer_updates_a_scalar_variable_by_its_rule(name):
+    # issue 36: RMSProp's CPU kernel wrote into ``ms + eps``, which numpy makes a
+    # scalar (not an array) for a 0-d variable: "return arrays must be of ArrayType"
+    opt = {"sgd": lambda: GradientDescentOptimizer(0.1),
+           "momentum": lambda: MomentumOptimizer(0.1, 0.9),
+           "nesterov": lambda: MomentumOptimizer(0.1, 0.9, use_nesterov=True),
+           "adagrad": lambda: AdagradOptimizer(0.1, initial_accumulator_value=0.1),
+           "adam": lambda: AdamOptimizer(0.1),
+           "rmsprop": lambda: dt.train.RMSPropOptimizer(0.1, momentum=0.5),
+           "centered": lambda: dt.train.RMSPropOptimizer(0.1, momentum=0.5, centered=True),
+           }[name]()
+    graph, store = dt.Graph(), VariableStore()
+    with graph.as_default():
+        w = dt.Variable(np.float64(1.5), name="w")
+        train = opt.minimize(dt.square(w) * 0.5)   # d/dw = w: the gradient is the value
+        evaluate(dt.global_variables_initializer(), graph=graph, variables=store)
+    got, grads = [], []
+    for _ in range(3):
+        grads.append(float(evaluate(w, graph=graph, variables=store)))
+        evaluate(train, graph=graph, variables=store)
+        got.append(evaluate(w, graph=graph, variables=store))
+    assert all(np.shape(v) == () for v in got)
+    np.testing.assert_allclose(got, _scalar_reference(name, grads), rtol=1e-12)

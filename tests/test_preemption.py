@@ -17,8 +17,10 @@
 * with a ``grace_period`` it saves at once, trains on, and saves again
   before the end: two checkpoints (TF asserts ``ckpt-2``).
 
-distrib's own rules, pinned too: the agreement is at the run where the
-notice is seen (not one later), a peer's notice is acted on by a worker that
+distrib's own rules, pinned too: by default the noticed worker tells its peers
+by message and all save at the run after the one it was about to start (TF's
+n+1), with no agreement collective before; with ``check_period_s`` the
+agreement is at the run where the notice is seen, a peer's notice is acted on by a worker that
 got none, the workers' run counts are checked at every agreement, a failed
 save anywhere fails everywhere, the launcher restarts an exit 42 without
 counting it, and ``examples/preemption.py`` under the launcher (two real
@@ -536,21 +538,30 @@ def check_resumed(launch: Launch, unpreempted) -> int:
 @pytest.mark.slow
 def test_example_a_worker_sigterm_mid_epoch_resumes_from_the_agreed_step(
         launches, tmp_path, unpreempted, shm_snapshot) -> None:
-    """SIGTERM from outside (as a cluster manager sends it) to worker 1, mid-training."""
-    launch = example(launches, tmp_path, "--log_every", "1")
-    launch.wait_for(r"^\[worker:1\] .* run 23 done", timeout=LAUNCH_BOUND_S)
+    """SIGTERM from outside (as a cluster manager sends it) to worker 1, mid-training,
+    at a run the test chooses (the example holds there for it): worker 1 tells worker 0
+    by message, and both save at the run after (TF's n+1), with no agreement before."""
+    launch = example(launches, tmp_path, "--hold_at", "23")
+    launch.wait_for(r"^\[worker:1\] holding before run 23 for a SIGTERM$",
+                    timeout=LAUNCH_BOUND_S)
     os.kill(launch.pids("worker:1")[0], signal.SIGTERM)
     s = check_resumed(launch, unpreempted)
-    assert 23 <= s < unpreempted[0] - 1, s
+    assert s == 24, s
+    for task in ("worker:0", "worker:1"):   # restarted, no notice: no agreement collective
+        calls = launch.task_lines(task, "agreement calls=")
+        assert len(calls) == 1 and calls[0].startswith("agreement calls=0 "), calls
     assert not set(os.listdir("/dev/shm")) - shm_snapshot
 
 
 @pytest.mark.slow
-def test_example_preempted_at_a_run_saves_exactly_there(launches, tmp_path,
-                                                        unpreempted) -> None:
-    """The example's own flag, and agreements every run: the save is at run 30, the
-    ninth step of the second epoch, and training resumes inside that epoch."""
-    launch = example(launches, tmp_path, "--preempt_at", "30", "--check_period", "0")
+@pytest.mark.parametrize("flags,saved_at", [
+    (("--check_period", "0"), 30),        # an agreement every run: the run it is seen at
+    (("--preempt_worker", "0"), 31)])     # by notice, the chief noticed: the run after
+def test_example_preempted_at_a_run_saves_exactly_there(launches, tmp_path, unpreempted,
+                                                        flags, saved_at) -> None:
+    """The example's own flag: SIGTERM before run 30, the ninth step of the second epoch,
+    and training resumes inside that epoch."""
+    launch = example(launches, tmp_path, "--preempt_at", "30", *flags)
     s = check_resumed(launch, unpreempted)
     steps_per_epoch = unpreempted[0] // EXAMPLE_EPOCHS
-    assert s == 30 and s % steps_per_epoch != 0
+    assert s == saved_at and s % steps_per_epoch != 0

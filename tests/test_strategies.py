@@ -491,3 +491,60 @@ async def test_a_mirrored_checkpoint_is_one_replicas_checkpoint(two_cpus, tmp_pa
             await saver.restore(sess, back)
             for v in (w.values[0], w.values[1]):
                 np.testing.assert_allclose(await sess.run(v), trained)
+
+
+@pytest.mark.parametrize("cross_device", ["one_device", "nccl"])
+async def test_all_reduce_gradient_is_the_all_reduce_of_the_upstream_gradients(
+        two_cpus, cross_device) -> None:
+    # issue 36: TF's ReplicaContext.all_reduce differentiates to the same
+    # all-reduce of the replicas' upstream gradients: d/dx of all_reduce(SUM, x) * c
+    # is c_0 + c_1 on every replica (each replica got its own c before), and of
+    # all_reduce(MEAN, x) * c the mean of the c's
+    ops = None if cross_device == "one_device" else dt.distribute.NcclAllReduce()
+    strategy = dt.distribute.MirroredStrategy(cross_device_ops=ops)
+
+    def fn(x, c):
+        ctx = dt.distribute.get_replica_context()
+        with dt.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            total = ctx.all_reduce("SUM", x)
+            mean = ctx.all_reduce("MEAN", x * x)
+            loss_sum, loss_mean = dt.reduce_sum(total * c), dt.reduce_sum(mean * c)
+        return total, tape.gradient(loss_sum, x), tape.gradient(loss_mean, x)
+
+    @dt.function
+    def run(x, c):
+        return strategy.run(fn, args=(x, c))
+
+    xs = [np.array([1.0, 2.0], np.float32), np.array([3.0, -1.0], np.float32)]
+    cs = [np.array([2.0, 3.0], np.float32), np.array([5.0, 7.0], np.float32)]
+    async with asyncio.timeout(BOUND_S):
+        total, d_sum, d_mean = await run(dt.distribute.PerReplica(xs),
+                                         dt.distribute.PerReplica(cs))
+    for r in range(2):
+        np.testing.assert_allclose(total.values[r], xs[0] + xs[1])
+        np.testing.assert_allclose(d_sum.values[r], cs[0] + cs[1])
+        np.testing.assert_allclose(d_mean.values[r], 2.0 * xs[r] * (cs[0] + cs[1]) / 2.0)
+
+
+async def test_all_reduce_differentiated_outside_run_follows_the_graph(two_cpus) -> None:
+    # the replicas' losses summed and differentiated at once, in the
+    # cross-replica context: no replica can meet the others at gradient time,
+    # and the graph's own path gives the same sums
+    strategy = dt.distribute.MirroredStrategy()
+    g = dt.Graph()
+    with g.as_default():
+        xs = [dt.constant([1.0, 2.0]), dt.constant([3.0, -1.0])]
+        cs = [np.array([2.0, 3.0], np.float32), np.array([5.0, 7.0], np.float32)]
+        per = strategy.run(lambda x, c: dt.reduce_sum(
+            dt.distribute.get_replica_context().all_reduce("SUM", x) * c),
+            args=(dt.distribute.PerReplica(xs), dt.distribute.PerReplica(cs)))
+        grads = dt.gradients(dt.add_n(list(per.values)), xs)
+    server = dt.Server.create_local_server()
+    try:
+        async with dt.Session(server.target, graph=g) as sess:
+            got = await asyncio.wait_for(sess.run(grads), BOUND_S)
+    finally:
+        server.stop()
+    for r in range(2):
+        np.testing.assert_allclose(got[r], cs[0] + cs[1])

@@ -9,17 +9,30 @@ finalizes, when an event (a peer closing its connection, say) wakes it and
 libuv calls back into an interpreter that is gone (uvloop #706; xpra and
 uvicorn users hit the same). Owners with more to close (``Server``) stop
 theirs first, from their own exit hook.
+
+Stopping a loop first cancels the tasks still pending on it and waits for
+them (bounded), as ``asyncio.run`` does when its main coroutine ends: a task
+left pending is destroyed with its loop at exit, and asyncio prints "Task
+was destroyed but it is pending!" (issue 36: a ``SyncSession`` left open
+when its local server stopped kept its channel's heartbeat task on the
+client loop). The loop itself is left open: closing it would report each
+connection an owner left open as an unclosed transport; the process ends anyway.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
+import logging
 import os
 import threading
+import time
 import weakref
 from typing import Any, Coroutine
 
 __all__ = ["LoopThread", "client_loop", "EXIT_JOIN_S"]
+
+logger = logging.getLogger(__name__)
 
 EXIT_JOIN_S = 5.0     # how long the exit hook waits for each loop's thread to end
 _live: weakref.WeakSet[LoopThread] = weakref.WeakSet()
@@ -49,12 +62,33 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def stop(self, timeout: float = EXIT_JOIN_S) -> None:
-        """Stop the loop and wait (at most ``timeout`` seconds) for its thread."""
+        """Cancel the loop's pending tasks, stop it and wait for its thread: at
+        most ``timeout`` seconds in all."""
         _live.discard(self)
+        outside = threading.current_thread() is not self.thread
+        deadline = time.monotonic() + timeout
+        if self.loop.is_running() and outside:
+            finishing = asyncio.run_coroutine_threadsafe(_cancel_pending(timeout / 2),
+                                                         self.loop)
+            try:
+                finishing.result(timeout / 2 + 0.5)
+            except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError,
+                    RuntimeError) as exc:
+                logger.debug("%s: pending tasks not finished: %r", self.thread.name, exc)
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
-        if threading.current_thread() is not self.thread:
-            self.thread.join(timeout=timeout)
+        if outside:
+            self.thread.join(timeout=max(deadline - time.monotonic(), 0.1))
+
+
+async def _cancel_pending(grace: float) -> None:
+    """Cancel every other task of the running loop and wait for them (``grace`` s)."""
+    me = asyncio.current_task()
+    pending = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=grace)
 
 
 @atexit.register

@@ -67,6 +67,9 @@ class DatasetIterator:
 
     @property
     def element_spec(self) -> Any:
+        """The dataset's element spec (a nest of TensorSpec), worked out on first use."""
+        if callable(self._element_spec):   # the pipeline's element_spec(), not called yet
+            self._element_spec = self._element_spec()
         return self._element_spec
 
     def close(self) -> None:

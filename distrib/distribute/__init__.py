@@ -28,7 +28,7 @@ from distrib.distribute.distribute_lib import (
     has_strategy,
     in_cross_replica_context,
 )
-from distrib.distribute.input_lib import InputContext
+from distrib.distribute.input_lib import DistributedIterator, InputContext
 from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
 from distrib.distribute.parameter_server_strategy import ParameterServerStrategy, ShardedVariable
 from distrib.distribute.values import DistributedValues, Mirrored, MirroredVariable, PerReplica
@@ -40,5 +40,6 @@ __all__ = ["Server", "cluster_resolver", "coordinator", "experimental", "Paramet
            "HierarchicalCopyAllReduce", "NcclAllReduce", "ReduceOp", "ReductionToOneDevice",
            "Function", "function", "ReplicaContext", "Strategy", "get_replica_context",
            "get_strategy", "has_strategy", "in_cross_replica_context", "InputContext",
+           "DistributedIterator",
            "CentralStorageStrategy", "MirroredStrategy", "DistributedValues", "Mirrored",
            "MirroredVariable", "PerReplica"]

@@ -9,6 +9,11 @@ So this module gives ``distrib.train.trackable`` its step runner when
 all the variables asked for (after incrementing the save counter, in the same
 step) and one that assigns them all, each made once per set of variables and
 then called, so a periodic save is one step with no graph building.
+
+``agree`` is the one step a multi-worker save adds (``distrib.train.worker_saves``):
+an element-wise max of a few integers over the workers, a collective with a
+group key of its own (no strategy hands it out) on each worker's first
+replica device, traced once per runner.
 """
 from __future__ import annotations
 
@@ -19,9 +24,15 @@ import numpy as np
 
 from distrib.distribute.def_function import Function, function
 from distrib.framework import distribution_context
+from distrib.framework.graph import get_default_graph
+from distrib.ops import collective_ops
 from distrib.train import trackable
 
 __all__ = ["FunctionSteps"]
+
+# MWMS's group is 7, the preemption agreement's 8, CollectiveKeys hand out 1000 and up
+_AGREE_GROUP_KEY = 9
+_AGREE_INSTANCE_KEY = 1   # the one op of the group: each call pairs by its sequence number
 
 
 @contextlib.contextmanager
@@ -64,6 +75,25 @@ class FunctionSteps:
             for i, value in zip(indices, values):
                 out[i] = np.asarray(value)
         return out
+
+    async def agree(self, values: Sequence[int], strategy: Any) -> np.ndarray:
+        array = np.asarray(values, dtype=np.int64)
+        workers = int(getattr(strategy, "num_workers", 1)) if strategy is not None else 1
+        if workers <= 1:
+            return array
+        key = ("agree", id(strategy), array.shape)
+        agreement = self._readers.get(key)
+        if agreement is None:
+            device = strategy.replica_devices[0]
+
+            def max_over_workers(local: Any) -> Any:
+                with get_default_graph().device(device):
+                    return collective_ops.all_reduce(local, workers, _AGREE_GROUP_KEY,
+                                                     _AGREE_INSTANCE_KEY, merge_op="Max",
+                                                     name="SaveAgreement")
+            agreement = self._readers[key] = function(max_over_workers)
+        with _scope(get_default_graph(), strategy):
+            return np.asarray(await agreement(array))
 
     async def assign(self, pairs: Sequence[tuple[Any, np.ndarray]], strategy: Any = None
                      ) -> None:

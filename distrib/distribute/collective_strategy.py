@@ -12,7 +12,9 @@ the local replicas, then over the workers with the collective engine
 tensors: see ``cross_device_ops.CollectiveAllReduce``), so every copy of every
 variable stays equal without a parameter server. The chief (the ``chief``
 task, else worker 0) initializes the variables and broadcasts their values
-on first use. Collective keys follow build order, so every worker must build
+on first use; a worker that never comes to it (it never started, or died
+before its first collective) fails that broadcast with ``UnavailableError``
+naming it (the group leader watches the workers that have not joined). Collective keys follow build order, so every worker must build
 the same steps in the same order, as in TF.
 
 ``CommunicationOptions``: ``implementation`` RING forces the ring, NCCL is
@@ -136,6 +138,11 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
                     raise SystemExit(0)
                 num_workers, index = len(tasks), tasks.index(me)
         super().__init__(devices, num_workers, index)
+        if self._server is not None and record is None:
+            # the group's tasks are TF_CONFIG's: its leader watches those not yet
+            # joined, so one that never comes fails the first collective (naming it)
+            self._server.collectives.expected_members[_GROUP_KEY] = tuple(
+                task_string(*t) for t in _worker_jobs(cluster))
         self._hint = "ring" if options.implementation == CommunicationImplementation.RING \
             else "auto"
         self._keys = CollectiveKeys(_GROUP_KEY)
@@ -160,6 +167,19 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
     @property
     def cluster_resolver(self) -> ClusterResolver:
         return self._resolver
+
+    @property
+    def server(self) -> Server | None:
+        """This worker's own server (None in local mode: no cluster)."""
+        return self._server
+
+    def peer_tasks(self) -> list[tuple[str, int]]:
+        """The other workers of the group, as (job, index); [] in local mode. The
+        group of TF_CONFIG's cluster (an elastic group's tasks may not be in it)."""
+        if self._server is None or self._elastic is not None:
+            return []
+        me = (self._resolver.task_type, self._resolver.task_id)
+        return [t for t in _worker_jobs(self._resolver.cluster_spec()) if t != me]
 
     @property
     def is_chief(self) -> bool:

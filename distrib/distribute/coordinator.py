@@ -8,16 +8,22 @@ one program (TF's ``coordinator/cluster_coordinator.py``), on the async client.
     await coordinator.join()
 
 * ``schedule(fn, args, kwargs)`` queues a closure and returns a
-  ``RemoteValue`` at once. Each worker has ``closures_per_worker`` (2) slots,
-  each a task that takes the next closure from the queue as soon as it is
-  free and runs ``fn`` on that worker: a ``dt.function`` traced once per
-  worker under that worker's device (variables stay on the ps), executed
-  through the chief's master. So a worker holds up to two closures: the next
-  one reaches it while the current one runs, and it never idles the round
-  trip between them (TF's remote functions are dispatched asynchronously to
-  the same effect). Closures on one worker may overlap, as closures on two
-  workers do: no order between closures is promised. Every closure runs at
-  least once, and its RemoteValue settles once.
+  ``RemoteValue`` at once. Each worker has ``closures_per_worker`` slots
+  (1 by default, as TF: a worker runs one closure at a time), each a task
+  that takes the next closure from the queue as soon as it is free and runs
+  ``fn`` on that worker: a ``dt.function`` traced once per worker under that
+  worker's device (variables stay on the ps), executed through the chief's
+  master. Closures on two workers run at once: no order between closures is
+  promised. Every closure runs at least once, and its RemoteValue settles
+  once.
+* ``closures_per_worker=2`` (a distrib extension, opt-in) lets a worker hold
+  two closures: the next one reaches it while the current one runs, so it
+  never idles the round trip between them (faster on small steps), but a
+  step then reads variables that up to ``workers x closures_per_worker - 1``
+  other steps are updating, not ``workers - 1``: staler gradients. Measured
+  on TF's parameter-server tutorial's custom loop (RMSprop 0.1, 3 workers,
+  ``tests/test_ps_tutorial.py``): with 1 the trained model was right on every
+  example in 79 of 80 runs, with 2 in 11 of 30.
 * A **worker that fails** (its step ends with ``UnavailableError`` or
   ``AbortedError`` naming it) gets its closures (each slot's) put back at the
   head of the queue for another worker; the coordinator probes it every
@@ -66,6 +72,7 @@ import weakref
 from typing import Any, Callable
 
 from distrib.client.session import parse_target
+from distrib.distribute.coordinator_closure import Closure, RemoteValue
 from distrib.distribute.coordinator_data import PerWorkerDataset, PerWorkerValues, for_worker
 from distrib.distribute.coordinator_ps import restore_ps
 from distrib.distribute.def_function import Function
@@ -95,67 +102,33 @@ _PROBE_S = 1.0
 _ADD_S = 10.0   # how long the chief's server may take to learn a worker that joined
 
 
-class RemoteValue:
-    """The result of a scheduled closure (``await rv.fetch()``): the reading end of
-    the future that the closure (``_Closure``) settles."""
-
-    def __init__(self, future: asyncio.Future) -> None:
-        self._future = future
-
-    def done(self) -> bool:
-        return self._future.done()
-
-    async def fetch(self) -> Any:
-        """The closure's outputs (numpy), once it ran; its error if it failed."""
-        if self._future.done():
-            return self._future.result()
-        return await asyncio.shield(self._future)   # (a cancelled fetch leaves the closure be)
-
-    get = fetch
-
-
-class _Closure:
-    """One scheduled call: the function, its arguments, and the writing end of its
-    RemoteValue (settled once: a closure put back and run again settles it then)."""
-
-    __slots__ = ("fn", "args", "kwargs", "result", "_future")
-
-    def __init__(self, fn: Function, args: tuple, kwargs: dict) -> None:
-        self.fn, self.args, self.kwargs = fn, args, kwargs
-        self._future: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.result = RemoteValue(self._future)
-
-    def succeed(self, value: Any) -> None:
-        """The closure ran: its RemoteValue holds ``value`` (unless settled before)."""
-        if not self._future.done():
-            self._future.set_result(value)
-
-    def fail(self, error: BaseException) -> None:
-        """The closure failed: its RemoteValue raises ``error`` (unless settled before)."""
-        if not self._future.done():
-            self._future.set_exception(error)
-            self._future.exception()   # retrieved: raised again by fetch
-
-
 class ClusterCoordinator:
     """``dt.distribute.coordinator.ClusterCoordinator(strategy)``: see the module header.
 
     ``checkpoint_dir`` (a distrib extension): where a restarted ps's variables
-    are restored from (the newest good checkpoint of the graph's Saver)."""
+    are restored from (the newest good checkpoint of the graph's Saver).
+    ``closures_per_worker`` (a distrib extension): the closures a worker holds
+    at once; 1, TF's, unless you accept the staler gradients of more (see
+    the module header)."""
 
     ps_wait_s = 600.0   # how long closures wait for a ps to come back before failing
-    closures_per_worker = 2   # closures a worker holds at once (the next sent while one runs)
 
-    def __init__(self, strategy: Any, checkpoint_dir: str | None = None) -> None:
+    def __init__(self, strategy: Any, checkpoint_dir: str | None = None,
+                 closures_per_worker: int = 1) -> None:
         if not hasattr(strategy, "worker_devices"):
             raise ValueError("ClusterCoordinator needs a ParameterServerStrategy")
+        if isinstance(closures_per_worker, bool) or not isinstance(closures_per_worker, int) \
+                or closures_per_worker < 1:
+            raise ValueError("closures_per_worker must be an int >= 1 (1: one closure per "
+                             f"worker at a time, as TF), got {closures_per_worker!r}")
+        self.closures_per_worker = closures_per_worker
         self.strategy = strategy
         self.checkpoint_dir = checkpoint_dir
         # the pool: every worker it has had, by index (never reused); _gone: those that left
         self._devices: list[str] = list(strategy.worker_devices)
         self._gone: set[int] = set()
         self._addresses: dict[str, str] = {}   # workers that joined later: where they listen
-        self._queue: collections.deque[_Closure] = collections.deque()
+        self._queue: collections.deque[Closure] = collections.deque()
         self._error: BaseException | None = None
         self._inflight = 0
         self._up = [True] * len(self._devices)
@@ -188,7 +161,7 @@ class ClusterCoordinator:
             if wrapped is None:
                 wrapped = self._wrapped[fn] = Function(fn)
             fn = wrapped
-        closure = _Closure(fn, tuple(args or ()), dict(kwargs or {}))
+        closure = Closure(fn, tuple(args or ()), dict(kwargs or {}))
         self._queue.append(closure)
         self._wake_slot()
         return closure.result
@@ -272,7 +245,7 @@ class ClusterCoordinator:
 
     def _start_slots(self, index: int) -> None:
         slots = [asyncio.ensure_future(self._worker_loop(index))
-                 for _ in range(max(1, int(self.closures_per_worker)))]
+                 for _ in range(self.closures_per_worker)]
         self._slots[index] = slots
         self._tasks.extend(slots)
 
@@ -343,7 +316,7 @@ class ClusterCoordinator:
                 if self._error is not None or not (self._queue or self._inflight):
                     self._wake()   # what join waits for
 
-    async def _run(self, index: int, closure: _Closure) -> None:
+    async def _run(self, index: int, closure: Closure) -> None:
         device = self._devices[index]
         args = tuple(for_worker(a, index) for a in closure.args)
         kwargs = {k: for_worker(v, index) for k, v in closure.kwargs.items()}
@@ -381,7 +354,7 @@ class ClusterCoordinator:
             return
         closure.succeed(value)
 
-    def _put_back(self, closure: _Closure) -> None:
+    def _put_back(self, closure: Closure) -> None:
         """A closure whose worker or ps failed goes back to the head of the
         queue, unless an error of fn is pending: then it is cancelled as the
         closures queued were (TF's ``put_back``), for no slot takes a closure

@@ -18,6 +18,14 @@ was), ``add_worker(index, made)`` then takes what it made.
   the next element of the iterator of the worker that runs it. The elements
   are read by the coordinator's program and fed to the step (a deviation
   from TF, whose datasets run on the workers; see the README's differences).
+* ``dataset_fn`` may be a ``@dt.function`` (as TF's tutorial writes it): its
+  Python function is called here, for the dataset is built in this process
+  (TF traces it to build the dataset on the worker). It may return a
+  ``dt.data.Dataset``, a per-worker dataset, or what
+  ``strategy.distribute_datasets_from_function`` or
+  ``experimental_distribute_dataset`` returns: under ParameterServerStrategy
+  (one replica per worker) that yields the dataset's own elements, with
+  their structure (``(features, labels)``), not a one-replica tuple.
 """
 from __future__ import annotations
 
@@ -25,12 +33,14 @@ import inspect
 import weakref
 from typing import Any, Callable, Iterator, Sequence
 
-from distrib.distribute.input_lib import InputContext
+from distrib.distribute.def_function import Function
+from distrib.distribute.input_lib import DistributedDataset, DistributedDatasetsFromFunction, InputContext
+from distrib.distribute.values import DistributedValues
 from distrib.errors import OutOfRangeError
 from distrib.ops import math_ops as ops
 
 __all__ = ["PerWorkerValues", "PerWorkerDataset", "PerWorkerIterator", "WorkerIterator",
-           "TracedIterator", "for_worker"]
+           "TracedIterator", "OneReplicaElements", "for_worker"]
 
 
 class PerWorkerValues:
@@ -69,11 +79,24 @@ class PerWorkerDataset:
 
     def _make(self, index: int) -> Any:
         fn = self._fn
+        if isinstance(fn, Function):   # a dt.function: its Python function builds the
+            fn = fn.python_function    # dataset here (awaiting its call would run a graph)
         takes = len(inspect.signature(fn).parameters) if callable(fn) else 0
         context = InputContext(max(len(self.devices), index + 1), index, 1)
         dataset = fn(context) if takes else fn()
         if isinstance(dataset, PerWorkerDataset):   # a per-worker dataset given back
             dataset = dataset.datasets[index]
+        if isinstance(dataset, (DistributedDataset, DistributedDatasetsFromFunction)):
+            dataset = OneReplicaElements(dataset)
+        if inspect.isawaitable(dataset):
+            if inspect.iscoroutine(dataset):
+                dataset.close()
+            raise TypeError(f"dataset_fn {getattr(fn, '__name__', fn)!r} returned an awaitable, "
+                            "not a dataset: give create_per_worker_dataset a plain function "
+                            "(or a dt.function) that returns a dt.data.Dataset")
+        if not hasattr(dataset, "element_spec"):
+            raise TypeError("dataset_fn must return a dt.data.Dataset (or a distributed "
+                            f"dataset of one), got {type(dataset).__name__}")
         return dataset
 
     def rebuild(self, index: int) -> None:
@@ -103,6 +126,39 @@ class PerWorkerDataset:
     def __aiter__(self) -> Any:
         raise TypeError("iterate a per-worker dataset with iter(); pass the iterator to "
                         "coordinator.schedule")
+
+
+class OneReplicaElements:
+    """A distributed dataset made in a per-worker ``dataset_fn`` under
+    ParameterServerStrategy, read as the dataset it wraps: each step of its
+    one replica is the element itself (TF's per-worker iterator gives
+    ``(features, labels)``, not a tuple of one replica's element)."""
+
+    def __init__(self, distributed: Any) -> None:
+        spec = distributed.element_spec   # a step: one element per local replica
+        if not isinstance(spec, tuple) or len(spec) != 1:
+            raise ValueError("a per-worker dataset_fn returned a distributed dataset of "
+                             f"{len(spec) if isinstance(spec, tuple) else '?'} replicas per "
+                             "worker; ParameterServerStrategy runs one replica per worker")
+        self._distributed = distributed
+        self.element_spec = spec[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        for element in self._distributed:
+            yield _one_replica(element)
+
+
+def _one_replica(element: Any) -> Any:
+    """An element with one-replica PerReplica leaves as the plain element."""
+    if isinstance(element, DistributedValues):
+        return element.values[0]
+    if isinstance(element, tuple) and not hasattr(element, "_fields"):
+        return tuple(_one_replica(e) for e in element)
+    if isinstance(element, list):
+        return [_one_replica(e) for e in element]
+    if isinstance(element, dict):
+        return {k: _one_replica(v) for k, v in element.items()}
+    return element
 
 
 class PerWorkerIterator:

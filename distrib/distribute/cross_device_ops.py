@@ -45,6 +45,7 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+import weakref
 from typing import Any, Sequence
 
 import numpy as np
@@ -84,7 +85,10 @@ class CollectiveKeys:
 
     def __init__(self, group_key: int | None = None) -> None:
         self.group_key = group_key if group_key is not None else next(self._groups)
-        self._instances: dict[Any, itertools.count] = {}
+        # by the graph itself, weakly: keyed by id(), a new graph given a freed one's
+        # id on one worker only would go on counting there, and the workers' keys
+        # would part (a collective that never completes)
+        self._instances: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def instance_key(self, graph: Any = None) -> int:
@@ -92,7 +96,7 @@ class CollectiveKeys:
         so the same build on every worker gets the same keys)."""
         graph = graph if graph is not None else get_default_graph()
         with self._lock:
-            counter = self._instances.setdefault(id(graph), itertools.count(1))
+            counter = self._instances.setdefault(graph, itertools.count(1))
             return next(counter)
 
 

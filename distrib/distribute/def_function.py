@@ -9,14 +9,19 @@ input signature, then run the traced graph per call (awaitable).
   with placeholders in place of the array arguments (their dtype and shape
   are the signature; a Python number or string is part of the signature by
   value and baked in as a constant, as TF does; a ``PerReplica`` argument,
-  what a distributed dataset yields, becomes one placeholder per replica).
+  what a distributed dataset yields, becomes one placeholder per replica;
+  an iterator is an input whose ``next`` reads at every call, keyed by its
+  element spec; any other object is keyed by the object, never by ``id()``:
+  ``function_inputs``).
   The ops go into the default graph, beside the variables the strategy's
   scope made, so no capture is needed: the traced function *is* a set of
   fetches and feeds of that graph.
 * **Running.** Each call feeds the arrays and runs the fetches on the
-  strategy's target (the scope open when the function was first called),
-  else this process's local server, in one session per graph, target and
-  event loop. Outputs come back in the function's structure, numpy values
+  strategy's target (the scope open when the function was first called, or
+  the strategy whose ``run`` it called), else, when it touches the
+  variables of a strategy with a server of its own (ParameterServerStrategy),
+  that server, else the default target (``local_target``), in one session
+  per graph, target and event loop. Outputs come back in the function's structure, numpy values
   (``PerReplica`` of numpy where the function returned per-replica values).
 * **Variables are initialized on first use**, as TF2's eager variables are:
   before a run, every global variable of the graph that this process has not
@@ -52,7 +57,8 @@ from distrib.distribute.distribute_lib import (
     strategies_used,
     variable_owner,
 )
-from distrib.distribute.local_target import default_target
+from distrib.distribute.function_inputs import IteratorReads, is_iterator, iterator_signature, object_key
+from distrib.distribute.local_target import default_target, home_of
 from distrib.distribute.values import DistributedValues, PerReplica
 from distrib.errors import OpError
 from distrib.framework import auto_deps, distribution_context
@@ -175,6 +181,7 @@ class _Trace:
         self.strategy = strategy
         self._signed = input_signature is not None
         self._placeholders: list[Tensor] = []
+        self._reads = IteratorReads()   # the iterator arguments' next() in the body
         self._calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__",
                                                         "function")
@@ -188,7 +195,8 @@ class _Trace:
                                   for spec in input_signature)
                 call_kwargs: dict = {}
             else:
-                call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders)
+                call_args, call_kwargs = _placeholders((args, kwargs), self._placeholders,
+                                                       self._reads)
             # summary_writes: what dt.summary writes through a writer at each call
             with strategies_used() as used, auto_deps.trace(), summary_writes() as self._summaries:
                 if strategy is not None:
@@ -200,6 +208,10 @@ class _Trace:
                     outputs = _as_fetchable(fn(*call_args, **call_kwargs))
         if self.strategy is None and used:
             self.strategy = used[0]   # called outside its scope: its strategy.run says where
+        # outside every strategy: where the variables it touches live, when that is a
+        # strategy's own server (a ParameterServerStrategy's), else the default target
+        self._home = None if self.strategy is not None else \
+            home_of(graph, graph.get_operations()[first_new:])
         self._outputs = outputs
         # an elastic strategy's group (its epoch) and a step's membership agreement
         self.epoch = getattr(self.strategy, "trace_epoch", None)
@@ -241,13 +253,13 @@ class _Trace:
         values: list[Any] = []
         given = (tuple(np.asarray(a) for a in args), kwargs) if self._signed else (args, kwargs)
         if agreement is None:
-            _leaves(given, values)
+            self._feeds(given, values)
         session = await _session(self.graph, self.target())
         await _initialize_variables(session, self.graph, self.strategy)
         if agreement is not None:   # read after first use: a newcomer's input moves to the group's
             if self.epoch != getattr(self.strategy, "trace_epoch", None):
                 raise _Retrace()   # its first use joined a newer group than this trace's
-            _leaves(given, values)
+            self._feeds(given, values)
         call = self._calls.get(session)   # fetches and feed names worked out once a session
         if call is None:
             fetches = [self._fetches, self._effects, self._summaries.fetches()]
@@ -263,11 +275,21 @@ class _Trace:
             self._summaries.write(out[2])
         return self._rebuild(out[0]), (out[3] if agreement is not None else None)
 
+    def _feeds(self, given: Any, values: list[Any]) -> None:
+        """The arrays of this call's arguments, then one element of the iterator
+        arguments per read the body made (OutOfRangeError at their end)."""
+        iterators: list[Any] = []
+        _leaves(given, values, iterators)
+        self._reads.feed(iterators, values)
+
     def target(self) -> str:
         strategy = self.strategy
         if strategy is not None and getattr(strategy, "target", ""):
             return strategy.target
+        if self._home is not None:
+            return self._home.target
         return default_target()
+
 
 
 # the ops with side effects (the op catalogue's has_side_effects: updates,
@@ -281,6 +303,8 @@ def _signature(value: Any) -> Any:
     custom = getattr(value, "_function_signature", None)
     if custom is not None:   # an argument that feeds itself (a per-worker iterator)
         return custom()
+    if is_iterator(value):   # an input: keyed by its element spec (function_inputs)
+        return iterator_signature(value)
     if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
         return ("per", tuple(_signature(v) for v in value.values))
     if isinstance(value, (np.ndarray, np.generic)):
@@ -293,7 +317,7 @@ def _signature(value: Any) -> Any:
         return ("list", tuple(_signature(v) for v in value))
     if isinstance(value, dict):
         return ("dict", tuple((k, _signature(value[k])) for k in sorted(value, key=repr)))
-    return ("object", id(value))
+    return object_key(value)   # never id(): see function_inputs
 
 
 def _check_signature(signature: Any, args: tuple, kwargs: dict) -> None:
@@ -317,44 +341,50 @@ def _spec_placeholder(spec: Any, out: list[Tensor]) -> Tensor:
     return ph
 
 
-def _placeholders(value: Any, out: list[Tensor]) -> Any:
-    """``value`` with a placeholder for each array (appended to ``out`` in order)."""
+def _placeholders(value: Any, out: list[Tensor], reads: IteratorReads) -> Any:
+    """``value`` with a placeholder for each array (appended to ``out`` in order)
+    and an ``IteratorInput`` for each iterator (its reads recorded in ``reads``)."""
     custom = getattr(value, "_function_placeholders", None)
     if custom is not None:
         return custom(out)
+    if is_iterator(value):
+        return reads.traced(value, out)
     if isinstance(value, DistributedValues) and not hasattr(value, "_component"):
-        return PerReplica([_placeholders(v, out) for v in value.values])
+        return PerReplica([_placeholders(v, out, reads) for v in value.values])
     if isinstance(value, (np.ndarray, np.generic)):
         array = np.asarray(value)
         ph = ops.placeholder(array.dtype, shape=list(array.shape), name="input")
         out.append(ph)
         return ph
     if isinstance(value, tuple):
-        items = [_placeholders(v, out) for v in value]
+        items = [_placeholders(v, out, reads) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, list):
-        return [_placeholders(v, out) for v in value]
+        return [_placeholders(v, out, reads) for v in value]
     if isinstance(value, dict):
-        return {k: _placeholders(value[k], out) for k in value}
+        return {k: _placeholders(value[k], out, reads) for k in value}
     return value
 
 
-def _leaves(value: Any, out: list[Any]) -> None:
-    """The arrays of ``value``, in ``_placeholders``' order."""
+def _leaves(value: Any, out: list[Any], iterators: list[Any]) -> None:
+    """The arrays of ``value``, in ``_placeholders``' order; its iterators onto
+    ``iterators``, in the same order."""
     custom = getattr(value, "_function_leaves", None)
     if custom is not None:
         custom(out)
+    elif is_iterator(value):
+        iterators.append(value)
     elif isinstance(value, DistributedValues) and not hasattr(value, "_component"):
         for v in value.values:
-            _leaves(v, out)
+            _leaves(v, out, iterators)
     elif isinstance(value, (np.ndarray, np.generic)):
         out.append(value)
     elif isinstance(value, (tuple, list)):
         for v in value:
-            _leaves(v, out)
+            _leaves(v, out, iterators)
     elif isinstance(value, dict):
         for k in value:
-            _leaves(value[k], out)
+            _leaves(value[k], out, iterators)
 
 
 def _as_fetchable(value: Any) -> Any:
@@ -465,7 +495,7 @@ def _lives_on(variable: Any, running: Any, target: str, homes: dict[int, str | N
     if id(strategy) not in homes:
         try:
             homes[id(strategy)] = strategy.target
-        except ValueError:   # a strategy that runs no server (not the chief)
+        except (ValueError, OpError):   # a strategy that runs no server (any more)
             homes[id(strategy)] = None
     return homes[id(strategy)] == target
 

@@ -36,6 +36,7 @@ from distrib.framework import distribution_context
 from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat
+from distrib.ops.custom_gradient import set_custom_gradient
 from distrib.ops.variables import Variable
 
 __all__ = ["Strategy", "ReplicaContext", "strategies_used", "InputContext", "get_strategy", "has_strategy",
@@ -111,15 +112,34 @@ class ReplicaContext:
         return self.replica_thread.merge_call(merge_fn, tuple(args), dict(kwargs or {}))
 
     def all_reduce(self, reduce_op: Any, value: Any, options: Any = None) -> Any:
-        """``value`` (a tensor or a nested structure) combined over every replica."""
+        """``value`` (a tensor or a nested structure) combined over every replica.
+        Its gradient is TF's: the same all-reduce of the replicas' upstream
+        gradients (``_all_reduce_output``)."""
         op = ReduceOp.check(reduce_op)
         flat, pack = _flatten(value)
+        flat = [ops.convert_to_tensor(v) for v in flat]
 
         def merge(strategy: Strategy, *per_replica: Any) -> Any:
             results = [strategy.reduce_to_replicas(op, _values(v)) for v in per_replica]
             return tuple(Mirrored(r) for r in results)
         reduced = self.merge_call(merge, tuple(flat))
-        return pack(list(reduced))
+        return pack([self._all_reduce_output(op, x, y) for x, y in zip(flat, reduced)])
+
+    def _all_reduce_output(self, reduce_op: str, x: Any, reduced: Any) -> Any:
+        """``reduced`` behind an ``Identity`` whose gradient with respect to ``x``
+        is ``all_reduce(reduce_op, dy)`` (TF's ``ReplicaContext.all_reduce``
+        gradient): d/dx of ``all_reduce(SUM, x) * c`` is the sum of every
+        replica's ``c``, not this replica's alone. The all-reduce of ``dy`` is
+        built when the gradient is, so every replica must take the gradient
+        inside ``strategy.run`` (as in TF); taken outside it, the gradient
+        follows the graph (the sum of the replicas' losses differentiated at
+        once gets the same answer where the graph is one process's)."""
+        out = ops.identity(reduced)
+
+        def grad(_op: Any, dy: Any) -> list[Any]:
+            return [self.all_reduce(reduce_op, dy)]
+        set_custom_gradient(out.op, [x], grad, when=lambda: self.replica_thread is not None)
+        return out
 
     def all_gather(self, value: Any, axis: int, options: Any = None) -> Any:
         """``value`` of every replica joined along ``axis``, in replica order."""

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from distrib.data import Dataset
+from distrib.data.structure import map_structure_unchecked, with_batch_dim, without_batch_dim
 from distrib.distribute.input_lib import InputContext, regroup_replicas, worker_replica_steps
 from distrib.distribute.values import PerReplica
 
@@ -116,6 +117,22 @@ class ElasticIterator:
 
     def __iter__(self) -> ElasticIterator:
         return self
+
+    @property
+    def element_spec(self) -> Any:
+        """One element spec per local replica of the group of now (a tuple, as a
+        distributed iterator's): the global batch's, its batch dimension unknown."""
+        replica = map_structure_unchecked(lambda s: with_batch_dim(without_batch_dim(s), None),
+                                          self._it.element_spec)
+        return (replica,) * len(self._strategy.replica_devices)
+
+    def next_for_step(self) -> Any:
+        """A ``dt.function``'s read: the pending element while its step has not
+        run (a step run again after a regroup: cut for the group of now), else
+        the next one."""
+        if self.pending and self._element is not None:
+            return self._element
+        return next(self)
 
     def __next__(self) -> Any:
         self._batch = next(self._it)
@@ -208,6 +225,13 @@ class PerWorkerIterator(ElasticIterator):
     def _group(self) -> tuple[int, int, int]:
         s = self._strategy
         return s.num_workers, s.worker_index, len(s.replica_devices)
+
+    @property
+    def element_spec(self) -> Any:
+        """One element spec per local replica (the current pipeline's steps)."""
+        if self._built != self._group():
+            self._open()
+        return self._it.element_spec
 
     def _open(self) -> None:
         self._it = iter(worker_replica_steps(self._strategy, self._dataset_fn))

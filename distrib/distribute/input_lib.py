@@ -6,7 +6,8 @@ at every leaf (``(PerReplica(x0, x1), PerReplica(y0, y1))``): this worker's
 replicas' parts of one global batch, split as TF's DATA auto-shard splits it
 (``distrib.data.rebatch_and_shard``: each worker a distinct part of every
 global batch). A ``dt.function`` fed such an element feeds each replica its
-own part. ``distribute_datasets_from_function`` calls the function once per
+own part; ``iter()`` of one is a :class:`DistributedIterator`, which a
+``dt.function`` takes as an input (each call reads its next element). ``distribute_datasets_from_function`` calls the function once per
 worker with an ``InputContext`` (the workers, this one, every replica) and,
 as TF does, neither rebatches nor shards what it returns: this worker's
 replicas take its elements in turn, whole, batched or not (``range(10)`` on
@@ -15,14 +16,15 @@ one replica's batch).
 """
 from __future__ import annotations
 
-from typing import Any, AsyncIterator, Callable, Iterator
+from typing import Any, AsyncIterator, Callable
 
 from distrib.data import Dataset, rebatch_and_shard
 from distrib.data.distribute_input import replica_steps
 from distrib.distribute.values import PerReplica
+from distrib.errors import OutOfRangeError
 
-__all__ = ["DistributedDataset", "DistributedDatasetsFromFunction", "InputContext",
-           "regroup_replicas"]
+__all__ = ["DistributedDataset", "DistributedDatasetsFromFunction", "DistributedIterator",
+           "InputContext", "regroup_replicas"]
 
 
 class InputContext:
@@ -65,14 +67,44 @@ def regroup_replicas(step: tuple[Any, ...]) -> Any:
     return PerReplica(list(step))
 
 
+class DistributedIterator:
+    """``iter(distributed_dataset)`` (TF's): ``next(it)`` is this worker's part of
+    the next global batch, a ``PerReplica`` at every leaf; StopIteration at the
+    end, and ``get_next()`` raises ``OutOfRangeError`` there. Passed to a
+    ``dt.function``, it is an input: each call reads the next element
+    (``distrib.distribute.function_inputs``)."""
+
+    def __init__(self, steps: Dataset) -> None:
+        self._steps = steps
+        self._it = iter(steps)
+
+    def __iter__(self) -> DistributedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        return regroup_replicas(tuple(next(self._it)))
+
+    def get_next(self) -> Any:
+        """The next element; OutOfRangeError at the end of the data (TF's)."""
+        try:
+            return self.__next__()
+        except StopIteration:
+            raise OutOfRangeError("End of sequence: the distributed dataset has no more "
+                                  "elements; start a new iterator (iter(dataset))") from None
+
+    @property
+    def element_spec(self) -> Any:
+        """One element spec per local replica (a tuple)."""
+        return self._steps.element_spec
+
+
 class _Distributed:
     """Iteration over a dataset of steps (tuples of per-replica elements)."""
 
     _steps: Dataset
 
-    def __iter__(self) -> Iterator[Any]:
-        for step in self._steps:
-            yield regroup_replicas(tuple(step))
+    def __iter__(self) -> DistributedIterator:
+        return DistributedIterator(self._steps)
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for step in self._steps:

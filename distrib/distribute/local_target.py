@@ -7,10 +7,16 @@ local server per process, made on first use (``Server.create_local_server``:
 a free loopback port, its own loop thread) and stopped when the process
 exits, or by ``shutdown()``.
 
-The sessions of this process reach that server, and a multi-worker or ps
-strategy's own server (``set_default_target``), by direct calls on the
-server's loop: no socket, no encoding, no copy of feeds into shared memory
-(``Server.accept_direct_calls``). The server keeps its own loop thread, so
+A multi-worker strategy's server becomes the default target while it runs
+(``set_default_target``: TF's sets up the eager context so). A
+ParameterServerStrategy's does not: code outside it runs as if it had never
+been made, on the local server, except a function that reads or updates its
+variables, which runs on its server (``home_of``); so a later function never
+depends on a cluster that went away.
+
+The sessions of this process reach that server, and a strategy's own
+server, by direct calls on the server's loop: no socket, no encoding, no
+copy of feeds into shared memory (``Server.accept_direct_calls``). The server keeps its own loop thread, so
 that its variables outlive the caller's ``asyncio.run``.
 """
 from __future__ import annotations
@@ -18,16 +24,20 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from typing import Any
 
+from distrib.distribute.distribute_lib import variable_owner
+from distrib.errors import OpError
+from distrib.framework.graph import GraphKeys
 from distrib.server.server_lib import Server
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["local_server", "shutdown", "default_target", "set_default_target"]
+__all__ = ["local_server", "shutdown", "default_target", "set_default_target", "home_of"]
 
 _lock = threading.Lock()
 _server: Server | None = None
-_default: Server | None = None   # a multi-worker or ps strategy's own server, once made
+_default: Server | None = None   # a multi-worker strategy's own server, once made
 
 
 def set_default_target(server: Server | None) -> None:
@@ -67,3 +77,28 @@ def shutdown() -> None:
         server, _server = _server, None
     if server is not None:
         server.stop()
+
+
+def home_of(graph: Any, new_ops: list[Any]) -> Any:
+    """The first strategy, of those whose variables ``new_ops`` read or update,
+    that runs on its own server rather than the default target (the chief's of a
+    ParameterServerStrategy); None when there is none. Code that touches no
+    strategy's variables runs as if no strategy had been made."""
+    touched = {op.attrs.get("var") for op in new_ops if op.attrs.get("var")}
+    if not touched:
+        return None
+    default, checked = None, set()
+    for v in graph.get_collection(GraphKeys.GLOBAL_VARIABLES):
+        owner = variable_owner(v)
+        if owner is None or id(owner) in checked or \
+                getattr(v, "shared_name", None) not in touched:
+            continue
+        checked.add(id(owner))
+        try:
+            target = getattr(owner, "target", "")
+        except (ValueError, OpError):   # runs no server (any more): not where to run
+            continue
+        default = default_target() if default is None else default
+        if target and target != default:
+            return owner
+    return None

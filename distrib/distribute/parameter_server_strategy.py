@@ -1,10 +1,13 @@
 """``ParameterServerStrategy``: TF2's parameter-server training, driven by a
 coordinator (TF's ``parameter_server_strategy_v2.py``).
 
-The program runs on the cluster's ``chief`` task (the coordinator); ``ps``
-and ``worker`` tasks run bare servers (``python -m distrib.server`` or the
-launcher). The strategy starts the chief's own server in the process (the
-master of every step), and:
+The program runs on the coordinator: the cluster's ``chief`` task, or a
+client process that is no task of the cluster (the tutorial's in-process
+cluster of workers and ps: it joins as ``/job:chief/task:0`` on a free
+port, as TF's strategy connects to the cluster); ``ps`` and ``worker``
+tasks run bare servers (``python -m distrib.server`` or the launcher). The
+strategy starts the coordinator's own server in the process (the master of
+every step), and:
 
 * variables made in its scope go round-robin to the ps tasks; with a
   ``variable_partitioner`` a large one is split along its first axis into a
@@ -22,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import math
+import socket
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,15 +33,16 @@ import numpy as np
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.cluster.resolvers import ClusterResolver
 from distrib.distribute.distribute_lib import Strategy
-from distrib.distribute.local_target import set_default_target
 from distrib.distribute.mirrored_strategy import variable_args
 from distrib.distribute.values import DistributedValues, tensor_operator
+from distrib.errors import FailedPreconditionError
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import get_default_graph
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat, slice_rows
 from distrib.ops.variables import Variable
+from distrib.server.bind_address import is_loopback_host
 from distrib.server.server_lib import Server
 
 logger = logging.getLogger(__name__)
@@ -191,6 +196,32 @@ def _single(value: Any) -> Any:
 
 
 # -- the strategy ---------------------------------------------------------------------------
+def coordinator_server(cluster: ClusterSpec, task_type: str | None,
+                       task_id: int | None) -> Server:
+    """The server of the process that makes the strategy: the coordinator,
+    ``/job:chief/task:0`` (TF's ``connect_to_cluster(job_name="chief")``), whether
+    the resolver names the chief or no task at all (a client: the tutorial's
+    in-process cluster). A cluster of workers and ps only gets a ``chief`` job
+    of one task on a free port of this host; the workers and ps need not know
+    it (it dials them). A resolver naming a worker or ps task serves that task."""
+    if task_type in ("worker", "ps"):
+        if task_id is None:
+            raise ValueError(f"the cluster_resolver names task type {task_type!r} but no "
+                             "task_id")
+        return Server(cluster, job_name=task_type, task_index=task_id)
+    if task_type not in (None, "", "chief"):
+        raise ValueError("ParameterServerStrategy runs on the coordinator: the cluster's "
+                         f"'chief' task or a client with no task; got task type {task_type!r}")
+    if "chief" in cluster.jobs:
+        return Server(cluster, job_name="chief", task_index=task_id or 0)
+    hosts = [cluster.task_address(job, i).rpartition(":")[0]
+             for job in cluster.jobs for i in cluster.task_indices(job)]
+    host = "localhost" if all(is_loopback_host(h) for h in hosts) else socket.gethostname()
+    jobs = cluster.as_dict()
+    jobs["chief"] = [f"{host}:0"]
+    return Server(ClusterSpec(jobs), job_name="chief", task_index=0)
+
+
 class ParameterServerStrategy(Strategy):
     """``dt.distribute.ParameterServerStrategy(cluster_resolver, variable_partitioner=None)``."""
 
@@ -208,20 +239,31 @@ class ParameterServerStrategy(Strategy):
         self._workers = [f"/job:worker/task:{i}" for i in cluster.task_indices("worker")]
         self._next_ps = 0
         self.coordinator: Any = None   # the ClusterCoordinator made for it (it sets itself)
-        task_type, task_id = cluster_resolver.task_type, cluster_resolver.task_id
-        self._server: Server | None = None
-        if task_type in ("chief", "worker", "ps") and task_id is not None:
-            self._server = Server(cluster, job_name=task_type, task_index=task_id)
-            set_default_target(self._server)
+        self._server: Server | None = coordinator_server(
+            cluster, cluster_resolver.task_type, cluster_resolver.task_id)
+        # its own steps reach it by direct calls; it is not this process's default
+        # target: code outside the strategy runs as if it had never been made
+        # (def_function), so it outlives neither shutdown() nor the cluster
+        self._server.accept_direct_calls()
         logger.info("ParameterServerStrategy: %d ps, %d workers", len(self._ps),
                     len(self._workers))
 
     @property
     def target(self) -> str:
         if self._server is None:
-            raise ValueError("this ParameterServerStrategy runs no server: give it a "
-                             "cluster_resolver whose task is the chief (TF_CONFIG's task)")
+            raise FailedPreconditionError(
+                "this ParameterServerStrategy was shut down (its server stopped): make a new "
+                "strategy to run steps on the cluster")
         return self._server.target
+
+    def shutdown(self) -> None:
+        """Stop the server this strategy started in the process (a distrib
+        extension: TF's lives as long as the process). Its steps fail
+        afterwards; code outside the strategy never ran there. Idempotent; the
+        process's exit stops it too."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
 
     @property
     def num_replicas_in_sync(self) -> int:

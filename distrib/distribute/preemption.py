@@ -41,10 +41,14 @@ TF's behaviour, kept:
   context for the loop that, for the mirrored strategies, only lets errors
   through (TF's use for it is TPUStrategy).
 
-Where it differs (the README's "Differences from TensorFlow"): the
-agreement is a collective a ``run`` begins with (every run, or every few
-that together take ``CHECK_PERIOD_S``), so the checkpoint is at the step
-where the notice is first seen, not one step later; ``run`` and
+The agreement is TF's (``preemption_signals.py``): the noticed worker tells
+its peers through the actor system to save at the run after the one it is
+about to start, so the checkpoint is at most two runs after the notice, and
+training pays nothing until a notice comes. Where it differs (the README's
+"Differences from TensorFlow"): given ``check_period_s`` (distrib's), or
+where the peers cannot be told by message, the workers agree by a
+collective every run (0) or every few that together take that long, and
+the checkpoint is at the run where the notice is first seen; ``run`` and
 the handler itself are awaited (``handler = await ...``: the restore is a
 step); an error in a step is not sent to the other workers (they fail at
 their next collective with ``UnavailableError`` naming the worker); any
@@ -80,14 +84,15 @@ _ITERATION_VARIABLE = "checkpointed_runs"   # TF's name, a child of the checkpoi
 # what a worker votes at the start of a run (the max over the workers is the decision)
 _GO_ON, _SAVE, _SAVE_AND_EXIT = 0, 1, 2
 _GRACE_MARGIN = 3 * 2   # TF: a buffer factor of 3, times 2 for a peer up to a step behind
-# How often the workers agree: every run while a run takes longer than this, else every
-# n runs that together take about this long (at most _MAX_INTERVAL). A notice is acted on
-# within this much training. Measured (bench/recovery.py's preempt-mwms row, two workers
+# Periodic agreement (check_period_s given, or peers that cannot be told by message): every
+# run while a run takes longer than this, else every n runs that together take about this
+# long (at most _MAX_INTERVAL). A notice is acted on within this much training. Measured (bench/recovery.py's preempt-mwms row, two workers
 # on a 2-core loopback, runs of ~18 ms): an agreement takes 6-8 ms, waiting for the slower
 # worker included; one every run made the training 20% slower, one every ~11 runs (this
 # period) costs under 4%.
 CHECK_PERIOD_S = 0.25
 _MAX_INTERVAL = 100
+_NEVER = 1 << 40   # the interval a worker asks for when notices come by message
 
 
 class TerminationConfig:
@@ -123,8 +128,10 @@ class PreemptionCheckpointHandler:
     checkpoint_dir=None, termination_config=None)``: see the module header.
     ``await`` it once (it restores), then ``await handler.run(fn, *args)``.
 
-    distrib's extension: ``check_period_s`` (default ``CHECK_PERIOD_S``, 0.25 s), how
-    much training may pass between two agreements (0: one every run)."""
+    distrib's extension: ``check_period_s``, how much training may pass between two
+    agreement collectives (0: one every run, and the save is at the run where the
+    notice is seen). None (the default): none until a notice, which the noticed worker
+    sends its peers (module header); where peers cannot be told so, ``CHECK_PERIOD_S``."""
 
     def __init__(self, cluster_resolver: Any, checkpoint_or_checkpoint_manager: Any,
                  checkpoint_dir: Any = None, termination_config: TerminationConfig | None = None,
@@ -165,6 +172,8 @@ class PreemptionCheckpointHandler:
         self._check_period = CHECK_PERIOD_S if check_period_s is None else float(check_period_s)
         self._checkpointed_runs = self._iteration_variable()
         self._agreement = Agreement(self._strategy, max(workers, 1))
+        self._by_notice = check_period_s is None and self._agreement.tells_peers
+        self._save_at: int | None = None       # by notice: the run every worker saves at
         self._steps = trackable.step_runner()
         self._run_counter: int | None = None   # known once restored (``await handler``)
         self._next_check = 0                   # the run calls at which the workers agree next
@@ -202,7 +211,10 @@ class PreemptionCheckpointHandler:
                 self.restored_from = await self._manager.restore_or_initialize()
                 runs = await self._checkpoint.value_of(self._checkpointed_runs)
             self._run_counter = int(np.asarray(runs).reshape(-1)[0])
-            self._next_check = self._run_counter   # at once: every worker restored the same
+            # periodic: an agreement at once (every worker restored the same); by notice
+            # none (its first costs ~50 ms of group forming): the run a notice names is
+            # checked against this worker's instead (_follow_notice)
+            self._next_check = self._run_counter + (_NEVER if self._by_notice else 0)
             if self.restored_from is not None:
                 logger.info("PreemptionCheckpointHandler: restored %s; training goes on from "
                             "run %d", self.restored_from, self._run_counter)
@@ -267,9 +279,12 @@ class PreemptionCheckpointHandler:
 
     def _interval(self) -> int:
         """How many runs until the next agreement, as this worker sees it (CHECK_PERIOD_S)."""
-        if not self._agreement.collective or self._loop_time <= 0 or self._countdown \
-                or self._notice.received:
+        if not self._agreement.collective or self._countdown or self._notice.received:
             return 1   # alone, an agreement costs nothing
+        if self._by_notice:
+            return _NEVER   # the next one is at a notice's run (_follow_notice)
+        if self._loop_time <= 0:
+            return 1
         return int(min(_MAX_INTERVAL, max(1.0, self._check_period // self._loop_time)))
 
     def _counted(self, seconds: float) -> None:
@@ -316,7 +331,11 @@ class PreemptionCheckpointHandler:
 
     async def _check_preemption_and_maybe_checkpoint(self, *args: Any, **kwargs: Any) -> None:
         runs = self.total_run_calls
-        if runs < self._next_check or not self._watching:
+        if not self._watching:
+            return
+        if self._by_notice:
+            await self._follow_notice(runs)
+        if runs < self._next_check:
             return
         decision, interval = await self._agree(self._vote(), self._interval())
         self._next_check = runs + interval
@@ -329,6 +348,32 @@ class PreemptionCheckpointHandler:
                         "period (%g s)", self._grace_period)
             return
         await self._exit()
+
+    async def _follow_notice(self, runs: int) -> None:
+        """By notice: learn the run every worker saves at, from a peer's message or
+        from this worker's own notice, which it then tells every peer (and waits for
+        their acknowledgements) before it trains run ``runs``."""
+        if self._save_at is not None:
+            return
+        held = self._agreement.peer_notice()
+        if held is not None:
+            self._save_at, sender = held
+            logger.warning("PreemptionCheckpointHandler: %s received a termination notice; "
+                           "the workers save at run %d (this worker is before run %d)",
+                           sender, self._save_at, runs)
+        elif self._notice.received:
+            self._vote()   # logs the notice once
+            self._save_at = runs + 1   # a peer may be in run ``runs`` already
+            await self._agreement.announce(self._save_at)
+        else:
+            return
+        if not runs <= self._save_at <= runs + 2:   # the noticer is at most a run ahead
+            raise FailedPreconditionError(
+                f"PreemptionCheckpointHandler: the workers are at different steps (a notice "
+                f"names run {self._save_at}, this worker is at run {runs}). Every worker "
+                "must call handler.run once per step, and all must restore the same "
+                "checkpoint: a checkpoint_dir every worker reads (one file system)")
+        self._next_check = min(self._next_check, self._save_at)
 
     async def _save(self, *args: Any, **kwargs: Any) -> None:
         runs = self.total_run_calls

@@ -11,24 +11,30 @@ from its save-and-exit logic:
   a coroutine function as a task of the program's event loop. A second
   SIGTERM puts the old handler back and raises the signal again: someone
   who asks twice means it (the default action ends the process).
-* **The agreement** (:class:`Agreement`). TF's workers agree through its
-  coordination service's key-value store: the preempted worker publishes
-  "save after step n+1" and waits for every peer's acknowledgement, so the
-  step is one past the current one (a peer may be a step behind). We have
-  no such store, and need none: a ``run`` of every worker begins with one
-  small collective, an element-wise max over the workers of ``[notice,
-  runs, -runs, -interval]``. All workers run it at the same ``runs`` (each
-  training step is synchronous), so all of them see the same answer at the
-  same step, and it is this step: nothing is trained after the notice is
-  seen, and nobody waits for acknowledgements. ``runs`` checks the lockstep
-  on the way (after a restart it shows at once that every worker restored
-  the same checkpoint), and ``interval`` is when the next agreement is: the
-  fewest runs any worker asks for (``preemption.CHECK_PERIOD_S``), so the
-  agreement costs a small part of the training and a notice is still acted
-  on within a fraction of a second. The collective has a group key of its
-  own (no strategy hands it out), one op, in the default graph, run in the
-  strategy's scope so that its first-use initialization is the strategy's.
-  bench/recovery.py measures its cost (the ``preempt-mwms`` row).
+* **The agreement** (:class:`Agreement`). As TF's coordination service
+  does it: the worker that got the notice tells every peer, through the
+  actor system (each task's ``server`` actor, ``preemption_notice``), "we
+  save at run n+1", where n is the run it is about to start, and waits for
+  every acknowledgement before it trains that run. A peer holds the notice
+  in its server; its training loop reads it at each ``run`` (a local read,
+  no I/O). n+1 is safe: no peer can finish run n before the noticer trains
+  it, which it does only after every peer holds the notice, so every worker
+  reads it before run n+1 starts. Two workers noticed at once name the same
+  run (each looks for a peer's notice before it sends its own, and neither
+  can be past the run the other names). At that run every worker enters one
+  small collective, an element-wise max over the workers of ``[decision,
+  runs, -runs, -interval]``: the same answer everywhere, and ``runs`` checks
+  the lockstep (so does each peer when it reads the notice: the run named is
+  at most two past its own). With no notice, training pays nothing: no
+  collective, no message. bench/recovery.py measures it (the
+  ``preempt-mwms`` row). Without reachable peers (a strategy with no server
+  of its own, an elastic group), or when ``check_period_s`` is given, the
+  workers agree periodically instead: every run, or every few that together
+  take ``check_period_s`` (``preemption.CHECK_PERIOD_S``), the fewest any
+  worker asks for; then the save is at the run where a notice is first seen.
+  The collective has a group key of its own (no strategy hands it out), one
+  op, in the default graph, run in the strategy's scope so that its
+  first-use initialization is the strategy's.
 """
 from __future__ import annotations
 
@@ -172,6 +178,21 @@ class Agreement:
     @property
     def collective(self) -> bool:
         return self.num_workers > 1
+
+    @property
+    def tells_peers(self) -> bool:
+        """Whether a notice travels to the peers by message (module header): a
+        MultiWorkerMirroredStrategy over a cluster, with its own server."""
+        return (self.collective and getattr(self._strategy, "server", None) is not None
+                and len(self._strategy.peer_tasks()) == self.num_workers - 1)
+
+    def peer_notice(self) -> tuple[int, str] | None:
+        """(the run to save at, the task noticed) a peer announced; None: none."""
+        return self._strategy.server.preemption_notice
+
+    async def announce(self, save_at: int) -> None:
+        """Tell every peer the workers save at run ``save_at``; return once all hold it."""
+        await self._strategy.server.announce_preemption(self._strategy.peer_tasks(), save_at)
 
     async def exchange(self, values: list[int]) -> np.ndarray:
         """The element-wise max of ``values`` over the workers (int64)."""

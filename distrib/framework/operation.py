@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework import dtypes
-from distrib.framework.device import DeviceSpec, check_device_string
 from distrib.framework.tensor_shape import TensorShape, as_shape
 
 if TYPE_CHECKING:
@@ -207,14 +206,6 @@ class Operation:
         if name in DTYPE_ATTRS and isinstance(value, str):
             return dtypes.as_dtype(value)
         return value
-
-    def _set_device(self, device: str | DeviceSpec | None) -> None:
-        self._device = check_device_string(device)
-        self._graph.bump_version()
-
-    def _set_attr(self, name: str, value: Any) -> None:
-        self._attrs[name] = value.name if isinstance(value, dtypes.DType) else value
-        self._graph.bump_version()
 
     def add_control_input(self, op: Operation) -> None:
         """Run this op after ``op`` (once; never after itself); a change of the graph."""

@@ -53,6 +53,7 @@ from distrib.errors import UnimplementedError
 from distrib.framework.graph import Tensor
 from distrib.keras.data_adapter import DataHandler, batch_rows, unpack
 from distrib.keras.losses import Reduction
+from distrib.keras.losses_utils import match_dtype_and_rank
 from distrib.keras.ps_loop import CoordinatorLoop
 from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat
@@ -142,6 +143,8 @@ class StepFunctions:
         model = self._model
         if y is None:
             raise ValueError("the data has no targets (y): fit and evaluate need (x, y)")
+        # Keras 2's compile: [N] labels against [N, k] outputs are one label per row
+        y, y_pred, _ = match_dtype_and_rank(y, y_pred)
         per_example = model.loss.per_example(y, y_pred)
         total = ops.reduce_sum(per_example)
         rows = ops.reduce_sum(ops.ones_like(per_example))

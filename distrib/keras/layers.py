@@ -6,7 +6,10 @@ last dimension (or when a model builds it from ``input_shape=``), as
 ``dt.Variable``\\ s named ``<layer>/<weight>`` at the graph's root scope
 (``dense/kernel``), whatever scope the call is traced in. In a strategy's
 scope, or with the strategy of the model that owns the layer, they are that
-strategy's variables (MirroredVariables under the mirrored strategies). Layer
+strategy's variables (MirroredVariables under the mirrored strategies; under
+ParameterServerStrategy with a partitioner a large one is a ShardedVariable,
+which ``weights``, ``trainable_weights`` and ``variables`` list as its
+shards, as Keras 2 does, while the layer computes with the whole). Layer
 names come from a per-process counter per class (``dense``, ``dense_1`` ...,
 ``backend.unique_name``), so two layers never share a variable.
 
@@ -28,10 +31,11 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from distrib.distribute.parameter_server_strategy import ShardedVariable
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import Tensor, get_default_graph
 from distrib.keras import activations, backend, initializers, serialization
@@ -40,7 +44,8 @@ from distrib.ops import nn
 from distrib.ops.variables import Variable
 from distrib.train import trackable
 
-__all__ = ["Layer", "Dense", "Flatten", "Dropout", "Activation", "serialize", "deserialize"]
+__all__ = ["Layer", "Dense", "Flatten", "Dropout", "Activation", "serialize", "deserialize",
+           "listed_weights"]
 
 _BASE_ARGS = ("self", "trainable", "name", "dtype", "input_shape", "batch_input_shape",
               "input_dim")
@@ -85,15 +90,21 @@ class Layer:
 
     @property
     def trainable_weights(self) -> list[Any]:
-        return [v for v, t, _ in self._weights if t and self.trainable]
+        return listed_weights(v for v, t, _ in self._weights if t and self.trainable)
 
     @property
     def non_trainable_weights(self) -> list[Any]:
-        return [v for v, t, _ in self._weights if not (t and self.trainable)]
+        return listed_weights(v for v, t, _ in self._weights if not (t and self.trainable))
 
     def weight_names(self) -> dict[int, str]:
-        """``{id(weight): its name in the layer}`` (``kernel``, ``bias`` ...)."""
-        return {id(v): name for v, _, name in self._weights}
+        """``{id(weight): its name in the layer}`` (``kernel``, ``bias`` ...; a
+        sharded weight's shards ``embeddings/part_0`` ...)."""
+        out = {}
+        for v, _, name in self._weights:
+            out[id(v)] = name
+            if isinstance(v, ShardedVariable):
+                out.update({id(s): f"{name}/part_{i}" for i, s in enumerate(v.variables)})
+        return out
 
     variables = property(lambda self: self.weights)
     trainable_variables = property(lambda self: self.trainable_weights)
@@ -208,6 +219,16 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
+
+
+def listed_weights(variables: Iterable[Any]) -> list[Any]:
+    """A layer's weights as Keras 2 (``tf_keras``) lists them: a ``ShardedVariable``
+    (ParameterServerStrategy with a ``variable_partitioner``) as its shards, each
+    a variable on its ps; the layer's own math still reads the ShardedVariable."""
+    out: list[Any] = []
+    for v in variables:
+        out.extend(v.variables if isinstance(v, ShardedVariable) else [v])
+    return out
 
 
 def _restored_initializer(value: Any, weight: str, layer: str) -> Any:

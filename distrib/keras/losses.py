@@ -8,8 +8,11 @@ the per-example values. ``Model.fit`` takes the per-example values and
 reduces them itself, dividing by the *global* batch under a strategy, as
 Keras' ``scale_loss_for_distribution`` does (see ``distrib.keras.engine``).
 
-Labels are brought to the predictions' rank as Keras does (a ``[batch]``
-label against ``[batch, 1]`` predictions), and cast to their dtype. With
+Labels, predictions and sample weights are brought to matching ranks by
+Keras 2's rules before the function (``losses_utils``: a ``[batch]`` label
+against ``[batch, 1]`` predictions; ``compile`` also makes ``[batch]``
+labels one per row against ``[batch, k]`` outputs), and labels are cast to
+the predictions' dtype. With
 ``from_logits=False`` a prediction made by a ``softmax``/``sigmoid``
 activation is traced back to its logits and the fused cross-entropy op is used
 (Keras' ``_keras_logits``): the same values, stable for saturated outputs;
@@ -28,6 +31,7 @@ import numpy as np
 
 from distrib.framework.graph import Tensor, name_scope
 from distrib.keras import activations, backend, serialization
+from distrib.keras.losses_utils import squeeze_or_expand_dimensions
 from distrib.ops import math_ops as ops
 from distrib.ops import nn
 
@@ -171,11 +175,15 @@ class Loss:
         raise NotImplementedError
 
     def per_example(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
-        """The per-example values, weighted by ``sample_weight`` when given."""
+        """The per-example values, weighted by ``sample_weight`` when given (brought
+        to the values' rank and dtype as Keras' ``compute_weighted_loss`` does)."""
         values = self.call(y_true, y_pred)
         if sample_weight is not None:
             weight = ops.convert_to_tensor(sample_weight)
-            values = values * match_labels(weight, values)
+            if weight.dtype != values.dtype:
+                weight = ops.cast(weight, values.dtype)
+            values, _, weight = squeeze_or_expand_dimensions(values, None, weight)
+            values = values * weight
         return values
 
     def __call__(self, y_true: Any, y_pred: Any, sample_weight: Any = None) -> Tensor:
@@ -208,6 +216,11 @@ class LossFunctionWrapper(Loss):
         self._fn_kwargs = kwargs
 
     def call(self, y_true: Any, y_pred: Any) -> Tensor:
+        """Keras 2's: labels and predictions brought to matching ranks
+        (``losses_utils.squeeze_or_expand_dimensions``), then the function."""
+        y_pred = ops.convert_to_tensor(y_pred)
+        y_true = ops.convert_to_tensor(y_true)
+        y_pred, y_true, _ = squeeze_or_expand_dimensions(y_pred, y_true)
         return self.fn(y_true, y_pred, **self._fn_kwargs)
 
     def get_config(self) -> dict[str, Any]:

@@ -14,6 +14,10 @@ dimension of 1) against several units are sparse. Binary accuracy compares
 with 0.5, or with 0.0 when the loss takes logits (Keras compares logits with
 0.5, which is a known slip; see the README).
 
+Shapes follow Keras 2 (``losses_utils``): labels and predictions are cast to
+float32 and brought to matching ranks before the function, after
+``compile``'s ``match_dtype_and_rank``.
+
 A metric object has Keras' ``get_config``/``from_config`` (nothing else to
 save: its totals live for one epoch); ``serialize``/``deserialize`` keep
 ``compile``'s metrics as given (names as names, a user's function by name).
@@ -25,6 +29,7 @@ from typing import Any, Callable
 from distrib.framework.graph import Tensor
 from distrib.keras import backend, serialization
 from distrib.keras import losses as losses_mod
+from distrib.keras.losses_utils import squeeze_or_expand_dimensions
 from distrib.ops import math_ops as ops
 
 __all__ = ["Metric", "MeanMetricWrapper", "Accuracy", "BinaryAccuracy",
@@ -70,6 +75,12 @@ def accuracy(y_true: Any, y_pred: Any) -> Tensor:
     return _mean_last(_float(ops.equal(losses_mod.match_labels(y_true, y_pred), y_pred)))
 
 
+def _matched(y_true: Any, y_pred: Any) -> tuple[Tensor, Tensor]:
+    y_true, y_pred = _float(ops.convert_to_tensor(y_true)), _float(ops.convert_to_tensor(y_pred))
+    y_pred, y_true, _ = squeeze_or_expand_dimensions(y_pred, y_true)
+    return y_true, y_pred
+
+
 class Metric:
     """A mean over examples, kept as a running total and count in the client."""
 
@@ -113,7 +124,9 @@ class MeanMetricWrapper(Metric):
         super().__init__(name or getattr(fn, "__name__", "metric"), dtype)
 
     def values(self, y_true: Any, y_pred: Any) -> Tensor:
-        return _float(self._fn(y_true, y_pred, **self._fn_kwargs))
+        """Keras 2's ``update_state``: both cast to the metric's float32, brought to
+        matching ranks (``losses_utils``), then the function."""
+        return _float(self._fn(*_matched(y_true, y_pred), **self._fn_kwargs))
 
     def get_config(self) -> dict[str, Any]:
         """Keras': the function's keyword arguments, and the function (by name) when
@@ -171,13 +184,13 @@ class _CompiledAccuracy(Metric):
         units = y_pred.shape.dims[-1] if y_pred.shape.rank else None
         if units == 1 or y_pred.shape.rank in (0, 1):
             threshold = 0.0 if getattr(self._loss, "from_logits", False) else 0.5
-            return binary_accuracy(y_true, y_pred, threshold)
+            return binary_accuracy(*_matched(y_true, y_pred), threshold)
         sparse = (y_true.shape.rank is not None and y_pred.shape.rank is not None and
                   (y_true.shape.rank < y_pred.shape.rank or
                    (y_true.shape.dims and y_true.shape.dims[-1] == 1)))
         if sparse or isinstance(self._loss, losses_mod.SparseCategoricalCrossentropy):
-            return sparse_categorical_accuracy(y_true, y_pred)
-        return categorical_accuracy(y_true, y_pred)
+            return sparse_categorical_accuracy(*_matched(y_true, y_pred))
+        return categorical_accuracy(*_matched(y_true, y_pred))
 
 
 _BY_NAME: dict[str, Callable[[], Metric]] = {

@@ -37,15 +37,22 @@ Why it is built so:
   the strategy scope open when it is called. Optimizer state whose variables
   do not exist yet (slots, made by the first train step) is restored when
   they are made, so ``fit`` continues as if never interrupted.
-* **The chief writes.** Under a multi-worker strategy every worker runs the
-  checkpoint's read step (its collectives line up) and only the chief
-  (``should_checkpoint``) writes anything, as ``save_weights`` does.
+* **Every worker writes, the chief first** (TF's collective save). Under a
+  multi-worker strategy every worker calls ``save`` and runs the
+  checkpoint's read step (its collectives line up); the chief commits its
+  model, then every worker meets in one small step, then a non-chief commits
+  its own copy to the path it was given (the tutorial's temporary
+  ``workertemp_<id>`` folder, which it then deletes), unless that path is the
+  chief's very path (``distrib.train.worker_saves``). So ``save`` returns on
+  every worker only once the chief's model is whole, and ``load_model`` of
+  the chief's path right after it works everywhere.
 
 TF 2.x's rule for ``include_optimizer=False`` holds: no compile arguments are
 saved, so the loaded model is not compiled (a warning says so).
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import glob
@@ -179,9 +186,9 @@ def model_from_json(json_string: str, custom_objects: dict[str, Any] | None = No
 async def save_model(model: Any, filepath: Any, overwrite: bool = True,
                      include_optimizer: bool = True, save_format: str | None = None,
                      signatures: Any = None, options: Any = None, save_traces: bool = True
-                     ) -> str | None:
+                     ) -> str:
     """Save ``model`` whole to the folder ``filepath`` (a zip file when it ends in
-    ``.keras``); returns the path, None on a worker that is not the chief."""
+    ``.keras``) in this worker's turn (module header); returns the path."""
     path = os.path.abspath(os.fspath(filepath))
     zipped = path.endswith(".keras") or save_format == "keras"
     if save_format not in (None, "tf", "keras"):
@@ -194,30 +201,34 @@ async def save_model(model: Any, filepath: Any, overwrite: bool = True,
                          is not None)
     config_bytes = json.dumps(entry, indent=2).encode()
     ckpt = Checkpoint(root=_ModelRoot(model, include_optimizer))
-    staging = _staging_name(path, "saving")
-    try:
-        with model.function_scope():
-            writes = ckpt.writes_files()
-            if writes:
-                _check_target(path, overwrite, zipped)
-            await ckpt.write(os.path.join(staging, VARIABLES))
-        if not writes:
-            return None
-        metadata = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                    "distrib_version": _distrib_version(),
-                    "date_saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                    "include_optimizer": bool(include_optimizer),
-                    "config_sha256": hashlib.sha256(config_bytes).hexdigest(),
-                    "keras_reference": "TF 2.x model.save(folder); Keras 3 config.json"}
-        _write_file(os.path.join(staging, CONFIG), config_bytes)
-        _write_file(os.path.join(staging, METADATA), json.dumps(metadata, indent=2).encode())
-        if zipped:
-            _commit_zip(staging, path)
-        else:
-            _commit_folder(staging, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    logger.info("saved model %s to %s", getattr(model, "name", "?"), path)
+    with model.function_scope():
+        snapshot = await ckpt.snapshot()
+
+    def write() -> None:
+        _check_target(path, overwrite, zipped)
+        staging = _staging_name(path, "saving")
+        try:
+            snapshot.write_file(os.path.join(staging, VARIABLES))
+            metadata = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                        "distrib_version": _distrib_version(),
+                        "date_saved": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                        "include_optimizer": bool(include_optimizer),
+                        "config_sha256": hashlib.sha256(config_bytes).hexdigest(),
+                        "keras_reference": "TF 2.x model.save(folder); Keras 3 config.json"}
+            _write_file(os.path.join(staging, CONFIG), config_bytes)
+            _write_file(os.path.join(staging, METADATA),
+                        json.dumps(metadata, indent=2).encode())
+            if zipped:
+                _commit_zip(staging, path)
+            else:
+                _commit_folder(staging, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        logger.info("saved model %s to %s", getattr(model, "name", "?"), path)
+
+    async def write_off_loop() -> None:
+        await asyncio.to_thread(write)
+    await snapshot.write_in_turn(path, write_off_loop)
     return path
 
 

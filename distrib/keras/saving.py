@@ -18,7 +18,10 @@ model (read all, assign all) on the model's strategy target, so saving is one
 step and loading is one step. Optimizer state that does not exist yet (its
 slots are made when the train step is first traced) is kept and assigned
 right after that trace (``StateIO.apply_pending``), as TF defers restores.
-Under a multi-worker strategy only the chief writes files.
+Under a multi-worker strategy every worker calls ``save_weights``; the chief
+writes first, and ``save_weights`` returns on every worker once the chief's
+file is whole; a non-chief writes its own copy where its path is not the
+chief's (``distrib.train.worker_saves``, TF's collective save).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import numpy as np
 from distrib.distribute.def_function import function
 from distrib.distribute.values import local_results
 from distrib.errors import InvalidArgumentError, NotFoundError
-from distrib.train import checkpoint
+from distrib.train import checkpoint, trackable, worker_saves
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,7 @@ class StateIO:
         self._readers: dict[tuple[str, ...], Any] = {}
         self._writers: dict[tuple[str, ...], Any] = {}
         self.pending: dict[str, np.ndarray] = {}
+        self._steps: trackable.StepRunner | None = None   # the save's meeting step
 
     # -- what the state is ------------------------------------------------------------------
     def state(self, include_optimizer: bool = True) -> dict[str, list[Any]]:
@@ -125,15 +129,20 @@ class StateIO:
 
     # -- files ---------------------------------------------------------------------------
     async def save(self, path: str, extra: Mapping[str, np.ndarray] | None = None,
-                   include_optimizer: bool = True) -> str | None:
-        """Write the state (and ``extra`` entries) to ``path``; None on a non-chief worker."""
+                   include_optimizer: bool = True) -> str:
+        """Write the state (and ``extra`` entries) to ``path`` in this worker's turn
+        (module header); returns the path."""
         values = await self.read(self.state(include_optimizer))
         values.update({k: np.asarray(v) for k, v in (extra or {}).items()})
-        strategy = self._model.distribute_strategy
-        if strategy is not None and not strategy.extended.should_checkpoint:
-            return None
         path = os.fspath(path)
-        await asyncio.to_thread(_write, path, values)
+
+        async def write() -> None:
+            await asyncio.to_thread(_write, path, values)
+        if self._steps is None:
+            self._steps = trackable.step_runner()
+        with self._model.function_scope():
+            await worker_saves.write_in_turn(self._model.distribute_strategy, path, write,
+                                             self._steps)
         return path
 
     async def load(self, path: str) -> dict[str, np.ndarray]:

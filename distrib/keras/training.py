@@ -38,7 +38,7 @@ from distrib.keras import optimizers as optimizers_mod
 from distrib.keras.callbacks import BackupAndRestore, CallbackList, History, ProgbarLogger
 from distrib.keras.data_adapter import DataHandler, batch_rows, split_validation, unpack
 from distrib.keras.engine import EpochStats, StepFunctions, training_loop_for
-from distrib.keras.layers import Layer
+from distrib.keras.layers import Layer, listed_weights
 from distrib.keras.saving import StateIO
 from distrib.train import trackable
 
@@ -114,8 +114,8 @@ class Model(Layer):
                     seen.add(id(v))
                     out.append(v)
         if which == "trainable_weights" or which == "weights":
-            out += [v for v, t, _ in self._weights if (t or which == "weights")
-                    and id(v) not in seen]
+            out += [v for v in listed_weights(v for v, t, _ in self._weights
+                                              if t or which == "weights") if id(v) not in seen]
         return out
 
     @property
@@ -378,9 +378,11 @@ class Model(Layer):
         await self.state_io.assign(state, {str(i): w for i, w in enumerate(weights)})
 
     async def save_weights(self, filepath: str, overwrite: bool = True,
-                           save_format: Any = None, options: Any = None) -> str | None:
+                           save_format: Any = None, options: Any = None) -> str:
         """Write the weights and the optimizer's state to ``filepath`` (distrib's
-        checkpoint format); returns the path (None on a non-chief worker)."""
+        checkpoint format); returns the path. Under a multi-worker strategy every
+        worker calls it and it returns once the chief's file is whole
+        (``distrib.train.worker_saves``)."""
         if not overwrite and os.path.exists(filepath):
             raise FileExistsError(f"{filepath} exists and overwrite=False")
         return await self.state_io.save(filepath)
@@ -404,10 +406,12 @@ class Model(Layer):
     # -- the whole model ------------------------------------------------------------------------
     async def save(self, filepath: Any, overwrite: bool = True, include_optimizer: bool = True,
                    save_format: str | None = None, signatures: Any = None, options: Any = None,
-                   save_traces: bool = True) -> str | None:
+                   save_traces: bool = True) -> str:
         """Save the model whole (config, compile arguments, weights, optimizer state) to
         the folder ``filepath`` (a zip file for ``*.keras``); load it with
-        ``dt.keras.models.load_model``. Returns the path (None on a non-chief worker)."""
+        ``dt.keras.models.load_model``. Returns the path. Under a multi-worker strategy
+        every worker calls it (a non-chief writes its own copy to its path, unless that
+        is the chief's) and it returns once the chief's model is whole."""
         return await model_saving.save_model(self, filepath, overwrite, include_optimizer,
                                              save_format, signatures, options, save_traces)
 

@@ -82,7 +82,7 @@ from distrib.launch.tasks import LOOPBACK, free_ports
 from distrib.runtime.actors.failure_detector import heartbeat_s
 from distrib.runtime.actors.system import ActorSystem, client_name, default_transport_config
 from distrib.runtime.chief.doors import MembershipDoor
-from distrib.runtime.chief.membership import WORKER_JOBS, Membership, membership_source
+from distrib.runtime.chief.membership import WORKER_JOBS, Membership, membership_source, push_membership
 from distrib.server.doors import ServerDoor
 
 if TYPE_CHECKING:
@@ -249,23 +249,32 @@ class Elastic:
         if not source_down:
             await self._push()
         if heartbeat_s() == 0 and self._system is not None:
-            full = self.launcher.cluster
-            others = [full.task_address(t.job, t.index) for t in self.launcher.tasks
-                      if t.running and full.task_address(t.job, t.index) != self.source]
-            await asyncio.gather(*(MembershipDoor.at(self._system, a).update(
-                self.record().to_wire(), timeout=_PUSH_TIMEOUT_S) for a in others),
-                return_exceptions=True)
+            record = self.record()
+            await asyncio.gather(*(self._push_to(a, record) for a in self._others()))
 
     async def _push(self) -> bool:
         if self.source is None or self._system is None:
             return False
+        return await self._push_to(self.source, self.record())
+
+    async def _push_to(self, address: str, record: Membership,
+                       system: ActorSystem | None = None) -> bool:
+        """Give ``record`` to the task at ``address``; False (logged) if it did not answer:
+        it learns the version from a heartbeat, as always."""
         try:
-            await MembershipDoor.at(self._system, self.source).update(
-                self.record().to_wire(), timeout=_PUSH_TIMEOUT_S)
+            await push_membership(system or self._system, address, record,
+                                  timeout=_PUSH_TIMEOUT_S)
             return True
         except OpError as e:
-            logger.debug("membership version %d not pushed to %s: %s", self.version, self.source, e)
+            logger.debug("membership version %d not pushed to %s: %s", record.version,
+                         address, e)
             return False
+
+    def _others(self) -> list[str]:
+        """The addresses of the launch's running tasks but the source's."""
+        full = self.launcher.cluster
+        return [full.task_address(t.job, t.index) for t in self.launcher.tasks
+                if t.running and full.task_address(t.job, t.index) != self.source]
 
     def _tell_everyone(self) -> list[asyncio.Task]:
         """The record, pushed now to every running task but the source (which
@@ -275,19 +284,10 @@ class Elastic:
         its heartbeat, as always. The pushes, for a caller that waits on them."""
         if self._system is None:
             return []
-        system, record, full = self._system, self.record().to_wire(), self.launcher.cluster
-        others = [full.task_address(t.job, t.index) for t in self.launcher.tasks
-                  if t.running and full.task_address(t.job, t.index) != self.source]
-
-        async def tell(address: str) -> None:
-            try:
-                await MembershipDoor.at(system, address).update(record, timeout=_PUSH_TIMEOUT_S)
-            except OpError as e:
-                logger.debug("membership version %s not pushed to %s: %s",
-                             record["version"], address, e)
+        record = self.record()
         pushes = []
-        for address in others:
-            task = asyncio.ensure_future(tell(address))
+        for address in self._others():
+            task = asyncio.ensure_future(self._push_to(address, record))
             self._telling.add(task)
             task.add_done_callback(self._telling.discard)
             pushes.append(task)

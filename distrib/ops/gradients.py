@@ -29,6 +29,7 @@ from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework import op_def as catalogue
 from distrib.framework.graph import Operation, Tensor, name_scope
 from distrib.ops import math_ops as ops
+from distrib.ops.custom_gradient import CustomGradient, custom_gradients
 
 __all__ = ["gradients", "register_gradient", "no_gradient", "NotDifferentiable",
            "get_gradient_function"]
@@ -94,9 +95,10 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None, name: str = "gradients",
     graph = ys[0].graph
     with graph.as_default(), name_scope(name, "gradients", ys + xs):
         pending = _seed(ys, grad_ys)
-        between = _ops_between(graph, xs, ys, stops)
+        custom = custom_gradients(graph)   # ops with their own gradient (custom_gradient.py)
+        between = _ops_between(graph, xs, ys, stops, custom)
         for op in sorted(between, key=_creation_index(graph), reverse=True):
-            _backprop_op(op, pending, colocate_gradients_with_ops)
+            _backprop_op(op, pending, colocate_gradients_with_ops, custom.get(op))
         return [_aggregate(group[0], [g for x in group for g in pending.get(x, ())],
                            colocate_gradients_with_ops) for group in groups]
 
@@ -120,13 +122,16 @@ def _seed(ys: list[Tensor], grad_ys: list[Any]) -> dict[Tensor, list[Tensor]]:
     return pending
 
 
-def _ops_between(graph: Any, xs: list[Tensor], ys: list[Tensor], stops: set) -> set[Operation]:
+def _ops_between(graph: Any, xs: list[Tensor], ys: list[Tensor], stops: set,
+                 custom: dict[Operation, CustomGradient] | None = None) -> set[Operation]:
     """Ops on some data path from an x to a y (the only ops that need a gradient).
     A path ends at a stop and at a non-differentiable op (``no_gradient``: a
-    ``OnesLike`` of the loss, say): nothing past it can carry a gradient back."""
+    ``OnesLike`` of the loss, say): nothing past it can carry a gradient back.
+    An op with a custom gradient is reached through the inputs its entry names."""
+    custom = custom or {}
     consumers: dict[Tensor, list[Operation]] = {}
     for op in graph.get_operations():
-        for t in op.inputs:
+        for t in _inputs(op, custom):
             consumers.setdefault(t, []).append(op)
     reached: set[Operation] = set()
     frontier = [c for x in xs for c in consumers.get(x, ())]
@@ -143,24 +148,31 @@ def _ops_between(graph: Any, xs: list[Tensor], ys: list[Tensor], stops: set) -> 
         if op in between or op not in reached:
             continue
         between.add(op)
-        frontier.extend(t.op for t in op.inputs)
+        frontier.extend(t.op for t in _inputs(op, custom))
     return between
 
 
-def _backprop_op(op: Operation, pending: dict[Tensor, list[Tensor]], colocate: bool) -> None:
+def _inputs(op: Operation, custom: dict[Operation, CustomGradient]) -> tuple[Tensor, ...]:
+    entry = custom.get(op)
+    return op.inputs if entry is None else entry.inputs
+
+
+def _backprop_op(op: Operation, pending: dict[Tensor, list[Tensor]], colocate: bool,
+                 custom: CustomGradient | None = None) -> None:
     out_grads = [_aggregate(t, pending.get(t), colocate) for t in op.outputs]
     if all(g is None for g in out_grads):
         return
-    fn = get_gradient_function(op)
+    fn = get_gradient_function(op) if custom is None else custom.fn
     if fn is None:
         return
+    inputs = op.inputs if custom is None else custom.inputs
     graph = op.graph
     with _maybe_colocate(graph, op, colocate), name_scope(op.name + "_grad"):
         in_grads = list(fn(op, *out_grads))
-    if len(in_grads) != len(op.inputs):
+    if len(in_grads) != len(inputs):
         raise InvalidArgumentError(f"the gradient function of {op.type} returned {len(in_grads)} "
-                                   f"gradients for {len(op.inputs)} inputs (op {op.name!r})")
-    for t, g in zip(op.inputs, in_grads):
+                                   f"gradients for {len(inputs)} inputs (op {op.name!r})")
+    for t, g in zip(inputs, in_grads):
         if g is not None and t.dtype.is_floating:
             pending.setdefault(t, []).append(g)
 

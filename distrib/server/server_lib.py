@@ -23,14 +23,17 @@ from typing import Any, AsyncIterator, Callable
 
 from distrib.client.loop_thread import LoopThread
 from distrib.client.session import SCHEME, ConfigProto, parse_target
-from distrib.cluster.cluster_spec import ClusterSpec
+from distrib.cluster.cluster_spec import ClusterSpec, task_string
 from distrib.errors import InvalidArgumentError, UnavailableError
 from distrib.framework import config
 from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.chief.doors import ChiefLeaseDoor, MembershipDoor
 from distrib.runtime.chief.lease import ChiefLease
 from distrib.runtime.chief.membership import MembershipService
+from distrib.runtime.collective.doors import CollectiveDoor
 from distrib.runtime.collective.engine import CollectiveEngine
 from distrib.runtime.step import master_channel  # noqa: F401  (sessions reach masters through it)
+from distrib.runtime.step.doors import MasterDoor, WorkerDoor
 from distrib.runtime.step.master import MasterService
 from distrib.runtime.step.worker import WorkerService
 from distrib.server import training_stats
@@ -110,6 +113,9 @@ class ServerCore:
         self.stopped = asyncio.Event()
         self._stop_requested: asyncio.Event | None = None
         self.on_stop_requested: Callable[[], None] | None = None
+        # a peer's termination notice: (the run all workers save at, who got it); read
+        # from the training loop's thread, written on this loop (one reference swap)
+        self.preemption_notice: tuple[int, str] | None = None
 
     @property
     def target(self) -> str:
@@ -134,17 +140,17 @@ class ServerCore:
             self.cluster = ClusterSpec(d)
         self.worker = WorkerService(self.system, self.task, devices)
         self.master = MasterService(self.system, self.cluster, self.job_name, self.task_index)
-        self.system.spawn("worker", self.worker)
+        self.system.spawn("worker", self.worker, WorkerDoor)
         self.worker.collectives = CollectiveEngine(self.system, self.task, self.cluster)
-        self.system.spawn("collective", self.worker.collectives)
-        self.system.spawn("master", self.master)
-        self.system.spawn("server", _ServerControl(self))
+        self.system.spawn("collective", self.worker.collectives, CollectiveDoor)
+        self.system.spawn("master", self.master, MasterDoor)
+        self.system.spawn("server", _ServerControl(self), ServerDoor)
         # the chief role's lease: asked on the arbiter task only (runtime/chief/lease.py)
         self.chief_lease = ChiefLease(self.task)
-        self.system.spawn("chief_lease", self.chief_lease)
+        self.system.spawn("chief_lease", self.chief_lease, ChiefLeaseDoor)
         # the cluster's membership at run time, as the source last told it (an elastic launch)
         self.membership = MembershipService(self.system, self.task, self.cluster)
-        self.system.spawn("membership", self.membership)
+        self.system.spawn("membership", self.membership, MembershipDoor)
         self.started = True
         self.started_at = time.monotonic()
         self._stop_requested = asyncio.Event()
@@ -191,6 +197,13 @@ class ServerCore:
         assert self._stop_requested is not None
         await self._stop_requested.wait()
 
+    def note_preemption(self, save_at: int, sender: str) -> None:
+        """A peer got a termination notice (``preemption_notice``): keep the earliest
+        run any peer named (concurrent notices name the same one; see preemption_signals)."""
+        held = self.preemption_notice
+        if held is None or save_at < held[0]:
+            self.preemption_notice = (int(save_at), str(sender))
+
     def note_stop_request(self) -> None:
         """A peer asked this task to stop (``request_stop``): wake whoever waits
         in ``wait_stop_requested`` and run ``on_stop_requested``."""
@@ -214,6 +227,10 @@ class _ServerControl:
 
     def task(self) -> str:
         return self._core.task
+
+    def preemption_notice(self, save_at: int, sender: str) -> bool:
+        self._core.note_preemption(save_at, sender)
+        return True
 
     def status(self) -> dict[str, Any]:
         """This task's own view, for ``python -m distrib.status`` (which
@@ -409,6 +426,36 @@ class Server:
             future.cancel()
             raise UnavailableError(f"{self._core.task}: its server's loop did not run the call "
                                    f"within {timeout:g} s (stopped: {self.is_stopped})") from None
+
+    @property
+    def preemption_notice(self) -> tuple[int, str] | None:
+        """The termination notice a peer sent this task: (the run every worker saves
+        at, the task that got it); None: none came. Read from any thread."""
+        return self._core.preemption_notice
+
+    async def announce_preemption(self, tasks: list[tuple[str, int]], save_at: int,
+                                  timeout: float = 10.0) -> None:
+        """Tell ``tasks`` ((job, index) of this cluster) that the workers save at run
+        ``save_at``, through this server's actor system, and wait for every
+        acknowledgement: ``UnavailableError`` naming a task that did not answer."""
+        if self._loop is None or self._stopped.is_set():
+            raise UnavailableError(f"{self._core.task}: this server is not running")
+        core = self._core
+
+        async def tell(task: tuple[str, int]) -> None:
+            door = ServerDoor.at(core.system, core.cluster.task_address(*task))
+            await door.preemption_notice(save_at, core.task, timeout=timeout)
+
+        async def tell_all() -> None:
+            results = await asyncio.gather(*(tell(t) for t in tasks), return_exceptions=True)
+            for task, result in zip(tasks, results):
+                if isinstance(result, BaseException):
+                    raise UnavailableError(f"{core.task}: could not tell "
+                                           f"{task_string(*task)} of the "
+                                           f"termination notice (save at run {save_at}): "
+                                           f"{result}") from result
+        future = asyncio.run_coroutine_threadsafe(tell_all(), self._loop.loop)
+        await asyncio.wrap_future(future)
 
     @property
     def is_stopped(self) -> bool:

@@ -28,7 +28,12 @@ TF's rules, kept because programs rely on them:
 Checkpoints are written in distrib's format (one checksummed file each, see
 ``object_checkpoint.py``), so deleting one is deleting one file. Under a
 multi-worker strategy every worker calls ``save`` (its read step is a
-collective step on first use); the chief writes and deletes.
+collective step on first use) and, as TF's, every worker's manager writes and
+manages its own folder (the tutorials give a non-chief a temporary one and
+delete it), the chief's first: ``save`` returns on every worker once the
+chief's checkpoint and state file are written (``worker_saves.py``). A
+non-chief whose folder is the chief's writes nothing there and keeps the
+chief's list.
 """
 from __future__ import annotations
 
@@ -141,25 +146,28 @@ class CheckpointManager:
                 if check_interval and step < last + self._checkpoint_interval:
                     return None
             self._last_checkpoint_step = step
+        written: list[str] = []
+
+        def manage(path: str) -> None:   # in this worker's turn, before the others go on
+            written.append(path)
+            self._remember(path)
+            # named first, deleted after: a crash between leaves only existing files named
+            self._record_state()
+            self._sweep()
+            self._record_state()
         path = await self._checkpoint.save(self._prefix, checkpoint_number=checkpoint_number,
-                                           write_state=False)
-        self._record_and_sweep(path)
+                                           write_state=False, after_write=manage)
+        if not written:
+            # a worker given the chief's folder keeps the chief's list (the chief
+            # deletes the files), so its list stays bounded too
+            self._remember(path)
+            self._sweep(delete=False)
         return path
 
-    def _record_and_sweep(self, path: str) -> None:
-        stamp = time.time()
+    def _remember(self, path: str) -> None:
         self._maybe_delete.pop(path, None)   # written again: to the end of the queue
-        self._maybe_delete[path] = stamp
+        self._maybe_delete[path] = time.time()
         self._latest_checkpoint = path
-        if not self._checkpoint.writes_files():
-            # a worker that does not write keeps the same list as the chief
-            # (which deletes the files), so its list stays bounded too
-            self._sweep(delete=False)
-            return
-        # named first, deleted after: a crash between leaves only existing files named
-        self._record_state()
-        self._sweep()
-        self._record_state()
 
     def _sweep(self, delete: bool = True) -> None:
         if not self._max_to_keep:

@@ -26,18 +26,22 @@ Why it is built so:
   :mod:`distrib.train.checkpoint` (a torn or flipped file is a
   ``DataLossError``, never half a restore); ``save`` updates the ``checkpoint``
   state file as TF does, ``write`` does not.
-* **The chief writes.** Under a multi-worker strategy (the one whose scope is
-  open, else the strategy of a Keras model in the graph) every worker runs the
-  read step, so collectives of first-use initialization line up, and only
-  the chief (``strategy.extended.should_checkpoint``) writes the file; every
-  worker gets the same path back.
+* **Every worker writes, the chief first.** Under a multi-worker strategy
+  (the one whose scope is open, else the strategy of a Keras model in the
+  graph) every worker calls ``save``/``write`` and runs the read step, so
+  collectives of first-use initialization line up; then, as in TF, every
+  worker writes where it was told (the tutorials give a non-chief a temporary
+  folder and delete it), except a non-chief given the chief's very path, and
+  ``save`` returns on every worker only once the chief's file is whole
+  (``worker_saves.py``): ``latest_checkpoint(chief_dir)`` right after it
+  finds the new file on every worker.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -45,12 +49,12 @@ from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import get_default_graph
 from distrib.ops.variables import Variable
-from distrib.train import checkpoint, object_graph, trackable
+from distrib.train import checkpoint, object_graph, trackable, worker_saves
 from distrib.train.restore_status import CheckpointLoadStatus, InitializationOnlyStatus, RestoreState
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Checkpoint"]
+__all__ = ["Checkpoint", "Snapshot"]
 
 _SAVE_COUNTER = "save_counter"
 
@@ -142,9 +146,24 @@ class Checkpoint:
         return None
 
     def writes_files(self, live: object_graph.LiveGraph | None = None) -> bool:
-        """Whether this process writes the files (the chief under a multi-worker strategy)."""
-        strategy = self.strategy(live)
-        return strategy is None or strategy.extended.should_checkpoint
+        """Whether this process writes the shared copy (the chief under a multi-worker
+        strategy; a non-chief writes its own copy where its path is another)."""
+        return worker_saves.is_chief(self._writers(live))
+
+    def _writers(self, live: object_graph.LiveGraph | None = None) -> Any:
+        """The strategy whose workers take turns to write (``worker_saves``):
+        ``strategy``'s, else the one the saved variables were made under (a
+        checkpoint of mirrored variables saved outside the strategy's scope)."""
+        live = live or object_graph.walk(self)
+        found = self.strategy(live)
+        if found is not None:
+            return found
+        for _, value in live.values():
+            parts = value.checkpoint_parts()
+            owner = getattr(parts[0], "owner_strategy", None) if parts else None
+            if owner is not None:
+                return owner
+        return None
 
     async def value_of(self, variable: Any) -> np.ndarray:
         """``variable``'s value (any layout), read in a step as the checkpoint reads."""
@@ -157,14 +176,17 @@ class Checkpoint:
 
     # -- save ------------------------------------------------------------------------------
     async def save(self, file_prefix: Any, options: Any = None, *,
-                   checkpoint_number: Any = None, write_state: bool = True) -> str:
+                   checkpoint_number: Any = None, write_state: bool = True,
+                   after_write: Callable[[str], None] | None = None) -> str:
         """Increment ``save_counter``, write ``<file_prefix>-<save_counter>`` and name it
         in the folder's ``checkpoint`` state file; returns its path.
 
         distrib extensions (what ``CheckpointManager`` uses): ``checkpoint_number``
         (an int or an integer variable, read in the same step) numbers the file
         instead of the counter, which is incremented all the same;
-        ``write_state=False`` leaves the state file alone.
+        ``write_state=False`` leaves the state file alone; ``after_write(path)``
+        runs (in a thread) right after this worker wrote the file, still in its
+        turn (module header), and not at all where this worker writes nothing.
         """
         prefix = os.fspath(file_prefix)
         counter = self.save_counter
@@ -178,17 +200,30 @@ class Checkpoint:
         else:
             number = _number(checkpoint_number, "checkpoint_number")
         path = f"{prefix}-{number}"
-        await self._write(path, values, live, write_state)
+        snapshot = self._snapshot(live, values)
+        await snapshot.write_in_turn(path, write_state=write_state, after_write=after_write)
         return path
 
     async def write(self, file_prefix: Any, options: Any = None) -> str:
         """Write the checkpoint to ``file_prefix`` as it is: no number, no state file,
         ``save_counter`` left as it is. Read it back with ``read``."""
+        path = os.fspath(file_prefix)
+        await (await self.snapshot()).write_in_turn(path)
+        return path
+
+    async def snapshot(self) -> Snapshot:
+        """Every value read now, in one step every worker runs, to be written by
+        ``Snapshot.write_in_turn`` (``model.save`` writes it into a folder it
+        commits in its turn)."""
         live = object_graph.walk(self)
         values, _ = await self._read(live)
-        path = os.fspath(file_prefix)
-        await self._write(path, values, live, False)
-        return path
+        return self._snapshot(live, values)
+
+    def _snapshot(self, live: object_graph.LiveGraph, values: dict[str, np.ndarray]
+                  ) -> Snapshot:
+        tensors = dict(values)
+        tensors[object_graph.OBJECT_GRAPH_KEY] = live.saved().to_tensor()
+        return Snapshot(tensors, self._writers(live), self._steps())
 
     async def _read(self, live: object_graph.LiveGraph, bump: Any = None,
                     extra: Sequence[Any] = ()) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
@@ -200,18 +235,6 @@ class Checkpoint:
         values = {key: _as_saved(obj, array)
                   for (key, obj), array in zip(entries, joined[:len(entries)])}
         return values, joined[len(entries):]
-
-    async def _write(self, path: str, values: dict[str, np.ndarray],
-                     live: object_graph.LiveGraph, write_state: bool) -> None:
-        if not self.writes_files(live):
-            logger.debug("not the chief: checkpoint %s is written by the chief", path)
-            return
-        tensors = dict(values)
-        tensors[object_graph.OBJECT_GRAPH_KEY] = live.saved().to_tensor()
-        try:
-            await asyncio.to_thread(_write_file, path, tensors, write_state)
-        except OSError as exc:
-            raise checkpoint.write_error(exc, path) from exc
 
     # -- restore ---------------------------------------------------------------------------
     async def restore(self, save_path: Any, options: Any = None) -> Any:
@@ -267,6 +290,38 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"<dt.train.Checkpoint {sorted(self.trackable_children())}>"
+
+
+class Snapshot:
+    """A checkpoint's values, read in one step, and who writes them where
+    (``worker_saves.write_in_turn``: the chief first, every worker returning
+    once the chief's copy is whole)."""
+
+    def __init__(self, tensors: dict[str, np.ndarray], strategy: Any,
+                 runner: trackable.StepRunner) -> None:
+        self.tensors, self.strategy, self._runner = tensors, strategy, runner
+
+    def write_file(self, path: str, write_state: bool = False) -> None:
+        """Write the checkpoint file ``path`` now, in this process (no turns)."""
+        try:
+            _write_file(path, self.tensors, write_state)
+        except OSError as exc:
+            raise checkpoint.write_error(exc, path) from exc
+
+    async def write_in_turn(self, path: str, write: Callable[[], Awaitable[None]] | None = None,
+                            *, write_state: bool = False,
+                            after_write: Callable[[str], None] | None = None) -> bool:
+        """``write`` (default: the file ``path``, then ``after_write(path)``, in a
+        thread) in this worker's turn for ``path``; whether this worker wrote."""
+        if write is None:
+            def write_here() -> None:
+                self.write_file(path, write_state)
+                if after_write is not None:
+                    after_write(path)
+
+            async def write() -> None:
+                await asyncio.to_thread(write_here)
+        return await worker_saves.write_in_turn(self.strategy, path, write, self._runner)
 
 
 def _assert_trackable(value: Any, name: str) -> None:

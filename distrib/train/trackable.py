@@ -246,6 +246,11 @@ class StepRunner(Protocol):
                      strategy: Any = None) -> None:
         """Assign each variable its value, one step per graph."""
 
+    async def agree(self, values: Sequence[int], strategy: Any) -> np.ndarray:
+        """The element-wise max of ``values`` (int64) over ``strategy``'s workers,
+        in one step every worker runs: it returns once all of them have called
+        it (``worker_saves``: a save returns once the chief's copy is whole)."""
+
 
 async def read_values(runner: StepRunner, values: Sequence[Any], strategy: Any = None,
                       bump: Any = None) -> list[np.ndarray]:

@@ -48,6 +48,7 @@ class Echo:
 
 
 SYSTEM: ActorSystem
+ECHO = ["echo", "add", "fail", "crash", "slow", "inbound_connections", "call_back", "tell_back"]
 
 
 async def main() -> None:
@@ -55,7 +56,7 @@ async def main() -> None:
     mode = sys.argv[1] if len(sys.argv) > 1 else "auto"
     SYSTEM = ActorSystem("/job:peer/task:0", config=TransportConfig(mode=mode))
     await SYSTEM.start()
-    SYSTEM.spawn("echo", Echo())
+    SYSTEM.spawn("echo", Echo(), ECHO)
     print(SYSTEM.address, flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.read)

@@ -13,6 +13,13 @@ The method name appears as a string only inside the door (tests/test_doors.py
 checks every door against its handler, and that no other module of distrib
 sends a message by its literal name).
 
+A door is also the receiver's whitelist: an actor is spawned with its door
+(``ActorSystem.spawn(name, actor, door)``) and answers only the messages
+the door declares (:meth:`Door.messages`), as a gRPC service answers only
+the RPCs of its ``.proto``; any other name is ``UnimplementedError`` naming
+the door, so an actor's public helpers (the master's ``add_task``) are not
+reachable from the wire.
+
 The rules a door keeps, each for a measured reason:
 - A door method is one plain call in front of ``ActorRef.call`` / ``tell`` /
   ``request``; nothing else runs per message. A step sends its tensors and
@@ -34,6 +41,7 @@ The rules a door keeps, each for a measured reason:
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import fields
 from typing import Any, ClassVar, Self
 
@@ -61,8 +69,25 @@ class Door:
         incarnation) of the system there, when known; see ``ActorSystem.ref``)."""
         return cls(system.ref(address, cls.actor, peer))
 
+    @classmethod
+    def messages(cls) -> frozenset[str]:
+        """The messages this door declares: its public methods and its bases'
+        (each sends the message of its own name); what its actor answers."""
+        found = _MESSAGES.get(cls)
+        if found is None:
+            names: set[str] = set()
+            for klass in cls.__mro__:
+                if issubclass(klass, Door) and klass is not Door:
+                    names.update(n for n, v in vars(klass).items()
+                                 if not n.startswith("_") and inspect.isfunction(v))
+            found = _MESSAGES[cls] = frozenset(names)
+        return found
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.ref.address})"
+
+
+_MESSAGES: dict[type, frozenset[str]] = {}
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

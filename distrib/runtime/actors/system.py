@@ -1,7 +1,10 @@
 """The actor runtime: one actor system per process, actors addressed by
 (address, name), request/reply over pooled transport connections.
 
-An actor is a plain object; its public methods are its messages. ``ref.call``
+An actor is a plain object spawned with its door (:mod:`.door`): it answers
+the messages that door declares and nothing else, as a gRPC service answers
+only the RPCs of its ``.proto`` (any other name is ``UnimplementedError``
+naming the door, and the actor's helpers stay out of the wire's reach). ``ref.call``
 awaits the reply (or the remote error, rebuilt as the same typed
 ``distrib.errors`` class, naming the remote task); ``ref.tell`` is one-way.
 
@@ -40,15 +43,10 @@ from typing import Any, Callable
 
 import transports
 from distrib import errors
-from distrib.errors import (
-    DeadlineExceededError,
-    NotFoundError,
-    OpError,
-    UnauthenticatedError,
-    UnavailableError,
-)
+from distrib.errors import DeadlineExceededError, OpError, UnauthenticatedError, UnavailableError
 from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, FailureDetector, Heartbeat, heartbeat_s
 from distrib.runtime.actors.in_process import in_process_system, register, unregister
+from distrib.runtime.actors.table import ActorTable
 from distrib.settings import CONNECT_TIMEOUT_S, SESSION_GC_S, TRANSPORT
 
 logger = logging.getLogger(__name__)
@@ -185,7 +183,7 @@ class ActorSystem:
         self.identity = transports.PeerInfo(name, self.incarnation, transports.local_host_id())
         self._listen = listen
         self._listener: transports.Listener | None = None
-        self._actors: dict[str, Any] = {}
+        self._actors = ActorTable(name)
         self._out: dict[str, _Peer] = {}
         self._connecting: dict[str, asyncio.Future] = {}
         self._tasks_at: dict[str, str] = {}   # address -> the task last found there
@@ -241,7 +239,7 @@ class ActorSystem:
             return
         self._closed = True
         unregister(self)
-        for actor in list(self._actors.values()):
+        for actor in self._actors.actors():
             stop = getattr(actor, "on_stop", None)
             if stop is not None:
                 try:
@@ -279,37 +277,24 @@ class ActorSystem:
                            "them", self.name, len(stuck), _SHUTDOWN_WAIT_S)
 
     # -- actors --------------------------------------------------------------
-    def spawn(self, name: str, actor: Any) -> ActorRef:
-        if name in self._actors:
-            raise ValueError(f"an actor named {name!r} already exists in {self.name}")
-        self._actors[name] = actor
+    def spawn(self, name: str, actor: Any, door: Any) -> ActorRef:
+        """Serve ``actor`` as ``name``; it answers the messages of ``door`` alone (a
+        Door class, or the names: :class:`~.table.ActorTable`)."""
+        self._actors.add(name, actor, door)
         return ActorRef(self, self.address, name)
 
     def actor(self, name: str) -> Any:
         """The local actor spawned as ``name`` (KeyError if none)."""
-        return self._actors[name]
+        return self._actors.actor(name)
 
     def ref(self, address: str, name: str, peer: tuple[str, int] | None = None) -> ActorRef:
         """A handle on actor ``name`` at ``address``; ``peer``: the (name,
         incarnation) of the system there, when known (see :meth:`_connection`)."""
         return ActorRef(self, address, name, peer)
 
-    def _method(self, actor_name: str, method: str) -> Callable:
-        actor = self._actors.get(actor_name)
-        if actor is None:
-            raise NotFoundError(f"no actor named {actor_name!r} on {self.name}", task=self.name)
-        if method.startswith("_") or method.startswith("on_"):
-            raise NotFoundError(f"actor {actor_name!r} has no public method {method!r}",
-                                task=self.name)
-        fn = getattr(actor, method, None)
-        if fn is None or not callable(fn):
-            raise NotFoundError(f"actor {actor_name!r} on {self.name} has no method {method!r}",
-                                task=self.name)
-        return fn
-
     # -- local path ------------------------------------------------------------
     async def _call_local(self, actor: str, method: str, args: tuple, timeout: float | None) -> Any:
-        res = self._method(actor, method)(*args)
+        res = self._actors.method(actor, method)(*args)
         if inspect.isawaitable(res):
             if timeout is None:
                 return await res
@@ -322,7 +307,7 @@ class ActorSystem:
 
     def _tell_local(self, actor: str, method: str, args: tuple | list) -> None:
         try:
-            res = self._method(actor, method)(*args)
+            res = self._actors.method(actor, method)(*args)
         except Exception:
             logger.exception("tell %s.%s failed", actor, method)
             return
@@ -509,7 +494,7 @@ class ActorSystem:
                         "a call names its actor and method as strings and passes a list of "
                         f"arguments, not {type(actor).__name__}, {type(method).__name__}, "
                         f"{type(args).__name__}", task=self.name)
-                res = self._method(actor, method)(*args)
+                res = self._actors.method(actor, method)(*args)
             except Exception as e:
                 self._reply_error(peer, req, e)
                 return

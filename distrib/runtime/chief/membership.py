@@ -138,7 +138,6 @@ class MembershipService:
         source = membership_source(cluster)
         self.source = (None if source is None or task_string(*source) == task
                        else cluster.task_address(*source))
-        self._wanted = 0
         self._fetching: asyncio.Task | None = None
         self._last_try = float("-inf")
         system.heartbeat.on_version = self._heard
@@ -180,7 +179,6 @@ class MembershipService:
 
     def _heard(self, version: int) -> None:
         """A heartbeat carried ``version``, newer than ours: fetch it from the source."""
-        self._wanted = max(self._wanted, version)
         if self.source is None or (self._fetching is not None and not self._fetching.done()):
             return
         now = time.monotonic()

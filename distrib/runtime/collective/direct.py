@@ -50,13 +50,14 @@ ABORT_KEY = "\x00collective-abort"
 class Watch:
     """What one run is doing, for the watchdog's messages."""
 
-    __slots__ = ("phase", "group_key", "group", "instance")
+    __slots__ = ("phase", "group_key", "group", "instance", "suspect")
 
     def __init__(self, phase: str, group_key: int) -> None:
         self.phase = phase
         self.group_key = group_key
         self.group: Group | None = None
         self.instance: Instance | None = None
+        self.suspect: Any = None   # the cross wait seen at the last stall check (collective.stall)
 
 
 def step_abort(channel: Any, task: str) -> asyncio.Future | None:
@@ -114,16 +115,19 @@ class EngineSide:
     watchdog, and three of its methods, bound (the engine's own public
     methods are its actor messages)."""
 
-    __slots__ = ("task", "table", "watchdog", "post_headers", "fail_instance", "late")
+    __slots__ = ("task", "table", "watchdog", "post_headers", "fail_instance", "late",
+                 "stalled")
 
     def __init__(self, task: str, table: InstanceTable, post_headers: Callable[..., list],
-                 fail_instance: Callable[..., None], late: Callable[[Watch], str]) -> None:
+                 fail_instance: Callable[..., None], late: Callable[[Watch], str],
+                 stalled: Callable[[Any, Watch], OpError | None]) -> None:
         self.task = task
         self.table = table
         self.watchdog = Watchdog()
         self.post_headers = post_headers     # (group, key, message) -> sends still to await
         self.fail_instance = fail_instance   # (spec, watch, error): fail it, tell the others
         self.late = late                     # (watch) -> whom it waits for
+        self.stalled = stalled               # (spec, watch) -> a mismatch's error (collective.stall)
 
 
 class DirectOp:
@@ -266,6 +270,10 @@ class DirectOp:
                 f"{now - self.started:.1f}s waiting for {self.engine.late(self.watch)}",
                 task=self.engine.task, op=spec.name))
         elif now >= self.warn_at:
+            mismatch = self.engine.stalled(spec, self.watch)
+            if mismatch is not None:
+                self._fail(mismatch)
+                return
             logger.warning(
                 "%s: collective %s %s (group_key=%d, instance_key=%d) on %s has waited %.1fs "
                 "for %s%s", self.engine.task, spec.op, spec.name, spec.group_key,

@@ -24,10 +24,12 @@ class CollectiveDoor(Door):
     __slots__ = ()
     actor = "collective"
 
-    async def join_group(self, group_key: int, group_size: int, member: list, *,
+    async def join_group(self, group_key: int, group_size: int, member: list,
+                         expected: list | None = None, *,
                          timeout: float | None = DEFAULT_TIMEOUT_S) -> list:
-        """(To the leader) join group ``group_key``: its member list once all have joined."""
-        return await self.ref.call("join_group", group_key, group_size, member, timeout=timeout)
+        """(To the leader) join ``group_key`` (naming its tasks if known): its member list."""
+        return await self.ref.call("join_group", group_key, group_size, member,
+                                   list(expected or ()), timeout=timeout)
 
     async def deliver(self, key: list, dst_incarnation: int, src: list, tag: int,
                       payload: Any) -> None:

@@ -18,10 +18,13 @@ Never a silent hang: a watchdog logs the late participants (by device, with
 what this one waits for) after half of the op's ``timeout_seconds``, and fails
 the collective with ``DeadlineExceededError`` at the timeout; without a
 timeout it logs every ``DISTRIB_COLLECTIVE_STALL_S`` (default 60 s) and keeps
-waiting, as TF would. A member whose connection is lost (a killed process
-closes its sockets; a stopped one misses three heartbeats, see
-failure_detector) fails every live instance of its groups with
-``UnavailableError`` naming it; a member that restarted (new incarnation)
+waiting, as TF would, unless the members issued different collectives (a
+cross wait: collective.stall), which fails every side at the next stall
+check. A group that waits for a member task that never comes (one named by
+``expected_members``) fails naming it (collective.group). A member whose
+connection is lost (a killed process closes its sockets; a stopped one
+misses three heartbeats, see failure_detector) fails every live instance of
+its groups with ``UnavailableError`` naming it; a member that restarted (new incarnation)
 fails at once the instance a peer sends it. A step abort (another op of the
 step failed) ends the collective with ``AbortedError``.
 
@@ -52,7 +55,7 @@ from distrib.errors import (
 from distrib.runtime.actors.system import ActorSystem, in_process_system, task_name
 from distrib.runtime.collective.direct import DirectOp, EngineSide, Watch
 from distrib.runtime.collective.doors import CollectiveDoor, deliver_now
-from distrib.runtime.collective.group import Group, GroupLeader, Member, leader_task
+from distrib.runtime.collective.group import Group, GroupLeader, Member, leader_task, task_address
 from distrib.runtime.collective.instance import (
     FINAL_OPS,
     HEADER_TAG,
@@ -64,6 +67,7 @@ from distrib.runtime.collective.instance import (
 )
 from distrib.runtime.collective.ring import ring_all_gather, ring_all_reduce
 from distrib.runtime.collective.small import direct_result, exchange_headers
+from distrib.runtime.collective.stall import StallCheck
 from distrib.runtime.core.step_waits import abort_signal, retrieve
 from distrib.settings import COLLECTIVE_DIRECT_BYTES, COLLECTIVE_SEGMENT_BYTES, COLLECTIVE_STALL_S
 
@@ -134,22 +138,34 @@ class CollectiveEngine:
     def __init__(self, system: ActorSystem, task: str, cluster: ClusterSpec) -> None:
         self.system = system
         self.task = task
+        self.cluster = cluster
         self.leader_task, self.leader_address = leader_task(cluster)
-        self.leader = GroupLeader(task)
+        self.leader = GroupLeader(
+            task, lambda t: system.spawn_task(self._reach(t), f"reach collective member {t}"))
+        # group key -> the tasks that make up the group, where the caller knows
+        # them (MultiWorkerMirroredStrategy sets it): every join names them, and
+        # the leader watches those that have not joined (collective.group)
+        self.expected_members: dict[int, tuple[str, ...]] = {}
         self.groups: dict[int, Group] = {}
         self.table = InstanceTable()
         self._counters: OrderedDict[tuple, int] = OrderedDict()
         self._refs: dict[tuple[str, str, int], CollectiveDoor] = {}
         self._specs: dict[int, tuple[dict, CollectiveSpec]] = {}   # id(node) -> its spec
         # what the collectives in flight without a task use of this engine
-        self.side = EngineSide(task, self.table, self._post_headers, self._fail, self._late)
+        self.stall_check = StallCheck(task, self.table, self.groups, self._issued,
+                                      self._spawn_abort)
+        self.side = EngineSide(task, self.table, self._post_headers, self._fail, self._late,
+                               self.stall_check)
         self.watchdog = self.side.watchdog
         system.on_peer_lost.append(self._peer_lost)
 
     # -- messages from peers -----------------------------------------------------
-    async def join_group(self, group_key: int, group_size: int, member: list) -> list:
-        """(Leader) the group's member list once ``group_size`` members joined."""
-        return await self.leader.join(int(group_key), int(group_size), Member.from_wire(member))
+    async def join_group(self, group_key: int, group_size: int, member: list,
+                         expected: list | None = None) -> list:
+        """(Leader) the group's member list once ``group_size`` members joined;
+        ``expected``: the tasks the member knows make up the group."""
+        return await self.leader.join(int(group_key), int(group_size), Member.from_wire(member),
+                                      [str(t) for t in expected or ()])
 
     def deliver(self, key: list, dst_incarnation: int, src: list, tag: int,
                 payload: Any) -> None:
@@ -186,6 +202,12 @@ class CollectiveEngine:
         return self.task
 
     # -- failure detection ---------------------------------------------------------
+    async def _reach(self, task: str) -> None:
+        """(Leader) connect to a named member that has not joined and hear from
+        it: from then on the failure detector watches that connection."""
+        door = CollectiveDoor.at(self.system, task_address(self.cluster, task))
+        await door.ping()
+
     def _peer_lost(self, address: str, peer: Any) -> None:
         self.leader.lost(peer.name, peer.incarnation)
         for gk, group in list(self.groups.items()):
@@ -271,6 +293,9 @@ class CollectiveEngine:
                         f"{now - started:.1f}s waiting for {self._late(watch)}",
                         task=self.task, op=spec.name)
                 if now >= warn_at:
+                    mismatch = self.stall_check(spec, watch)
+                    if mismatch is not None:
+                        raise mismatch
                     logger.warning(
                         "%s: collective %s %s (group_key=%d, instance_key=%d) on %s has "
                         "waited %.1fs for %s%s", self.task, spec.op, spec.name, spec.group_key,
@@ -298,7 +323,13 @@ class CollectiveEngine:
         late = [group.members[r].device for r in sorted(inst.waiting)]
         if not late:
             return f"its own work ({inst.phase})"
-        return f"{', '.join(late)} ({inst.phase})"
+        return f"{', '.join(late)} ({inst.phase})" + (
+            "" if watch.suspect is None else watch.suspect.hint())
+
+    def _issued(self, key: InstanceKey) -> bool:
+        """Whether this engine started run ``key`` (or a later run of its instance key)."""
+        gk, sig, ik, seq, device = key
+        return self._counters.get((gk, sig, ik, device), 0) > seq
 
     def _fail(self, spec: CollectiveSpec, watch: Watch, e: BaseException) -> None:
         """Fail our instance and tell every other member, unless the error
@@ -353,8 +384,12 @@ class CollectiveEngine:
                 return Group(gk, [me])
             leader = CollectiveDoor.at(self.system, self.leader_address)
             try:
-                members = await leader.join_group(gk, spec.group_size, me.as_wire(), timeout=None)
+                members = await leader.join_group(gk, spec.group_size, me.as_wire(),
+                                                  list(self.expected_members.get(gk, ())),
+                                                  timeout=None)
             except UnavailableError as e:
+                if e.peer is not None and e.peer != self.leader_task:
+                    raise   # the leader's answer: another member is gone (collective.group)
                 raise UnavailableError(
                     f"collective group {gk}: cannot reach the group leader {self.leader_task} "
                     f"at {self.leader_address}: {e}", task=self.task, op=spec.name,

@@ -23,6 +23,18 @@ unless the member comes back within ``rejoin_grace_s()`` (three heartbeats,
 at least 2 s): the survivors' step fails instead of hanging, and a restarted
 process that joins in time (a new incarnation) lets the group form again.
 
+Members that never come: where a caller knows which tasks make up a group
+(MultiWorkerMirroredStrategy does: its chief and workers; see the engine's
+``expected_members``), every join names them, and while the group waits the
+leader *watches* each named task that has not joined: it connects to it
+(the connection the failure detector then heartbeats) and asks it its name.
+A task it cannot reach within the connect deadline (``DISTRIB_CONNECT_TIMEOUT_S``:
+it never started, or died before anyone talked to it) fails the group's
+waiters at once; one whose connection is lost (killed, or silent for three
+heartbeats) departs as a joined member does, with the same grace. Without
+names (a bare ``dt.collective`` op) a group waits for its members as TF's
+does, its stall warnings naming who joined.
+
 Restarts: a member that joins again with a new incarnation (its process
 restarted) replaces its old entry. The list's *signature* hashes every
 member's device and incarnation, and it is part of every collective's key:
@@ -36,6 +48,7 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 from distrib.cluster import ClusterSpec
 from distrib.errors import InvalidArgumentError, UnavailableError
@@ -43,7 +56,8 @@ from distrib.runtime.actors.failure_detector import heartbeat_s
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Member", "Group", "GroupLeader", "leader_task", "device_order", "rejoin_grace_s"]
+__all__ = ["Member", "Group", "GroupLeader", "leader_task", "task_address", "device_order",
+           "rejoin_grace_s"]
 
 
 def rejoin_grace_s() -> float:
@@ -115,28 +129,55 @@ def leader_task(cluster: ClusterSpec) -> tuple[str, str]:
     return f"/job:{job}/task:{index}", cluster.task_address(job, index)
 
 
+def task_address(cluster: ClusterSpec, task: str) -> str:
+    """The address of ``task`` (``/job:J/task:T``) in ``cluster``
+    (InvalidArgumentError when it names no task of it)."""
+    m = re.match(r"^/job:([^/]+)/task:(\d+)$", task)
+    try:
+        if m is None:
+            raise ValueError(task)
+        return cluster.task_address(m.group(1), int(m.group(2)))
+    except (KeyError, ValueError):
+        raise InvalidArgumentError(f"{task!r} is not a task of the cluster "
+                                   f"({', '.join(cluster.jobs)})") from None
+
+
 class _Forming:
     """A group on the leader: members joined so far, and who waits for the rest."""
 
-    __slots__ = ("size", "members", "waiters", "departed", "timer")
+    __slots__ = ("size", "members", "waiters", "departed", "timer", "expected", "watched")
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.members: dict[str, Member] = {}
         self.waiters: list[asyncio.Future] = []
-        self.departed: dict[str, str] = {}    # device -> its task, lost and not back
+        # device (or, for a named task that never joined, the task) -> its task,
+        # lost and not back
+        self.departed: dict[str, str] = {}
         self.timer: asyncio.TimerHandle | None = None
+        self.expected: set[str] = set()   # the tasks the joins named as the group's
+        self.watched: set[str] = set()    # those being (or already) reached
+
+    def joined_tasks(self) -> set[str]:
+        return {m.task for m in self.members.values()}
 
 
 class GroupLeader:
     """The leader's table of groups (only the leader task's is used)."""
 
-    def __init__(self, task: str) -> None:
+    def __init__(self, task: str,
+                 reach: Callable[[str], asyncio.Future] | None = None) -> None:
         self.task = task
+        # reach(task): a running task that connects to a named member and hears
+        # from it (see the module header), cancelled when the task's system stops
+        self.reach = reach
         self._groups: dict[int, _Forming] = {}
 
-    def join(self, group_key: int, group_size: int, member: Member) -> asyncio.Future:
-        """A future of the member list once ``group_size`` members have joined."""
+    def join(self, group_key: int, group_size: int, member: Member,
+             expected: Iterable[str] = ()) -> asyncio.Future:
+        """A future of the member list once ``group_size`` members have joined;
+        ``expected``: the tasks the member knows make up the group (watched
+        until they join)."""
         forming = self._groups.get(group_key)
         if forming is None:
             forming = self._groups[group_key] = _Forming(group_size)
@@ -156,6 +197,8 @@ class GroupLeader:
                         group_key, member.device, member.incarnation, old.incarnation)
         forming.members[member.device] = member
         forming.departed.pop(member.device, None)
+        forming.departed.pop(member.task, None)
+        forming.expected.update(str(t) for t in expected)
         fut = asyncio.get_running_loop().create_future()
         if len(forming.members) == forming.size:
             answer = [m.as_wire() for m in forming.members.values()]
@@ -166,8 +209,38 @@ class GroupLeader:
             self._disarm(forming)
         else:
             forming.waiters.append(fut)
+            self._watch(group_key, forming)
             self._arm(group_key, forming)
         return fut
+
+    def _watch(self, group_key: int, forming: _Forming) -> None:
+        """Reach every named task that has not joined (once each while it is away)."""
+        if self.reach is None:
+            return
+        for task in sorted(forming.expected - forming.joined_tasks() - forming.watched
+                           - {self.task}):
+            forming.watched.add(task)
+            probe = self.reach(task)
+            probe.add_done_callback(
+                lambda f, t=task: self._reached(group_key, forming, t, f))
+
+    def _reached(self, group_key: int, forming: _Forming, task: str,
+                 probe: asyncio.Future) -> None:
+        err = None if probe.cancelled() else probe.exception()
+        if err is None:
+            return   # connected: the failure detector watches it from now on (``lost``)
+        forming.watched.discard(task)   # the next wait tries again
+        if task in forming.joined_tasks() or not forming.waiters:
+            return
+        waiters, forming.waiters = forming.waiters, []
+        self._disarm(forming)
+        fail = UnavailableError(
+            f"collective group {group_key}: member task {task} did not join and cannot be "
+            f"reached ({err}); it never started or stopped before its first collective "
+            f"(joined: {', '.join(forming.members) or 'none'})", task=self.task, peer=task)
+        for w in waiters:
+            if not w.done():
+                w.set_exception(fail)
 
     def _arm(self, group_key: int, forming: _Forming) -> None:
         """Fail the group's waiters if a departed member is not back in time."""
@@ -186,7 +259,7 @@ class GroupLeader:
         forming.timer = None
         if not forming.departed or len(forming.members) == forming.size:
             return
-        gone = ", ".join(f"{d} ({t})" for d, t in forming.departed.items())
+        gone = ", ".join(d if d == t else f"{d} ({t})" for d, t in forming.departed.items())
         err = UnavailableError(
             f"collective group {group_key}: member {gone} stopped, crashed or missed 3 "
             f"heartbeats and did not come back within {rejoin_grace_s():g}s; the collective "
@@ -207,6 +280,11 @@ class GroupLeader:
             for d in gone:
                 del forming.members[d]
                 forming.departed[d] = task
+            if not gone and forming.waiters and task in forming.expected \
+                    and task not in forming.joined_tasks():
+                gone = [task]   # named, watched, and lost before it joined
+                forming.departed[task] = task
+                forming.watched.discard(task)
             if gone:
                 self._arm(gk, forming)
                 logger.info("collective group %d: %s left (its connection was lost)", gk,
