@@ -49,6 +49,7 @@ from distrib.cluster.exit_codes import RESTART_EXIT_CODE
 from distrib.distribute import def_function, preemption, preemption_signals
 from distrib.errors import AbortedError, FailedPreconditionError, InvalidArgumentError
 from distrib.framework import config
+from distrib.server.control import PreemptionNotices
 from tests.helpers import ROOT, child_env
 
 experimental = dt.distribute.experimental
@@ -133,6 +134,20 @@ def test_termination_config_keeps_tf_arguments() -> None:
     full = experimental.TerminationConfig(fns[0], fns[1], 30, fns[2])
     assert (full.termination_watcher_fn, full.exit_fn, full.grace_period,
             full.save_fn) == (fns[0], fns[1], 30, fns[2])
+
+
+def test_a_peers_notice_is_held_until_taken_once() -> None:
+    """What a server holds of its peers' notices: the earliest run named (two noticed
+    at once name the same run; a later one is not acted on), taken by the training
+    loop once, so a handler made later on the same server does not act on it again."""
+    notices = PreemptionNotices()
+    assert notices.take() is None
+    notices.note(31, "/job:worker/task:1")
+    notices.note(32, "/job:worker/task:0")
+    assert notices.take() == (31, "/job:worker/task:1")
+    assert notices.take() is None
+    notices.note(40, "/job:worker/task:0")
+    assert notices.take() == (40, "/job:worker/task:0")
 
 
 def test_a_checkpoint_without_checkpoint_dir_is_invalid_argument() -> None:

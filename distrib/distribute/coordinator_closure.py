@@ -1,5 +1,5 @@
 """A ``ClusterCoordinator``'s scheduled call (``distrib.distribute.coordinator``):
-the ``_Closure`` a slot takes from the queue, and the ``RemoteValue``
+the ``Closure`` a slot takes from the queue, and the ``RemoteValue``
 ``schedule`` returns, the reading end of the future the closure settles.
 
 A closure settles its RemoteValue once: a closure put back (its worker

@@ -187,8 +187,8 @@ class Agreement:
                 and len(self._strategy.peer_tasks()) == self.num_workers - 1)
 
     def peer_notice(self) -> tuple[int, str] | None:
-        """(the run to save at, the task noticed) a peer announced; None: none."""
-        return self._strategy.server.preemption_notice
+        """(the run to save at, the task noticed) a peer announced, taken; None: none."""
+        return self._strategy.server.take_preemption_notice()
 
     async def announce(self, save_at: int) -> None:
         """Tell every peer the workers save at run ``save_at``; return once all hold it."""

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import concurrent.futures
 import contextlib
 import logging
-import math
 import os
 import threading
 import time
@@ -36,14 +34,13 @@ from distrib.runtime.step import master_channel  # noqa: F401  (sessions reach m
 from distrib.runtime.step.doors import MasterDoor, WorkerDoor
 from distrib.runtime.step.master import MasterService
 from distrib.runtime.step.worker import WorkerService
-from distrib.server import training_stats
 from distrib.server.bind_address import bind_error_reason, bind_override, choose_bind_host, fallback_host
+from distrib.server.control import PreemptionNotices, ServerControl
 from distrib.server.doors import ServerDoor
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
 
-GLOBAL_STEP = "global_step"   # the variable's name (dt.train.get_or_create_global_step)
 EXIT_STOP_S = 5.0             # the exit hook's bound on stopping each server still running
 
 
@@ -113,9 +110,7 @@ class ServerCore:
         self.stopped = asyncio.Event()
         self._stop_requested: asyncio.Event | None = None
         self.on_stop_requested: Callable[[], None] | None = None
-        # a peer's termination notice: (the run all workers save at, who got it); read
-        # from the training loop's thread, written on this loop (one reference swap)
-        self.preemption_notice: tuple[int, str] | None = None
+        self.preemption = PreemptionNotices()   # peers' termination notices (control.py)
 
     @property
     def target(self) -> str:
@@ -144,7 +139,7 @@ class ServerCore:
         self.worker.collectives = CollectiveEngine(self.system, self.task, self.cluster)
         self.system.spawn("collective", self.worker.collectives, CollectiveDoor)
         self.system.spawn("master", self.master, MasterDoor)
-        self.system.spawn("server", _ServerControl(self), ServerDoor)
+        self.system.spawn("server", ServerControl(self), ServerDoor)
         # the chief role's lease: asked on the arbiter task only (runtime/chief/lease.py)
         self.chief_lease = ChiefLease(self.task)
         self.system.spawn("chief_lease", self.chief_lease, ChiefLeaseDoor)
@@ -197,13 +192,6 @@ class ServerCore:
         assert self._stop_requested is not None
         await self._stop_requested.wait()
 
-    def note_preemption(self, save_at: int, sender: str) -> None:
-        """A peer got a termination notice (``preemption_notice``): keep the earliest
-        run any peer named (concurrent notices name the same one; see preemption_signals)."""
-        held = self.preemption_notice
-        if held is None or save_at < held[0]:
-            self.preemption_notice = (int(save_at), str(sender))
-
     def note_stop_request(self) -> None:
         """A peer asked this task to stop (``request_stop``): wake whoever waits
         in ``wait_stop_requested`` and run ``on_stop_requested``."""
@@ -211,107 +199,6 @@ class ServerCore:
             self._stop_requested.set()
         if self.on_stop_requested is not None:
             self.on_stop_requested()
-
-
-class _ServerControl:
-    """Actor "server": lets a peer tell a task that training is over, and
-    answers ``python -m distrib.status``."""
-
-    def __init__(self, core: ServerCore) -> None:
-        self._core = core
-        self._steps = _StepRate()
-
-    def request_stop(self) -> bool:
-        self._core.note_stop_request()
-        return True
-
-    def task(self) -> str:
-        return self._core.task
-
-    def preemption_notice(self, save_at: int, sender: str) -> bool:
-        self._core.note_preemption(save_at, sender)
-        return True
-
-    def status(self) -> dict[str, Any]:
-        """This task's own view, for ``python -m distrib.status`` (which
-        combines the answers of every task): ``lease`` is the chief lease
-        this task arbitrates (term 0: none), ``term`` the newest chief term it
-        has seen, ``peers`` [task, "shm" | "tcp"] per open connection to
-        another task (clients are left out: their names are not task names),
-        ``membership_version`` the elastic membership record it holds (None: none),
-        ``last_loss`` the newest loss this process's summaries wrote (None: none)."""
-        core = self._core
-        step = _global_step(core.worker)
-        lease = core.chief_lease.status()
-        conns = core.system.connections()
-        return {"task": core.task, "incarnation": core.system.incarnation,
-                "uptime_s": time.monotonic() - core.started_at,
-                "sessions": core.master.stats()["sessions_open"],
-                "rss_bytes": _rss_bytes(),
-                "term": max(core.worker.fencing.term, lease["term"]),
-                "lease": {"term": lease["term"], "holder": lease["holder"]},
-                "global_step": step, "steps_per_s": self._steps.rate(step),
-                "membership_version": core.membership.version or None,
-                "last_loss": last_loss(),
-                "peers": [[c.peer.name, c.kind] for c in conns
-                          if c.peer.name.startswith("/job:")]}
-
-
-class _StepRate:
-    """Steps per second of the global step, from the samples that status
-    calls took: over the last ``window_s`` or less, None before two samples
-    ``min_s`` apart. A step that went back (a ps restore) starts over."""
-
-    def __init__(self, window_s: float = 30.0, min_s: float = 0.5) -> None:
-        self.window_s, self.min_s = window_s, min_s
-        self._samples: collections.deque[tuple[float, int]] = collections.deque()
-
-    def rate(self, step: int | None) -> float | None:
-        if step is None:
-            self._samples.clear()
-            return None
-        now = time.monotonic()
-        if self._samples and step < self._samples[-1][1]:
-            self._samples.clear()
-        self._samples.append((now, step))
-        while now - self._samples[0][0] > self.window_s:
-            self._samples.popleft()
-        t0, s0 = self._samples[0]
-        return (step - s0) / (now - t0) if now - t0 >= self.min_s else None
-
-
-def last_loss() -> float | None:
-    """The newest training loss this process's summaries wrote (training_stats):
-    of the tags ending in "loss" ("loss", "train/loss", "epoch_loss"), the one
-    written last, leaving out evaluation ("validation/..." and "eval/...": an
-    evaluation run's writer, see summary.event_writer; Keras' "val_..."); None
-    before any, and for a NaN or infinite loss (status answers are JSON)."""
-    def training(tag: str) -> bool:
-        return tag.endswith("loss") and not tag.startswith(("validation/", "eval/", "val_"))
-    losses = [v for tag, v in training_stats.last_scalars().items() if training(tag)]
-    if not losses:
-        return None
-    value = float(max(losses, key=lambda v: v["wall_time"] or 0.0)["value"])
-    return value if math.isfinite(value) else None
-
-
-def _global_step(worker: WorkerService) -> int | None:
-    """The value of the variable named "global_step", where this task holds it."""
-    if GLOBAL_STEP not in worker.variables:
-        return None
-    try:
-        return int(worker.variables.get(GLOBAL_STEP))
-    except (TypeError, ValueError):   # not a scalar (a variable that only shares the name)
-        return None
-
-
-def _rss_bytes() -> int | None:
-    """This process's resident memory (Linux), else None."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 async def request_stop(target: str, timeout: float = 10.0) -> None:
@@ -427,11 +314,11 @@ class Server:
             raise UnavailableError(f"{self._core.task}: its server's loop did not run the call "
                                    f"within {timeout:g} s (stopped: {self.is_stopped})") from None
 
-    @property
-    def preemption_notice(self) -> tuple[int, str] | None:
-        """The termination notice a peer sent this task: (the run every worker saves
-        at, the task that got it); None: none came. Read from any thread."""
-        return self._core.preemption_notice
+    def take_preemption_notice(self) -> tuple[int, str] | None:
+        """The termination notice a peer sent this task, taken (a later call gets the
+        next one): (the run every worker saves at, the task that got it); None: none
+        came. From any thread."""
+        return self._core.preemption.take()
 
     async def announce_preemption(self, tasks: list[tuple[str, int]], save_at: int,
                                   timeout: float = 10.0) -> None:
