@@ -39,9 +39,9 @@ sys.path.insert(0, ROOT)
 import train as train_bench  # noqa: E402  (bench/train.py: the model)
 
 import distrib as dt  # noqa: E402
-from distrib.distribute import def_function  # noqa: E402
-from distrib.distribute.local_target import default_target  # noqa: E402
-from distrib.distribute.values import local_results  # noqa: E402
+from distrib.distribute.core.values import local_results  # noqa: E402
+from distrib.distribute.functions import def_function  # noqa: E402
+from distrib.distribute.functions.local_target import default_target  # noqa: E402
 
 SIZES = train_bench.SIZES          # bench/train.py's model
 initial_params = train_bench.initial_params

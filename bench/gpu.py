@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; known: {list(MODELS)}")
-    from kernels.devices import backend
+    from kernels.cuda.devices import backend
     kind = backend()
     gpu = kind == "cuda"
     note = None if gpu else ("need a real CUDA device: "

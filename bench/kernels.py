@@ -4,7 +4,7 @@
 
 CPU: numpy (BLAS) float32 matmul for each n. GPU (only where a real CUDA
 device exists): our two matmul kernels (the 128x128 register-blocked one and
-the 64x64 one, kernels/cuda_matmul.py) beside cuBLAS FP32 of the same run
+the 64x64 one, kernels/cuda/matmul.py) beside cuBLAS FP32 of the same run
 (through nvmath-python, else torch with TF32 off, else CuPy: whichever is
 importable; none is a dependency), and our elementwise Add against a
 device-to-device copy of the same bytes, which is the bandwidth ceiling an
@@ -69,7 +69,7 @@ def gpu_matmul(sizes: list[int], budget_s: float) -> list[dict]:
     nvmath-python on the same arrays, else torch with TF32 off, else CuPy)."""
     from numba import cuda
 
-    from kernels.cuda_matmul import matmul_device
+    from kernels.cuda.matmul import matmul_device
     rows = []
     for n in sizes:
         rng = np.random.default_rng(0)
@@ -95,7 +95,7 @@ def _cublas_gflops(a: Any, b: Any, a_h: np.ndarray, b_h: np.ndarray,
     reaches it (the rows then carry no percentage)."""
     from numba import cuda
 
-    from kernels.cuda_matmul import cublas_problem, matmul_device
+    from kernels.cuda.matmul import cublas_problem, matmul_device
     n = a_h.shape[0]
     if cublas_problem() is None:
         try:
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sizes = [int(s) for s in args.sizes.split(",") if s]
 
-    from kernels.devices import backend, gpu_devices
+    from kernels.cuda.devices import backend, gpu_devices
     kind = backend()
     rows = cpu_matmul(sizes, args.seconds)
     if kind == "cuda":

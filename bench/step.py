@@ -26,7 +26,7 @@ through the CLI; this process hosts task 0 (the master) and the client:
   once, then ``join``: time per closure with the default one closure per
   worker (TF's: the worker idles a round trip between two); ``-overlap``: the
   same with ``closures_per_worker=2`` (the next closure sent while one runs;
-  staler gradients in training, see ``distrib/distribute/coordinator.py``);
+  staler gradients in training, see ``distrib/distribute/coordinator/cluster_coordinator.py``);
 - ``fetch-64MiB-shm`` / ``fetch-64MiB-tcp``: a 64 MiB tensor made on task 1,
   fetched to the client, over shared memory and over forced TCP;
 - ``memcpy`` and ``raw-socket``: the in-process copy and a raw blocking socket
@@ -249,8 +249,8 @@ async def coordinator_rows(reps: int, transport: str, baseline_us: float) -> lis
     ClusterCoordinator: 1 ps and 1 worker in child processes, the chief (the
     strategy's server and the coordinator) in this process; then ``QUEUED``
     closures at once, with one and with two closures per worker."""
-    from distrib.distribute import def_function
-    from distrib.distribute.local_target import set_default_target
+    from distrib.distribute.functions import def_function
+    from distrib.distribute.functions.local_target import set_default_target
     env = dict(os.environ, DISTRIB_TRANSPORT=transport,
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     os.environ["DISTRIB_TRANSPORT"] = transport

@@ -127,7 +127,7 @@ sys.path.insert(0, ROOT)
 
 import distrib as dt  # noqa: E402
 from distrib.demo import free_ports  # noqa: E402
-from distrib.distribute import def_function  # noqa: E402
+from distrib.distribute.functions import def_function  # noqa: E402
 from distrib.runtime.actors.system import ActorSystem, client_name  # noqa: E402
 
 BATCH = 256
@@ -788,7 +788,7 @@ async def keras_main() -> None:
     weights as the other rows (``set_weights``) and checks its first step
     against numpy's; ``go SECONDS`` runs one ``fit`` of about that many seconds
     of steps (from the last window's ms per step) after a few untimed steps."""
-    from distrib.distribute.local_target import local_server
+    from distrib.distribute.functions.local_target import local_server
     keras = dt.keras
     model = keras.Sequential([keras.layers.Dense(SIZES[1], activation="relu",
                                                  input_shape=(SIZES[0],)),

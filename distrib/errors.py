@@ -204,7 +204,7 @@ class FencedError(AbortedError):
     Raised by a ps task's fence (``distrib.runtime.chief.fencing``) when a
     write (initializing or restoring variables, the sync-replicas queue
     runner) carries a chief term lower than one the task has seen, and by a
-    checkpoint folder's fence (``distrib.train.checkpoint_fence``) when a
+    checkpoint folder's fence (``distrib.train.chief.checkpoint_fence``) when a
     newer chief saved there. A newer chief was elected, so the writer is no
     longer chief: stop the chief-only work and leave it to the new chief;
     running the write again is refused again.

@@ -37,12 +37,13 @@ __all__ = ["Setting", "SettingError", "ALL_SETTINGS", "RUNTIME_SETTINGS", "markd
            "MAX_FRAME_BYTES", "FRAME_TIMEOUT_S", "SHM_ARENA_BYTES",
            "TRANSPORT", "CONNECT_TIMEOUT_S", "SESSION_GC_S", "STALL_S", "INTER_OP_THREADS",
            "COLLECTIVE_STALL_S", "COLLECTIVE_SEGMENT_BYTES", "COLLECTIVE_DIRECT_BYTES",
+           "REGISTER_TIMEOUT_S",
            "BIND_ADDRESS", "SLURM_JOBS", "SLURM_PORT_BASE", "SLURM_GPUS_PER_TASK",
            "K8S_JOBS", "K8S_PORT", "K8S_SERVICE", "K8S_STATEFULSETS", "K8S_CLUSTER_DOMAIN",
            "LAUNCH_SETTINGS", "ELASTIC", "GRAPH_OPTIMIZER", "GPU_MATMUL"]
 
 _ACTORS = "distrib.runtime.actors.system"
-_COLLECTIVE = "distrib.runtime.collective.engine"
+_COLLECTIVE = "distrib.runtime.collective.spec"
 _RESOLVERS = "distrib.cluster.resolvers"
 _LAUNCH = "distrib.launch.__main__"
 
@@ -76,6 +77,13 @@ COLLECTIVE_DIRECT_BYTES = Setting(
     "DISTRIB_COLLECTIVE_DIRECT_BYTES", "bytes", 64 * 1024, above=0, read_by=_COLLECTIVE,
     default_text="64K",
     help="Up to this size a reduce or gather takes the one-round algorithm, not the ring.")
+
+REGISTER_TIMEOUT_S = Setting(
+    "DISTRIB_REGISTER_TIMEOUT_S", "seconds", 600.0, minimum=0,
+    read_by="distrib.runtime.collective.registration",
+    help="How long a collective group waits for a member task (or the group leader) that "
+         "it has never reached, as TF's cluster_register_timeout: a worker started later "
+         "joins within it; one that never starts fails the group after it, naming it.")
 
 # -- servers and schedulers -------------------------------------------------------
 
@@ -140,8 +148,8 @@ LAUNCH_SETTINGS: dict[str, Setting] = {s.name[len("DISTRIB_LAUNCH_"):].lower(): 
 )}
 ELASTIC = Setting(
     "DISTRIB_ELASTIC", "bool", False,
-    read_by="distrib.train.chief_role, distrib.distribute.collective_strategy, "
-            "distrib.distribute.coordinator",
+    read_by="distrib.train.chief.role, distrib.distribute.strategies.collective, "
+            "distrib.distribute.coordinator.cluster_coordinator",
     help="Set to 1 by an elastic launch (--workers MIN:MAX) in each task's environment: "
          "with a ps job, even a lone worker campaigns for the chief role (others may join); "
          "MultiWorkerMirroredStrategy follows the membership record (regroups at a step).")
@@ -154,7 +162,7 @@ GRAPH_OPTIMIZER = Setting(
 
 GPU_MATMUL = Setting(
     "DISTRIB_GPU_MATMUL", "choice", "auto", choices=("auto", "numba", "cublas"),
-    read_by="kernels.cuda_matmul",
+    read_by="kernels.cuda.matmul",
     help="Which code runs a GPU MatMul: cublas (cuBLAS through NVIDIA's nvmath-python; "
          "an error at the first GPU MatMul where it is not importable), numba (the project's "
          "kernels), or auto (cuBLAS where nvmath-python imports, else numba). Read at each "
@@ -163,7 +171,7 @@ GPU_MATMUL = Setting(
 RUNTIME_SETTINGS: tuple[Setting, ...] = (
     TRANSPORT, CONNECT_TIMEOUT_S, SESSION_GC_S, STALL_S, INTER_OP_THREADS,
     COLLECTIVE_STALL_S, COLLECTIVE_SEGMENT_BYTES, COLLECTIVE_DIRECT_BYTES,
-    BIND_ADDRESS, SLURM_JOBS, SLURM_PORT_BASE, SLURM_GPUS_PER_TASK,
+    REGISTER_TIMEOUT_S, BIND_ADDRESS, SLURM_JOBS, SLURM_PORT_BASE, SLURM_GPUS_PER_TASK,
     K8S_JOBS, K8S_PORT, K8S_SERVICE, K8S_STATEFULSETS, K8S_CLUSTER_DOMAIN,
     *LAUNCH_SETTINGS.values(), ELASTIC, GRAPH_OPTIMIZER, GPU_MATMUL)
 ALL_SETTINGS: tuple[Setting, ...] = TRANSPORT_SETTINGS + RUNTIME_SETTINGS

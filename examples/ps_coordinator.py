@@ -106,7 +106,7 @@ async def coordinate(args: argparse.Namespace,
 
 async def save(strategy: dt.distribute.ParameterServerStrategy, logdir: str,
                epoch: int) -> None:
-    from distrib.distribute.def_function import session_for
+    from distrib.distribute.functions.def_function import session_for
     graph = dt.get_default_graph()
     if not hasattr(save, "saver"):
         with graph.as_default():

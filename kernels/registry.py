@@ -31,7 +31,7 @@ GPU = "GPU"
 Kernel = Callable[[list, dict], list]
 
 # Device type -> what registers its kernels, called on the first lookup for
-# that device type (the GPU kernels, see kernels.gpu_loader; the CPU kernels
+# that device type (the GPU kernels, see kernels.cuda.loader; the CPU kernels
 # register when the package is imported).
 _LOADERS: dict[str, Callable[[], None]] = {}
 

@@ -46,7 +46,7 @@ def pytest_sessionfinish(session, exitstatus):
 async def fresh_graph():
     """A fresh default graph, and after the test every dt.function session closed."""
     import distrib as dt
-    from distrib.distribute import def_function
+    from distrib.distribute.functions import def_function
     dt.reset_default_graph()
     yield
     await def_function.close_sessions()

@@ -20,6 +20,37 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def worker_tf_config(ports: Sequence[int], index: int) -> str:
+    """TF_CONFIG of worker ``index`` of a cluster of workers on loopback ``ports``."""
+    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                       "task": {"type": "worker", "index": index}})
+
+
+def run_workers(argv: Sequence[str], n: int = 2, bound_s: float = 90,
+                args_of: Any = None, **env: str) -> list[str]:
+    """``python *argv`` (from the repository root) as worker 0 .. n-1 of one cluster
+    on free loopback ports (TF_CONFIG), ``args_of(i)`` appended for worker i; each
+    one's merged output once all exited 0. One still running after ``bound_s`` s is
+    killed by its pid, and a failed one fails the caller with its output's tail."""
+    from distrib.launch.tasks import free_ports
+    ports = free_ports(n)
+    procs = [subprocess.Popen([sys.executable, *argv, *(args_of(i) if args_of else [])],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=child_env(TF_CONFIG=worker_tf_config(ports, i),
+                                                       **env))
+             for i in range(n)]
+    try:
+        outs = [p.communicate(timeout=bound_s)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    return outs
+
+
 def simulated_spec(args: Sequence[str], timeout: float = 300) -> background.Spec:
     """``python *args`` from the repository root under numba's CUDA simulator (set
     before numba is imported: a fresh process), as a child :mod:`tests.background`
@@ -103,3 +134,13 @@ def linear_data(n: int = 64, seed: int = 0) -> tuple:
     x = rng.normal(size=(n, 3)).astype(np.float32)
     y = (x @ np.array([[1.0], [2.0], [-1.0]], np.float32) + 0.5).astype(np.float32)
     return x, y
+
+
+async def shut_down_strategy(strategy: Any) -> None:
+    """Close this loop's ``dt.function`` sessions, then stop the server that
+    ``strategy`` (a ParameterServerStrategy, or None) started in this process,
+    by its public ``shutdown()``."""
+    from distrib.distribute.functions import def_function
+    await def_function.close_sessions()
+    if strategy is not None:
+        strategy.shutdown()

@@ -7,16 +7,18 @@ import numpy as np
 import pytest
 
 from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError
-from distrib.train.checkpoint import (
-    CheckpointRotation,
-    CheckpointState,
+from distrib.train.checkpoints.file_format import (
     checkpoint_exists,
-    get_checkpoint_state,
-    latest_checkpoint,
     list_checkpoint_tensors,
     read_checkpoint,
-    update_checkpoint_state,
     write_checkpoint,
+)
+from distrib.train.checkpoints.state_file import (
+    CheckpointRotation,
+    CheckpointState,
+    get_checkpoint_state,
+    latest_checkpoint,
+    update_checkpoint_state,
 )
 
 ALL_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
-from distrib.train import checkpoint_manager
+from distrib.distribute.functions import def_function
+from distrib.train.checkpoints import file_format
+from distrib.train.checkpoints import manager as checkpoint_manager
 
 BOUND_S = 60
 
@@ -49,7 +50,7 @@ def clock(monkeypatch):
 
 
 def exists(path: str) -> bool:
-    return dt.train.checkpoint.checkpoint_exists(path)
+    return file_format.checkpoint_exists(path)
 
 
 async def value(v):
@@ -170,7 +171,7 @@ async def test_a_clock_set_back_deletes_nothing_it_is_unsure_of(tmp_path, clock,
     assert dt.train.get_checkpoint_state(directory).last_preserved_timestamp == 13600.0
     clock.now = 5000.0
     del first_manager
-    with caplog.at_level(logging.WARNING, logger="distrib.train.checkpoint_manager"):
+    with caplog.at_level(logging.WARNING, logger="distrib.train.checkpoints.manager"):
         second_manager = dt.train.CheckpointManager(ckpt, directory, max_to_keep=1)
     assert "behind the last preserved checkpoint timestamp" in caplog.text
     assert exists(second_path)

@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
+from distrib.distribute.functions import def_function
 from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError
-from distrib.train import checkpoint as ckpt_format
-from distrib.train import trackable
+from distrib.train.checkpoints import state_file, trackable
 
 keras = dt.keras
 BOUND_S = 60
@@ -207,7 +206,7 @@ async def test_unmatched_values_are_warned_when_dropped_unless_expect_partial(tm
     left unmatched are logged when the restore goes away, naming them, and
     expect_partial() silences it."""
     path = await saved_pair(tmp_path)
-    caplog.set_level(logging.WARNING, logger="distrib.train.restore_status")
+    caplog.set_level(logging.WARNING, logger="distrib.train.checkpoints.restore_status")
     partial = dt.train.Checkpoint(v2=var(0.0))
     await partial.restore(path)
     del partial
@@ -360,7 +359,7 @@ async def test_saver_files_are_listed_but_not_restored_by_a_checkpoint(tmp_path,
 
 
 def test_the_state_file_keeps_tf_s_timestamps(tmp_path):
-    ckpt_format.update_checkpoint_state(str(tmp_path), str(tmp_path / "ckpt-2"),
+    state_file.update_checkpoint_state(str(tmp_path), str(tmp_path / "ckpt-2"),
                                         [str(tmp_path / "ckpt-1"), str(tmp_path / "ckpt-2")],
                                         all_model_checkpoint_timestamps=[10.0, 20.5],
                                         last_preserved_timestamp=3.0)

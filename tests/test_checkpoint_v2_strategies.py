@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -26,11 +25,10 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
-from distrib.distribute.values import local_results
-from distrib.launch.tasks import free_ports
+from distrib.distribute.core.values import local_results
+from distrib.distribute.functions import def_function
 from tests import helpers
-from tests.helpers import ROOT, child_env
+from tests.helpers import ROOT, child_env, run_workers
 from tests.peers.cli_cluster import cluster_spec
 
 keras = dt.keras
@@ -139,7 +137,7 @@ async def ps_strategy(spec, shards: int):
     finally:
         await def_function.close_sessions()
         strategy._server.stop()          # the next strategy's chief takes its port
-        from distrib.distribute.local_target import set_default_target
+        from distrib.distribute.functions.local_target import set_default_target
         set_default_target(None)
 
 
@@ -237,26 +235,10 @@ def test_under_multi_worker_mirrored_every_worker_writes_and_restores_the_chiefs
     """Every worker saves (the read step is theirs too) and, as TF's, writes its
     own folder (the chief's first); restored from the chief's file, each
     worker's next epoch has the loss the one after the save had."""
-    ports = free_ports(2)
     dirs = [str(tmp_path / f"worker{i}") for i in range(2)]
-    procs = []
-    for i in range(2):
-        config_json = json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                                  "task": {"type": "worker", "index": i}})
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", MWMS_WORKER, dirs[i], dirs[0]], cwd=ROOT,
-            env=child_env(TF_CONFIG=config_json), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True))
-    try:
-        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
     lines = []
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    for out in run_workers(["-c", MWMS_WORKER], 2, BOUND_S,
+                           args_of=lambda i: [dirs[i], dirs[0]]):
         lines.append(dict(line.split(" ", 1) for line in out.splitlines()
                           if line.split(" ", 1)[0] in ("saved", "after_save", "files",
                                                        "after_restore")))

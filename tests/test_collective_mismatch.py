@@ -6,7 +6,8 @@ other's, which never comes (the other waits on its own key). Before, both
 waited for ever, a warning every stall time. Now the stall check finds the
 cross wait (collective.stall) and, when it is still there at the next check,
 every member fails with ``InvalidArgumentError`` naming both sides and
-their instance keys; the next collective on the same servers runs.
+their instance keys (with a ``timeout``, at its deadline, if that comes
+first); the next collective on the same servers runs.
 
 The workers are ``python -m distrib.server`` processes (free ports, stopped
 by pid; ``DISTRIB_COLLECTIVE_STALL_S`` small, so the bound of two stall
@@ -43,19 +44,21 @@ def targets(tmp_path_factory):
             p.stop()
 
 
-def _graph(t: int, n: int, group: int, instance: int, size: int, hint: str) -> tuple:
+def _graph(t: int, n: int, group: int, instance: int, size: int, hint: str,
+           timeout: float) -> tuple:
     g = dt.Graph()
     with g.as_default(), dt.device(f"/job:worker/task:{t}"):
         x = dt.constant(np.ones(size, np.float32) * (t + 1))
-        y = dt.collective.all_reduce(x, n, group, instance, communication_hint=hint)
+        y = dt.collective.all_reduce(x, n, group, instance, communication_hint=hint,
+                                     timeout=timeout)
     return g, y
 
 
 async def _run(targets: list[str], n: int, group: int, keys: list[int], size: int = 4,
-               hint: str = "auto") -> list:
+               hint: str = "auto", timeout: float = 0) -> list:
     """Worker t runs one all-reduce of instance key ``keys[t]`` (all at once)."""
     async def one(t: int) -> object:
-        g, y = _graph(t, n, group, keys[t], size, hint)
+        g, y = _graph(t, n, group, keys[t], size, hint, timeout)
         async with dt.Session(targets[t], graph=g) as sess:
             return await sess.run(y)
     return await asyncio.wait_for(asyncio.gather(*(one(t) for t in range(n)),
@@ -94,3 +97,15 @@ async def test_one_member_of_three_on_another_key_fails_every_member(targets) ->
     assert all("/task:1/" in str(r) for r in res)   # the odd one is named on every side
     for out in await _run(targets, 3, 14, [400, 400, 400]):
         np.testing.assert_array_equal(out, np.full(4, 6.0, np.float32))
+
+
+@pytest.mark.parametrize("case", ["forming", "formed"])
+async def test_a_mismatch_under_a_timeout_fails_every_side_as_a_mismatch(targets, case) -> None:
+    # with a timeout the stall check runs once, at half of it; at the deadline it
+    # runs again, so the error is the mismatch, not a DeadlineExceededError
+    group = {"forming": 15, "formed": 16}[case]
+    if case == "formed":   # the fast path's watchdog (collective.direct)
+        for res in await _run(targets, 2, group, [1, 1], timeout=2.0):
+            np.testing.assert_array_equal(res, np.full(4, 3.0, np.float32))
+    res = await _run(targets, 2, group, [500, 501], timeout=1.0)
+    _assert_mismatch_named(res, {500, 501})

@@ -20,7 +20,12 @@ import pytest
 
 import distrib as dt
 from distrib.demo import free_ports
-from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveKeys, ReduceOp, pack_by_size
+from distrib.distribute.core.cross_device_ops import (
+    CollectiveAllReduce,
+    CollectiveKeys,
+    ReduceOp,
+    pack_by_size,
+)
 from distrib.errors import AbortedError
 
 GUARD_S = 30   # hang guard only

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
+from distrib.distribute.functions import def_function, local_target
+from tests.helpers import shut_down_strategy
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 
 BOUND_S = 60
@@ -43,11 +44,6 @@ def strategy_for(spec: dict, partitioner=None) -> dt.distribute.ParameterServerS
     resolver = dt.distribute.cluster_resolver.SimpleClusterResolver(
         dt.ClusterSpec(spec), task_type="chief", task_id=0)
     return dt.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
-
-
-async def stop_chief(strategy) -> None:
-    await def_function.close_sessions()
-    strategy._server.stop()
 
 
 def linear_data(n: int = 256) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +102,7 @@ async def test_variables_go_round_robin_and_closures_train_the_model(in_process_
             "/job:worker/task:0", "/job:worker/task:1"}
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
 
 
 async def test_an_error_in_fn_reaches_join_and_cancels_what_was_queued(in_process_cluster) -> None:
@@ -147,7 +143,7 @@ async def test_an_error_in_fn_reaches_join_and_cancels_what_was_queued(in_proces
             assert sorted([float(await r.fetch()) for r in first]) == [1.0, 2.0, 3.0, 4.0, 5.0]
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
 
 
 async def test_each_worker_reads_its_own_dataset_and_values(in_process_cluster) -> None:
@@ -176,7 +172,7 @@ async def test_each_worker_reads_its_own_dataset_and_values(in_process_cluster) 
         assert {w for _, w in pairs} <= {0, 1}
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
 
 
 async def test_a_partitioner_shards_a_large_variable_over_the_ps_tasks(in_process_cluster) -> None:
@@ -216,7 +212,7 @@ async def test_a_partitioner_shards_a_large_variable_over_the_ps_tasks(in_proces
         np.testing.assert_allclose(got, np.arange(10, dtype=np.float32).reshape(5, 2) - 1.0)
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
 
 
 def _gate(op_type: str, inputs=(), device: str | None = None):
@@ -265,7 +261,7 @@ async def test_a_worker_runs_one_closure_at_a_time_by_default() -> None:
         with pytest.raises(ValueError, match="closures_per_worker"):
             dt.distribute.coordinator.ClusterCoordinator(strategy, closures_per_worker=0)
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
         for s in servers:
             s.stop()
 
@@ -296,7 +292,7 @@ async def test_a_worker_holds_two_closures_at_once_when_asked() -> None:
             assert await releasing.fetch() is None
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
         for s in servers:
             s.stop()
 
@@ -347,7 +343,7 @@ async def test_a_closure_whose_worker_fails_after_an_error_is_cancelled(monkeypa
             assert coord.done()
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
         for s in servers:
             s.stop()
 
@@ -408,7 +404,7 @@ async def test_a_killed_worker_loses_no_closure_and_comes_back(process_cluster,
         assert all(r.done() for r in more)
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
 
 
 @pytest.mark.slow
@@ -453,7 +449,7 @@ async def test_a_killed_worker_holding_two_closures_loses_none_and_runs_none_twi
         assert total == 4.0                                   # each closure's update, once
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
 
 
 @pytest.mark.slow
@@ -490,7 +486,7 @@ async def test_a_killed_ps_is_restored_from_the_checkpoint_and_training_finishes
         np.testing.assert_allclose(got.ravel(), [1.0, 2.0, -1.0, 0.5], atol=0.1)
         await coord.shutdown()
     finally:
-        await stop_chief(strategy)
+        await shut_down_strategy(strategy)
 
 
 async def _read(strategy, var) -> np.ndarray:
@@ -574,3 +570,40 @@ async def test_code_outside_a_finished_strategy_runs_as_if_it_was_never_made() -
         sock.bind(("localhost", int(address.rpartition(":")[2])))
     async with asyncio.timeout(BOUND_S):
         assert float(await scaled(np.float32(4.0))) == 12.0
+
+
+async def test_a_function_using_a_tensor_made_before_it_runs_where_the_variable_lives(
+        in_process_cluster, monkeypatch) -> None:
+    # a function outside the scope that reads a strategy's variable only through
+    # a tensor built before the trace (y = v * 2 at top level) made no op naming
+    # the variable: it ran on the local server, which failed ("op 'v' is pinned
+    # to /job:ps/task:0, which is not in the cluster"); and deciding where to run
+    # started the local server though the step ran on the strategy's
+    strategy = strategy_for(in_process_cluster)
+
+    def no_local_server():
+        raise AssertionError("the local server was started for a step of the strategy's")
+    monkeypatch.setattr(local_target, "local_server", no_local_server)
+    try:
+        with strategy.scope():
+            v = dt.Variable(np.float32(3.0), name="v")
+
+        @dt.function
+        def set_v():
+            v.assign(np.float32(5.0))
+        with strategy.scope():
+            await set_v()
+        y = v * 2.0   # built before any trace, outside the scope
+
+        @dt.function
+        def use():
+            return y + 1.0
+
+        @dt.function
+        def read():
+            return v.read_value()
+        async with asyncio.timeout(BOUND_S):
+            assert float(await use()) == 11.0   # v's trained value, not a fresh copy
+            assert float(await read()) == 5.0
+    finally:
+        await shut_down_strategy(strategy)

@@ -1,4 +1,4 @@
-"""GPU MatMul (kernels/cuda_matmul.py): both numba kernels against numpy, the
+"""GPU MatMul (kernels/cuda/matmul.py): both numba kernels against numpy, the
 choice ``DISTRIB_GPU_MATMUL`` makes, and every kernel compiled for real GPUs.
 
 - Under numba's CUDA simulator (switched on before numba is imported, so in
@@ -47,8 +47,8 @@ TOL = {np.float32: 2e-5, np.float64: 1e-12}   # relative to the largest |a||b| s
 
 
 def _check(m: int, k: int, n: int, ta: bool, tb: bool, dtype: type, kernel: str | None) -> None:
-    from kernels.cuda_matmul import matmul_device
-    from kernels.devices import is_device_array, to_device, to_host
+    from kernels.cuda.devices import is_device_array, to_device, to_host
+    from kernels.cuda.matmul import matmul_device
     a = RNG.standard_normal((m, k)).astype(dtype)
     b = RNG.standard_normal((k, n)).astype(dtype)
     a_in = np.ascontiguousarray(a.T) if ta else a
@@ -101,8 +101,8 @@ def test_small_kernel_ragged_tile_every_transpose(ta, tb):
 @sim_only
 def test_registry_matmul_takes_the_small_path_and_cublas_is_not_chosen_here():
     import kernels
-    from kernels import cuda_matmul
-    from kernels.devices import to_device, to_host
+    from kernels.cuda import matmul as cuda_matmul
+    from kernels.cuda.devices import to_device, to_host
     assert cuda_matmul.backend() == "numba"   # auto: the simulator is no GPU for cuBLAS
     assert "simulator" in cuda_matmul.cublas_problem()
     a, b = RNG.standard_normal((20, 7)).astype(np.float32), RNG.standard_normal((7, 9)).astype(np.float32)
@@ -162,7 +162,8 @@ def test_the_simulator_cases():
 @host_only
 def test_the_choice_without_nvmath(monkeypatch):
     pytest.importorskip("numba")
-    from kernels import cuda_matmul, gpu_options
+    from kernels.cuda import matmul as cuda_matmul
+    from kernels.cuda import options as gpu_options
     if cuda_matmul.SIM:
         pytest.skip("this process runs the simulator")
     try:
@@ -198,7 +199,7 @@ def test_the_choice_without_nvmath(monkeypatch):
 @host_only
 def test_which_outputs_take_the_large_kernel():
     pytest.importorskip("numba")
-    from kernels.cuda_matmul import LARGE_MIN_TILES, use_large
+    from kernels.cuda.matmul import LARGE_MIN_TILES, use_large
     assert not use_large(256, 512)          # a layer of the bench model: 8 large tiles
     assert not use_large(1, 1)
     assert use_large(4096, 4096)            # the figure's n: 1024 tiles
@@ -221,7 +222,7 @@ def compile_variants(cc: tuple[int, int]) -> dict:
     its local-memory loads and stores, fused multiply-adds and barriers in the PTX."""
     from numba import cuda, from_dtype, types
 
-    from kernels import cuda_matmul as mm
+    from kernels.cuda import matmul as mm
     out = {}
     for dtype in (np.float32, np.float64):
         arr = types.Array(from_dtype(np.dtype(dtype)), 2, "C")

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute.input_lib import DistributedDatasetsFromFunction
+from distrib.distribute.core.input_lib import DistributedDatasetsFromFunction
 from distrib.framework import config
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from distrib.cluster.cluster_spec import ClusterSpec
 from distrib.errors import InvalidArgumentError
-from distrib.train.device_setter import (
+from distrib.train.replicas.device_setter import (
     STANDARD_PS_OPS,
     GreedyLoadBalancingStrategy,
     byte_size_load_fn,

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
-from distrib.distribute.local_target import local_server
+from distrib.distribute.functions import def_function
+from distrib.distribute.functions.local_target import local_server
 from distrib.errors import UnavailableError
-from distrib.train.sync_replicas import TokenQueue
+from distrib.train.replicas.sync_replicas import TokenQueue
 
 BOUND_S = 30
 

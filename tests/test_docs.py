@@ -167,7 +167,7 @@ def test_the_link_checks_catch_what_they_should() -> None:
         == ["x.py", "docs/ops.md", "bench/step.py"]
     assert named_files("`dt.train.Saver`, `a.py.bak`, `distrib.py_compile`") == []
     assert exists("docs/CONTRACT.md") and exists("runtime/step/master.py")
-    assert exists("executor.py") and exists("kernels/cpu.py")
+    assert exists("executor.py") and exists("kernels/cpu/math.py")
     assert not exists("runtime/nowhere.py") and not exists("NOWHERE.md")
     assert not exists("runtime/collective_nowhere_*.py")
     page = ROOT / "docs" / "CONTRACT.md"

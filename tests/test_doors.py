@@ -54,7 +54,7 @@ DOORS = [WorkerDoor, FenceDoor, MasterDoor, CollectiveDoor, ChiefLeaseDoor, Serv
 NOT_MESSAGES = {
     "worker": {"detached", "peer", "on_stop"},
     "master": {"address_of", "worker", "add_task"},   # add_task: in process, on its loop
-    "collective": {"start"},
+    "collective": {"start", "expect_tasks"},   # expect_tasks: in process (the strategy)
     "chief_lease": set(),
     "server": set(),
     "membership": {"at"},   # at: in process (the strategy on its own server)

@@ -43,7 +43,8 @@ import pytest
 from distrib.cluster import ClusterSpec
 from distrib.errors import InvalidArgumentError
 from distrib.launch.__main__ import main
-from distrib.launch.elastic import NoLauncherError, ScaleRefusedError, parse_workers, request_scale
+from distrib.launch.control import NoLauncherError, ScaleRefusedError, request_scale
+from distrib.launch.elastic import parse_workers
 from distrib.launch.launcher import LaunchConfig, Launcher
 from distrib.launch.tasks import free_ports
 from distrib.runtime.actors.failure_detector import Heartbeat
@@ -361,7 +362,7 @@ if again:                             # a restart: done
         server = dt.Server(dt.ClusterSpec(config["cluster"]), job_name="worker", task_index=0)
         listening = time.monotonic()
         while time.monotonic() < deadline:
-            record = server.membership.record
+            record = server.membership_record()
             if record is not None and record.generation("/job:worker/task:0"):
                 break
             time.sleep(0.01)
@@ -415,7 +416,7 @@ async def test_a_dead_worker_leaves_above_min_and_restarts_in_place_at_min_or_as
     ps = dt.Server(cluster, job_name="ps", task_index=0)
     try:
         result = await asyncio.wait_for(launcher.run(), 60)
-        held, shrunk = ps.membership.record, ps.membership.at(2)
+        held, shrunk = ps.membership_record(), ps.membership_record(2)
     finally:
         ps.stop()
     text = out.getvalue()
@@ -474,7 +475,7 @@ async def test_a_lone_elastic_worker_campaigns_and_hands_the_role_over(monkeypat
     campaigns and holds term 1, so a worker that joins later takes the role
     in a newer term once the first one is gone (here: it resigns)."""
     import distrib as dt
-    from distrib.train.chief_role import ChiefRole
+    from distrib.train.chief.role import ChiefRole
 
     monkeypatch.setenv("DISTRIB_HEARTBEAT_S", "0.3")
     p, w0, w1 = free_ports(3)

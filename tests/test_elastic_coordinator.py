@@ -35,7 +35,7 @@ import pytest
 
 import distrib as dt
 from distrib.cluster import ClusterSpec
-from distrib.distribute import def_function
+from distrib.distribute.functions import def_function
 from distrib.launch.__main__ import main as launch_main
 from distrib.runtime.actors.system import ActorSystem, client_name
 from distrib.runtime.chief.membership import Membership, push_membership
@@ -235,7 +235,7 @@ async def test_a_worker_that_cannot_join_leaves_the_pool_as_it_was(monkeypatch, 
         await push(1, 2)
         assert {a for a, _ in await run(6)} <= {0, 1}
         await push(2, 3)   # worker 2 is named: its dataset_fn raises
-        with caplog.at_level(logging.ERROR, "distrib.distribute.coordinator"), \
+        with caplog.at_level(logging.ERROR, "distrib.distribute.coordinator.elastic_pool"), \
                 pytest.raises(ValueError, match="no data for worker 2"):
             while True:   # the next join (or schedule) raises it
                 await run(2)

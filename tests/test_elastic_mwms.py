@@ -1,4 +1,4 @@
-"""Elastic MultiWorkerMirroredStrategy (``distrib.distribute.elastic``): the
+"""Elastic MultiWorkerMirroredStrategy (``distrib.distribute.elastic.controller``): the
 group changes at a step boundary while a custom loop trains.
 
 - The slicing of a global batch over the group of the moment, and the
@@ -49,15 +49,16 @@ import pytest
 
 import distrib as dt
 from distrib.cluster import ClusterSpec
-from distrib.distribute import elastic
-from distrib.distribute.cross_device_ops import CollectiveAllReduce, CollectiveKeys, ReduceOp
-from distrib.distribute.elastic_input import (
+from distrib.distribute.core.cross_device_ops import CollectiveAllReduce, CollectiveKeys, ReduceOp
+from distrib.distribute.elastic import broadcast, group
+from distrib.distribute.elastic import controller as elastic
+from distrib.distribute.elastic.datasets import (
     ElasticDatasetsFromFunction,
     ElasticIterator,
     PerWorkerIterator,
     worker_rows,
 )
-from distrib.distribute.local_target import set_default_target
+from distrib.distribute.functions.local_target import set_default_target
 from distrib.errors import OpError, UnavailableError
 from distrib.launch.__main__ import main as launch_main
 from distrib.launch.tasks import free_ports
@@ -160,7 +161,7 @@ def test_the_regroup_sender_is_the_member_furthest_ahead():
     another one failed sends, and the others only ever seek forward."""
     def sender(members: list[tuple[bool, int]]) -> int:   # (has state, position) by rank
         n = len(members)
-        return elastic.sender_rank(max(elastic.sender_code(h, p, r, n)
+        return broadcast.sender_rank(max(broadcast.sender_code(h, p, r, n)
                                        for r, (h, p) in enumerate(members)), n)
 
     assert sender([(True, 8), (True, 9)]) == 1         # rank 0 failed step 8, rank 1 ran it
@@ -304,6 +305,33 @@ class Pusher:
             await system.shutdown()
 
 
+def test_a_server_shows_its_membership_and_collective_group_through_methods():
+    """What elastic training reads of a task's server (its membership record,
+    the versions it keeps, the collective group leader and who joined there)
+    is the Server's own public interface, not its services."""
+    ps, worker = (f"127.0.0.1:{p}" for p in free_ports(2))
+    cluster = ClusterSpec({"ps": [ps], "worker": [worker]})
+    server = dt.Server(cluster, job_name="worker", task_index=0)
+    try:
+        assert not hasattr(server, "membership") and not hasattr(server, "collectives")
+        assert server.membership_record() is None and server.membership_version == 0
+        assert server.membership_source == ps   # ps 0 keeps the record
+        assert server.collective_leader == "/job:worker/task:0"
+        me = ClusterSpec({"ps": [ps], "worker": [worker]})
+        pusher = Pusher(worker)
+        pusher.push(Membership(1, me))
+        pusher.push(Membership(2, me, ("/job:worker/task:1",)))
+        assert server.membership_version == 2 and server.membership_record().version == 2
+        assert server.membership_record(1).version == 1 and server.membership_record(9) is None
+        assert [r.version for r in server.membership_records_after(0)] == [1, 2]
+        assert [r.version for r in server.membership_records_after(1)] == [2]
+        assert asyncio.run(server.collective_joined(12345)) == []   # (no group formed)
+    finally:
+        server.stop()
+    with pytest.raises(UnavailableError):   # a stopped server's loop answers nothing
+        asyncio.run(server.collective_joined(12345))
+
+
 def test_a_newer_version_regroups_after_the_step_and_a_leave_exits_0(monkeypatch):
     monkeypatch.setenv("DISTRIB_ELASTIC", "1")
     address = f"127.0.0.1:{free_ports(1)[0]}"
@@ -408,8 +436,8 @@ def test_the_agreed_version_is_taken_exactly_though_a_newer_record_arrived(monke
             out = [int(await train(next(it)))]
             await pusher.apush(Membership(2, me))
             await pusher.apush(Membership(3, grown))
-            assert strategy.elastic.server.membership.version == 3
-            assert await strategy.elastic.server.on_loop(strategy.elastic.ready_version) == 2
+            assert strategy.elastic.server.membership_version == 3
+            assert await strategy.elastic.ready_version() == 2
             out.append(int(await train(next(it))))       # agrees on 2, not "only 3 is had"
             assert strategy.trace_epoch == 2 and strategy.elastic.version == 2
             out.append(int(await train(next(it))))       # v3's newcomer never joined
@@ -429,7 +457,7 @@ def test_a_failed_regroup_regroups_again_and_the_step_counts_once(monkeypatch, c
     2 and the regroup goes to it instead. The step ran once: the step
     counter, the controller's count and the iterator's position all say so.
     Every try logs who joins and who is gone against the group it left (v1's)."""
-    monkeypatch.setattr(elastic, "REGROUP_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(group, "REGROUP_TIMEOUT_S", 1.0)
     caplog.set_level(logging.INFO, logger=elastic.__name__)
 
     def tries(version: int) -> list[str]:

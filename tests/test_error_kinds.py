@@ -33,8 +33,8 @@ import distrib as dt
 from distrib import errors
 from distrib.demo import free_ports
 from distrib.runtime.step.rendezvous import Rendezvous
-from distrib.train.checkpoint_fence import fence_directory
-from distrib.train.ps_recovery import recoverable
+from distrib.train.chief.checkpoint_fence import fence_directory
+from distrib.train.chief.ps_recovery import recoverable
 
 GUARD = 30.0
 
@@ -245,7 +245,7 @@ async def test_a_partition_unregistered_again_after_the_rerun_reaches_the_client
 
 
 async def test_closing_a_session_fails_its_waiting_take_with_session_closed_error(server):
-    from distrib.train.sync_replicas import _Accumulator
+    from distrib.train.replicas.sync_replicas import _Accumulator
     g = dt.Graph()
     with g.as_default():
         v = dt.Variable(np.zeros(2, np.float32), name="v")
@@ -268,8 +268,8 @@ async def test_a_closed_session_is_not_retried_by_what_rides_through_failures(se
     failed with UnavailableError or AbortedError; a step of a session closed under
     it fails at once with SessionClosedError (TF: CancelledError), no waiting out
     ``max_wait_secs`` on a session that will never run again."""
-    from distrib.train.ps_recovery import RecoveringSession
-    from distrib.train.sync_replicas import _Accumulator
+    from distrib.train.chief.ps_recovery import RecoveringSession
+    from distrib.train.replicas.sync_replicas import _Accumulator
     g = dt.Graph()
     with g.as_default():
         v = dt.Variable(np.zeros(2, np.float32), name="v")
@@ -305,7 +305,7 @@ async def test_a_step_whose_session_another_steps_recovery_closed_runs_again(ser
     and the session is recreated; the first, waiting in the old session, rides
     through to the new one (its session was closed by the recovery, not by the
     program), as it did while SessionClosedError was an UnavailableError."""
-    from distrib.train.sync_replicas import _Accumulator
+    from distrib.train.replicas.sync_replicas import _Accumulator
 
     class FailSecondRun(dt.train.SessionRunHook):
         runs = 0
@@ -461,7 +461,7 @@ def test_peer_crosses_the_wire_and_is_absent_when_unset() -> None:
 
 
 async def test_a_step_that_needs_a_killed_task_names_it_as_peer(tmp_path, monkeypatch) -> None:
-    from distrib.train.sync_replicas import _Accumulator
+    from distrib.train.replicas.sync_replicas import _Accumulator
     from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
     monkeypatch.setenv("DISTRIB_CONNECT_TIMEOUT_S", "2")
     spec = cluster_spec(host=1, ps=1)
@@ -513,7 +513,7 @@ def test_a_worker_aborted_for_another_tasks_failure_names_that_task() -> None:
 
 
 def test_the_coordinator_blames_the_peer_not_the_text() -> None:
-    from distrib.distribute.coordinator import ClusterCoordinator
+    from distrib.distribute.coordinator.cluster_coordinator import ClusterCoordinator
 
     class FakeStrategy:
         worker_devices = [WORKER0, WORKER1]

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from distrib.train import checkpoint
+from distrib.train.checkpoints import file_format
 from tests.helpers import ROOT, child_env
 
 pytestmark = pytest.mark.slow
@@ -122,7 +122,7 @@ def check(run: Run, code: int, ps_restored: bool = False) -> float:
     files = [f for f in os.listdir(run.logdir) if f.startswith("model.ckpt-")]
     assert files
     for f in files:
-        checkpoint.verify_checkpoint(os.path.join(run.logdir, f))
+        file_format.verify_checkpoint(os.path.join(run.logdir, f))
     # no two tasks chief in one term
     terms: dict[int, int] = {}
     for m in map(CHIEF.match, run.lines):

@@ -16,15 +16,13 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import subprocess
-import sys
+import weakref
 
 import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.launch.tasks import free_ports
-from tests.helpers import ROOT, child_env
+from tests.helpers import run_workers
 
 BOUND_S = 60
 SUMS = [6.0, 22.0, 38.0, 54.0]   # the global batches of 0..15 by 4
@@ -138,9 +136,62 @@ async def test_a_freed_objects_id_never_selects_its_trace() -> None:
     assert scaled.experimental_get_tracing_count() == 10 + reused
 
 
-def tf_config(ports: list[int], index: int) -> str:
-    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": index}})
+class Slotted:
+    """An object that cannot be weakly referenced (``__slots__``, no ``__weakref__``)."""
+
+    __slots__ = ("factor", "payload")
+
+    def __init__(self, factor: float, payload: object) -> None:
+        self.factor, self.payload = factor, payload
+
+
+class Payload:
+    pass
+
+
+async def test_an_object_that_cannot_be_weakly_referenced_is_keyed_by_value_and_not_kept() -> None:
+    # it was numbered and held for the life of the process (a leak); as TF's
+    # Literal trace type, it is keyed by its value (hash and ==), held by the
+    # function's trace only, and one neither weakly referenced nor hashable is refused
+    @dt.function
+    def scaled(scale, x):
+        return x * scale.factor
+
+    payload = Payload()
+    gone = weakref.ref(payload)
+    held = Slotted(3.0, payload)
+    del payload
+    x = np.float32(2.0)
+    async with asyncio.timeout(BOUND_S):
+        assert float(await scaled(held, x)) == 6.0
+        assert float(await scaled(held, x)) == 6.0
+        assert scaled.experimental_get_tracing_count() == 1
+        with pytest.raises(TypeError, match="neither weakly referenced nor hashed"):
+            await scaled(bytearray(b"12"), x)
+
+        @dt.function
+        def counted(items, x):
+            return x * float(len(items))
+        for items in (range(2), range(0, 2), range(3)):
+            assert float(await counted(items, x)) == 2.0 * len(items)
+        assert counted.experimental_get_tracing_count() == 2   # equal ones share a trace
+    del held, scaled
+    gc.collect()
+    assert gone() is None   # nothing outside the freed function held the object
+
+
+async def test_a_dict_of_the_same_items_in_another_order_feeds_the_same_placeholders() -> None:
+    # one trace serves both orders (its key sorts the keys); the arrays were fed
+    # in each call's order, so the second call swapped "a" and "b"
+    @dt.function
+    def difference(d):
+        return d["a"] - d["b"]
+
+    a, b = np.float32(3.0), np.float32(1.0)
+    async with asyncio.timeout(BOUND_S):
+        assert float(await difference({"a": a, "b": b})) == 2.0
+        assert float(await difference({"b": b, "a": a})) == 2.0
+    assert difference.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.slow
@@ -149,21 +200,8 @@ def test_two_workers_read_a_new_batch_each_call_and_end_together(mode: str) -> N
     # a new iterator each epoch, and worker 0 alone keeps one more between epochs:
     # keyed by id(), one worker retraced and the other did not (next_only: the
     # step's collectives never met, a hang); keyed by the element spec, neither does
-    ports = free_ports(2)
     extra = ["--next_only"] if mode == "next_only" else []
-    procs = [subprocess.Popen([sys.executable, "tests/peers/iterator_steps.py", *extra], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=child_env(TF_CONFIG=tf_config(ports, i)))
-             for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(10)
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    for out in run_workers(["tests/peers/iterator_steps.py", *extra], 2, BOUND_S):
         report = json.loads(out.strip().splitlines()[-1])
         assert report["epochs"] == [[*SUMS, -1.0]] * 4, out[-3000:]
         assert report["traces"] == ([1, 0] if extra else [1, 1])

@@ -4,12 +4,12 @@ chosen before numba is imported): the bench model's graph (bench/train.py's
 MLP and SGD step, small sizes) on /gpu:0 makes no driver allocation (the
 caching allocator), one copy in per fed tensor and one copy out per fetched
 one, synchronizes only for that fetch, and launches no more kernels than it
-runs ops after the GPU fusion (kernels.cuda_fusion: bias add + relu); its
+runs ops after the GPU fusion (kernels.cuda.fusion: bias add + relu); its
 losses are the CPU's. The counters come from the step's run
 metadata (``RunOptions(trace_level=FULL_TRACE)``), see tests/peers/gpu_counters.py.
 
 The pool and the copy helpers also run here, in-process, on the simulator's
-module (kernels.cuda_memory imports numba only when used)."""
+module (kernels.cuda.memory imports numba only when used)."""
 from __future__ import annotations
 
 import json
@@ -70,7 +70,7 @@ def test_counters_count_only_inside_a_scope_and_follow_copied_contexts():
 
 
 def test_size_classes_round_up_and_stay_bounded():
-    from kernels.cuda_memory import size_class
+    from kernels.cuda.memory import size_class
     assert size_class(1) == 512 and size_class(512) == 512 and size_class(513) == 1024
     assert size_class(3 << 20) == 4 << 20
     assert size_class((16 << 20) + 1) == 18 << 20   # above 16 MiB: 2 MiB steps
@@ -81,8 +81,9 @@ def test_size_classes_round_up_and_stay_bounded():
 _POOL = r"""
 import gc, json
 import numpy as np
-from kernels import cuda_memory as cm
+from kernels.constants import mark_constant
 from kernels.counters import StepCounters, counting
+from kernels.cuda import memory as cm
 c = StepCounters()
 host = np.arange(300, dtype=np.float32).reshape(3, 100)
 with counting(c):
@@ -98,7 +99,7 @@ with counting(c):
     with counting(warm):
         d = cm.to_device(host)                 # both buffers free again: no allocation
         e = cm.device_empty((10, 30), np.float32)
-const = cm.mark_constant(np.ones(4, np.float32))
+const = mark_constant(np.ones(4, np.float32))
 k = StepCounters()
 with counting(k):
     c1 = cm.cached_to_device(const)
@@ -122,8 +123,9 @@ def test_the_simulator_pool_reuses_a_buffer_once_its_last_view_dies():
 _KEPT = r"""
 import json
 import numpy as np
-from kernels import cuda_memory as cm
+from kernels.constants import is_constant
 from kernels.counters import StepCounters, counting
+from kernels.cuda import memory as cm
 from kernels.registry import CPU, get_kernel
 res = {"current": cm.current_device()}
 # a read-only array the runtime did not mark (a user's feed): its owner can make it
@@ -137,7 +139,7 @@ feed.setflags(write=False)
 res["feed"] = [first, cm.to_host(cm.cached_to_device(feed)).tolist()]
 # a Const's value (the CPU kernel's, folded or not) is the runtime's: copied in once
 value = get_kernel("Const", CPU)([], {"value": np.arange(3, dtype=np.float32)})[0]
-res["marked"] = [cm.is_constant(value), cm.is_constant(feed), cm.is_constant(np.ones(2))]
+res["marked"] = [is_constant(value), is_constant(feed), is_constant(np.ones(2))]
 c = StepCounters()
 with counting(c):
     a = cm.cached_to_device(value)
@@ -193,7 +195,7 @@ def _node(name: str, op: str, inputs: list[str], device: str = "/device:GPU:0") 
 
 
 def test_gpu_fusion_takes_bias_add_relu_only_where_the_sum_has_no_other_reader():
-    from kernels.cuda_fusion import fuse_gpu_nodes
+    from kernels.cuda.fusion import fuse_gpu_nodes
     nodes = [_node("x", "Placeholder", []), _node("b", "Const", []),
              _node("add", "Add", ["x", "b"]), _node("relu", "Relu", ["add"]),
              _node("add2", "BiasAdd", ["x:0", "b:0"]), _node("relu2", "Relu", ["add2:0"]),
@@ -217,7 +219,7 @@ def test_gpu_fusion_takes_bias_add_relu_only_where_the_sum_has_no_other_reader()
 _LAUNCH = r"""
 import json
 import numpy as np
-from kernels import cuda_launch
+from kernels.cuda import launch as cuda_launch
 from kernels.counters import StepCounters, counting
 
 class Compiled:                       # what numba's dispatcher compiled for some types

@@ -3,10 +3,10 @@ under numba's CUDA simulator (in child processes: the simulator must be chosen
 before numba is imported).
 
 - Device selection: the simulator shows one GPU, so the child makes
-  ``kernels.devices.gpu_devices`` (what a server lists) report two and records,
-  at the boundary where a thread's GPU is switched (``kernels.devices._select``)
+  ``kernels.cuda.devices.gpu_devices`` (what a server lists) report two and records,
+  at the boundary where a thread's GPU is switched (``kernels.cuda.devices._select``)
   and at every launch, allocation and copy in, which GPU the thread had
-  current (``kernels.devices.current_gpu``). A node on GPU:1 launches,
+  current (``kernels.cuda.devices.current_gpu``). A node on GPU:1 launches,
   allocates and copies with GPU 1 current, one on GPU:0 with GPU 0, on the
   event loop's thread and on the kernel pool's (a first run goes there). A real
   machine with two GPUs still has to show that the memory is really GPU 1's
@@ -31,7 +31,7 @@ from tests.helpers import simulated_json
 _TWO_GPUS = r"""
 import asyncio, json, threading
 import numpy as np
-from kernels import devices
+from kernels.cuda import devices
 import distrib as dt
 
 events = []
@@ -47,7 +47,7 @@ def two_gpus(order=None):
 devices.gpu_devices = two_gpus
 
 from numba.cuda.simulator.kernel import FakeCUDAKernel
-from kernels import cuda_memory
+from kernels.cuda import memory as cuda_memory
 _getitem = FakeCUDAKernel.__getitem__
 def getitem(self, cfg):
     bound = _getitem(self, cfg)
@@ -181,7 +181,7 @@ import asyncio, json
 import numpy as np
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.executor import CompiledPartition
-from kernels import devices
+from kernels.cuda import devices
 
 def node(name, op, inputs=(), **attrs):
     return {"name": name, "op": op, "inputs": list(inputs), "device": "/device:GPU:0",
@@ -227,7 +227,7 @@ import kernels
 from kernels import registry
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.executor import CompiledPartition
-from kernels import devices
+from kernels.cuda import devices
 
 # the simulator runs one GPU op at a time: an update waits, and a reader
 # waits, around the real kernels (outside that lock), in the kernel registry

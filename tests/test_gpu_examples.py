@@ -28,7 +28,7 @@ SMALL = ["--strategy", "mirrored", "--replicas", "1", "--epochs", "1", "--hidden
 SCRIPTS = (("examples/custom_loop.py", ("--steps_per_epoch", "2")),
            ("examples/keras_fit.py", ("--steps_per_epoch", "1", "--verbose", "0")))
 
-_PROBE = ("import json; from kernels.devices import backend, gpu_devices; "
+_PROBE = ("import json; from kernels.cuda.devices import backend, gpu_devices; "
           "print(json.dumps({'backend': backend(), 'gpus': len(gpu_devices())}))")
 
 

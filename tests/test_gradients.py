@@ -7,18 +7,25 @@ all evaluated by the real kernels through ``distrib.runtime.step.local_eval.eval
 """
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from distrib.errors import NotFoundError
 from distrib.framework import dtypes
 from distrib.framework.graph import Graph
-from distrib.framework.op_def import op_def, set_gradient
+from distrib.framework.op_def import op_def, op_defs, set_gradient
 from distrib.ops import math_ops as ops
 from distrib.ops import nn
-from distrib.ops.gradients import gradients, register_gradient
+from distrib.ops.gradients import BUILTIN_FAMILIES, gradients, install_builtin_gradients, register_gradient
 from distrib.ops.variables import Variable, global_variables_initializer
 from distrib.runtime.step.local_eval import evaluate
+from distrib.summary.summary_ops import SUMMARY_OP_TYPES
+from tests.helpers import ROOT, child_env
 
 RNG = np.random.default_rng(7)
 EPS = 1e-6
@@ -432,3 +439,66 @@ def test_paths_through_non_differentiable_ops_are_not_walked():
     got, got_stopped = evaluate([dx, stopped], {x: value}, graph=g)
     np.testing.assert_allclose(got, 2 * value / 3)
     np.testing.assert_allclose(got_stopped, 3 * value)
+
+
+# -- the built-in gradients: tables by family, installed in one place ---------------------
+def test_the_catalogue_holds_exactly_the_families_tables():
+    """Each family's table is what the catalogue holds, no op type is in two
+    families (or both differentiable and not), and no other module declares a
+    built-in gradient (the summary ops declare theirs, a layer above ops)."""
+    seen: dict[str, str] = {}
+    for family in BUILTIN_FAMILIES:
+        for t in [*family.GRADIENTS, *family.NOT_DIFFERENTIABLE]:
+            assert t not in seen, (t, seen.get(t), family.__name__)
+            seen[t] = family.__name__
+        for t, fn in family.GRADIENTS.items():
+            assert op_def(t).gradient is fn and not op_def(t).no_gradient, t
+        for t in family.NOT_DIFFERENTIABLE:
+            assert op_def(t).no_gradient and op_def(t).gradient is None, t
+    with_gradient = {d.name for d in op_defs() if d.gradient is not None}
+    assert with_gradient == {t for f in BUILTIN_FAMILIES for t in f.GRADIENTS}
+    stopped = {d.name for d in op_defs() if d.no_gradient}
+    assert stopped - {t for f in BUILTIN_FAMILIES for t in f.NOT_DIFFERENTIABLE} \
+        == set(SUMMARY_OP_TYPES)
+
+
+def test_install_builtin_gradients_puts_back_a_replaced_builtin():
+    prod_grad = op_def("Prod").gradient
+    try:
+        register_gradient("Prod")(lambda op, g: [g])   # dt.register_gradient, TF's decorator
+        assert op_def("Prod").gradient is not prod_grad
+        install_builtin_gradients()
+        assert op_def("Prod").gradient is prod_grad
+    finally:
+        set_gradient("Prod", prod_grad)
+
+
+def test_a_gradient_family_only_defines():
+    """A family module's top level holds imports, definitions and assignments: its
+    import writes nothing anywhere (distrib.ops.gradients installs the tables)."""
+    for family in BUILTIN_FAMILIES:
+        tree = ast.parse(Path(family.__file__).read_text())
+        for node in tree.body:
+            docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+            assert docstring or isinstance(node, (
+                ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign,
+                ast.AnnAssign)), (family.__name__, node.lineno, ast.dump(node)[:80])
+
+
+def test_floor_stops_gradients_without_the_learning_rate_decays_loaded():
+    """Floor's no-gradient declaration was made when the learning-rate decays
+    loaded (dt.train): before that, a Floor on the path failed the walk."""
+    probe = (
+        "import sys\n"
+        "import distrib as dt\n"
+        "from distrib.framework.op_def import op_def\n"
+        "assert 'distrib.train.optimizers.learning_rate_decay' not in sys.modules\n"
+        "from distrib.ops.math_ops import unary_op\n"
+        "x = dt.placeholder(dt.float32, [2])\n"
+        "loss = dt.reduce_sum(unary_op('Floor', x, 'Floor')) + dt.reduce_sum(x * 2.0)\n"
+        "(gx,) = dt.gradients(loss, [x])\n"
+        "print(op_def('Floor').no_gradient, gx is not None)\n")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=child_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "True"]

@@ -1,5 +1,5 @@
 """The graph optimizer (distrib.runtime.step.graph_optimizer) and the fused
-CPU kernel (kernels.cpu_fused): each pass on small graphs, its switches,
+CPU kernel (kernels.cpu.fused): each pass on small graphs, its switches,
 exactness against the unoptimized graph (bit for bit, or within the ulp
 bound where the docs say so), what must survive (fetched, fed, stateful,
 random, control dependencies), numba's on-disk cache across processes, and
@@ -25,7 +25,7 @@ from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.executor import CompiledPartition
 from distrib.runtime.step.graph_optimizer import Passes, optimize_nodes, resolve_passes
 from distrib.runtime.step.plan import partition, place, prune, tensor_op
-from kernels import cpu_fused
+from kernels.cpu import fused as cpu_fused
 from kernels.registry import KernelError
 from tests.helpers import child_env
 
@@ -395,7 +395,7 @@ def test_a_malformed_fused_program_is_refused_before_it_runs():
 
 _CACHE_PROBE = r"""
 import json, sys, numpy as np
-from kernels import cpu_fused
+from kernels.cpu import fused as cpu_fused
 attrs = {"dtype": "float32", "code": np.array([[3, 0, 0, 0, 0, 0], [3, 0, 1, 0, 2, 0]]),
          "ops": ["Mul", "Mul"], "imms": np.array([1.0001]), "n_regs": 1, "fused": ["a", "b"]}
 x = np.array([1.5, -2.0, 3e-3], np.float32)
@@ -456,7 +456,7 @@ def test_a_process_that_exits_while_the_fused_kernel_loads_waits_for_the_loader(
     interpreter finalizes it can crash a finished program (SIGSEGV); at exit
     it is joined, bounded (cpu_fused.join_loaders)."""
     code = ("import threading, numpy as np\n"
-            "from kernels import cpu_fused\n"
+            "from kernels.cpu import fused as cpu_fused\n"
             "assert cpu_fused.ready_jit(np.dtype(np.float64)) is None\n"
             "assert any(t.name == 'fused-kernel-loader' for t in threading.enumerate())\n")
     child = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(),

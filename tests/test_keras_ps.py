@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
+from distrib.distribute.functions import def_function
 from examples.datasets import load_digits
 from tests.helpers import ROOT, child_env
 from tests.peers.cli_cluster import cluster_spec

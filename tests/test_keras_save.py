@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute.values import local_results
+from distrib.distribute.core.values import local_results
 from distrib.errors import AlreadyExistsError, DataLossError, NotFoundError
 from distrib.keras import model_saving
 from tests import helpers

@@ -19,7 +19,7 @@ for every dtype its CPU kernel serves, on cases built from the op catalogue
 (an update op's variable, slots and hyper-parameters from its entry; other
 ops from ``CASES`` or, by default, one tensor per declared input). A new GPU
 op is therefore picked up by itself; one that no case can run fails the test
-and says what to add. Every kernel object reachable from the ``kernels.cuda*``
+and says what to add. Every kernel object reachable from the ``kernels.cuda``
 modules must have been launched by some case, and every launched kernel must
 cache its compiled code on disk (``cache=True``) with a key numba can compute.
 
@@ -186,7 +186,7 @@ def _install_fakes(launches: dict, label: list) -> None:
 
 
 def _kernel_objects() -> dict[int, tuple[Any, str]]:
-    """Every CUDA kernel (not device function) reachable from the kernels.cuda*
+    """Every CUDA kernel (not device function) reachable from the kernels.cuda
     modules: their globals, the dicts among them, and the closures of their
     functions (factories' kernels live there), by id."""
     from numba.cuda.dispatcher import CUDADispatcher
@@ -280,7 +280,7 @@ def record() -> tuple[dict, list[str], dict]:
     launches: dict = {}
     label = [""]
     _install_fakes(launches, label)
-    from kernels.gpu_loader import load_gpu_kernels
+    from kernels.cuda.loader import load_gpu_kernels
     from kernels.registry import GPU, registered_ops
     load_gpu_kernels()   # raises what the registry would only log (it falls back to CPU)
     no_case, served = [], {}

@@ -407,7 +407,7 @@ def test_apply_gradient_descent_big_in_place_matches_numpy(dtype, blas, monkeypa
     # and passes its check; either way the result is numpy's within an ulp
     # of the operands (axpy may fuse the multiply-add: one rounding, not two)
     # and it stays in place.
-    from kernels import cpu_update
+    from kernels.cpu import update as cpu_update
     if not blas:
         monkeypatch.setattr(cpu_update, "_axpy_by_dtype", None)
     elif cpu_update._blas_axpy() is None:
@@ -427,7 +427,7 @@ def test_apply_gradient_descent_big_in_place_matches_numpy(dtype, blas, monkeypa
 
 
 def test_blas_axpy_is_used_only_after_its_check(monkeypatch):
-    from kernels import cpu_update
+    from kernels.cpu import update as cpu_update
     monkeypatch.setattr(cpu_update, "_axpy_by_dtype", cpu_update._UNSET)
     monkeypatch.setattr(cpu_update, "_axpy_works", lambda fn, dt: False)
     assert cpu_update._blas_axpy() is None        # a candidate that fails is never used
@@ -442,7 +442,7 @@ def test_blas_axpy_is_looked_up_once_for_all_threads(monkeypatch):
     import threading
     import time
 
-    from kernels import cpu_update
+    from kernels.cpu import update as cpu_update
     found = cpu_update._blas_axpy()
     monkeypatch.setattr(cpu_update, "_axpy_by_dtype", cpu_update._UNSET)
     calls = []

@@ -50,7 +50,7 @@ def test_gpu_kernels_match_cpu_under_the_simulator():
 
 def test_no_visible_gpu_means_no_devices_and_no_crash():
     code = ("import json, kernels\n"
-            "from kernels import devices\n"
+            "from kernels.cuda import devices\n"
             "print(json.dumps([devices.backend(), devices.gpu_devices(),\n"
             "                  devices.is_device_array(devices.to_host([1.0]))]))")
     backend, devs, is_dev = json.loads(_python(code, CUDA_VISIBLE_DEVICES=""))
@@ -62,6 +62,8 @@ def test_numba_loads_only_with_the_first_gpu_lookup():
             "before = 'numba' in sys.modules\n"
             "kernels.get_kernel('Add', 'CPU'); kernels.registered_ops('CPU')\n"
             "middle = 'numba' in sys.modules\n"
+            "kernels_before = 'kernels.cuda.elementwise' in sys.modules\n"
             "gpu = kernels.has_kernel('MatMul', 'GPU')\n"
-            "print(before, middle, gpu, 'numba' in sys.modules, 'kernels.cuda' in sys.modules)")
-    assert _python(code, CUDA_VISIBLE_DEVICES="") == "False False True True True"
+            "print(before, middle, kernels_before, gpu, 'numba' in sys.modules,\n"
+            "      'kernels.cuda.elementwise' in sys.modules)")
+    assert _python(code, CUDA_VISIBLE_DEVICES="") == "False False False True True True"

@@ -29,7 +29,7 @@ def rand(*shape, dtype=F32):
 
 def compare(op, inputs, attrs=None, rtol=1e-5, atol=1e-5, host_inputs=False):
     import kernels
-    from kernels.devices import is_device_array, to_device, to_host
+    from kernels.cuda.devices import is_device_array, to_device, to_host
     attrs = attrs or {}
     cpu = kernels.get_kernel(op, "CPU")([np.array(x) for x in inputs], attrs)
     dev_in = [x if host_inputs else to_device(x) for x in inputs]
@@ -43,7 +43,7 @@ def compare(op, inputs, attrs=None, rtol=1e-5, atol=1e-5, host_inputs=False):
 
 
 def test_backend_is_simulator_with_one_device():
-    from kernels.devices import backend, gpu_devices
+    from kernels.cuda.devices import backend, gpu_devices
     assert backend() == "cudasim"
     devs = gpu_devices()
     assert [d["name"] for d in devs] == ["GPU:0"]
@@ -131,7 +131,7 @@ def test_softmax_and_losses():
 
 def test_sparse_xent_bad_label_gives_nan_row():
     import kernels
-    from kernels.devices import to_host
+    from kernels.cuda.devices import to_host
     loss, backprop = kernels.get_kernel("SparseSoftmaxCrossEntropyWithLogits", "GPU")(
         [rand(2, 3), np.array([1, 7], np.int32)], {})
     loss, backprop = to_host(loss), to_host(backprop)
@@ -172,7 +172,7 @@ def test_sum_to_shape_of():
 def _update_case(op, attrs, make):
     """Run ``op`` for three steps on CPU copies and on device arrays; compare state."""
     import kernels
-    from kernels.devices import to_device, to_host
+    from kernels.cuda.devices import to_device, to_host
     state_cpu, hyper = make()
     state_gpu = [to_device(s.copy()) for s in state_cpu]
     for step in range(3):
@@ -189,7 +189,7 @@ def _update_case(op, attrs, make):
 
 
 def test_update_rules_in_place():
-    from kernels.devices import to_device
+    from kernels.cuda.devices import to_device
     lr = lambda step: [np.array(0.1, F32)]  # noqa: E731
     _update_case("ApplyGradientDescent", {}, lambda: ([rand(4, 3)], lr))
     for nesterov in (False, True):
@@ -222,7 +222,7 @@ def test_op_without_gpu_kernel_is_kernel_not_found():
 @pytest.mark.parametrize("op,ufunc", [("AssignAdd", np.add), ("AssignSub", np.subtract)])
 def test_assign_add_sub_in_place_on_a_device_variable(op, ufunc):
     import kernels
-    from kernels.devices import to_device, to_host
+    from kernels.cuda.devices import to_device, to_host
     var = rand(3, 4)
     deltas = [rand(3, 4), rand(4), np.array(1.5, F32),      # equal, a row, a scalar
               rand(3, 1),                                   # a column: on a host copy

@@ -10,8 +10,16 @@
   inside a function counts (it is a cycle deferred, not removed); one under
   ``if TYPE_CHECKING:`` does not (it never runs), nor does a package's
   implicit import of its parent package.
-- Inside ``distrib.runtime``, a wing imports only the wings before it in
-  ``WINGS`` (its own included); no module sits in ``runtime/`` outside a wing.
+- Inside ``distrib.runtime``, ``distrib.train`` and ``distrib.distribute``, a
+  wing imports only the wings before it in that subpackage's row of
+  ``WINGS`` (its own included); no module sits in those subpackages outside
+  a wing (the subpackage's ``__init__`` aside), and every folder there is a
+  wing.
+- Inside ``kernels``, likewise between ``KERNEL_WINGS`` (cpu, then cuda: the
+  CUDA wing may import the CPU one for its host fallbacks, never the
+  reverse); the shared modules at the top of ``kernels/`` (registry, dtypes,
+  counters, constants) import no wing, and a wing's ``__init__`` imports
+  nothing (``import kernels`` must not load numba).
 - No module is over ``MAX_LINES`` lines: a module that grows past that holds
   two ideas.
 - No module uses another module's private name: neither ``from mod import
@@ -33,10 +41,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("distrib", "transports", "kernels")
 LAYERS = ("settings", "errors", "io", "cluster", "app", "framework", "ops", "client", "runtime", "server",
           "summary", "train", "data", "distribute", "keras", "launch", "status")
-# distrib/runtime's wings, bottom first (docs/ARCHITECTURE.md, "Packages and layers")
-WINGS = ("core", "actors", "chief", "state", "collective", "step")
+# distrib's subpackages split into wings: each one's wings, bottom first
+# (docs/ARCHITECTURE.md, "Packages and layers")
+WINGS = {
+    "runtime": ("core", "actors", "chief", "state", "collective", "step"),
+    "train": ("checkpoints", "optimizers", "chief", "sessions", "replicas"),
+    "distribute": ("core", "elastic", "functions", "preemption", "strategies", "coordinator",
+                   "experimental"),
+}
+# kernels' wings, bottom first (kernels/README.md); its top-level modules are shared
+# by both and sit below them, and ``kernels/__init__`` stands above everything
+KERNEL_WINGS = ("cpu", "cuda")
 TOP = ("__init__", "demo")   # distrib's own modules that stand above every layer
-MAX_LINES = 600
+MAX_LINES = 500   # issue 37: split by concern, before a module holds two ideas
 
 
 def module_files(root: Path) -> dict[str, Path]:
@@ -138,28 +155,76 @@ def order_violations(graph: dict[str, dict[str, int]]) -> list[str]:
     return bad
 
 
-def wing_of(module: str) -> int | None:
-    """The rank of a ``distrib.runtime`` module's wing (-1 for a module outside
-    every wing); None for a module outside the runtime, or its ``__init__``."""
+def wing_of(module: str) -> tuple[str, int] | None:
+    """(subpackage, rank of the module's wing in ``WINGS[subpackage]``; -1 for a
+    module outside every wing) for a module of a winged subpackage of
+    ``distrib``; None for any other module, or the subpackage's ``__init__``."""
     parts = module.split(".")
-    if parts[:2] != ["distrib", "runtime"] or len(parts) == 2:
+    if parts[0] != "distrib" or len(parts) < 3 or parts[1] not in WINGS:
         return None
-    return WINGS.index(parts[2]) if parts[2] in WINGS else -1
+    wings = WINGS[parts[1]]
+    return parts[1], (wings.index(parts[2]) if parts[2] in wings else -1)
 
 
 def wing_violations(graph: dict[str, dict[str, int]]) -> list[str]:
     bad = []
     for module, edges in sorted(graph.items()):
-        rank = wing_of(module)
-        if rank is None:
+        place = wing_of(module)
+        if place is None:
             continue
+        pkg, rank = place
         if rank < 0:
-            bad.append(f"{module}: not in a wing of distrib.runtime {WINGS}")
+            bad.append(f"{module}: not in a wing of distrib.{pkg} {WINGS[pkg]}")
             continue
         for target, line in sorted(edges.items()):
-            trank = wing_of(target)
+            tplace = wing_of(target)
+            if tplace is not None and tplace[0] == pkg and tplace[1] > rank:
+                bad.append(f"{module}:{line} imports {target}, a later wing "
+                           f"({WINGS[pkg][tplace[1]]})")
+    return bad
+
+
+def kernel_wing_of(module: str) -> int | None:
+    """The rank of a ``kernels`` module's wing: -1 for a shared top-level
+    module (below every wing), -2 for a folder that is no wing; None for a
+    module outside ``kernels``, or its ``__init__``."""
+    parts = module.split(".")
+    if parts[0] != "kernels" or len(parts) == 1:
+        return None
+    if parts[1] in KERNEL_WINGS:
+        return KERNEL_WINGS.index(parts[1])
+    return -1 if len(parts) == 2 else -2
+
+
+def kernel_wing_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    bad = []
+    for module, edges in sorted(graph.items()):
+        rank = kernel_wing_of(module)
+        if rank is None:
+            continue
+        if rank == -2:
+            bad.append(f"{module}: not in a wing of kernels {KERNEL_WINGS}")
+            continue
+        for target, line in sorted(edges.items()):
+            trank = kernel_wing_of(target)
             if trank is not None and trank > rank:
-                bad.append(f"{module}:{line} imports {target}, a later wing ({WINGS[trank]})")
+                what = "a shared module imports" if rank == -1 else "imports"
+                bad.append(f"{module}:{line} {what} {target}, a later wing ({KERNEL_WINGS[trank]})")
+    return bad
+
+
+def wing_init_imports(root: Path) -> list[str]:
+    """Each import in a kernels wing's ``__init__`` (``__future__`` aside)."""
+    bad = []
+    for wing in KERNEL_WINGS:
+        path = root / "kernels" / wing / "__init__.py"
+        if not path.exists():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and \
+                    not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+                bad.append(f"kernels/{wing}/__init__.py:{node.lineno} imports (a wing's "
+                           "__init__ imports nothing: import kernels must not load numba)")
     return bad
 
 
@@ -337,14 +402,28 @@ def test_imports_follow_the_layer_order() -> None:
     assert order_violations(import_graph(ROOT)) == []
 
 
-def test_runtime_wings_import_downward_only() -> None:
+def test_wings_import_downward_only() -> None:
     assert wing_violations(import_graph(ROOT)) == []
 
 
-def test_every_runtime_folder_is_a_wing() -> None:
-    folders = {p.name for p in (ROOT / "distrib" / "runtime").iterdir()
+@pytest.mark.parametrize("pkg", sorted(WINGS))
+def test_every_folder_of_a_winged_subpackage_is_a_wing(pkg: str) -> None:
+    folders = {p.name for p in (ROOT / "distrib" / pkg).iterdir()
                if p.is_dir() and p.name != "__pycache__"}
-    assert folders == set(WINGS)
+    assert folders == set(WINGS[pkg])
+    # and no module sits beside the wings: the flat modules moved into them
+    assert [p.name for p in (ROOT / "distrib" / pkg).glob("*.py")] == ["__init__.py"]
+
+
+def test_kernel_wings_import_downward_only() -> None:
+    assert kernel_wing_violations(import_graph(ROOT)) == []
+
+
+def test_every_kernels_folder_is_a_wing_and_wings_import_nothing() -> None:
+    folders = {p.name for p in (ROOT / "kernels").iterdir()
+               if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(KERNEL_WINGS)
+    assert wing_init_imports(ROOT) == []
 
 
 def test_no_import_cycles() -> None:
@@ -372,8 +451,10 @@ def test_old_module_paths_are_gone() -> None:
                 "training", "train.py", "cluster.py", "_graph_exports"):
         assert not (ROOT / "distrib" / old).exists() and \
             not (ROOT / "distrib" / f"{old}.py").exists(), old
-    # the runtime's flat modules moved into wings
-    assert [p.name for p in (ROOT / "distrib" / "runtime").glob("*.py")] == ["__init__.py"]
+    # runtime's and train's flat modules moved into wings (checked with the wings above)
+    # kernels' cpu_*/cuda_* modules moved into its wings: no prefix stands in for a folder
+    assert sorted(p.name for p in (ROOT / "kernels").glob("*.py")) == \
+        ["__init__.py", "constants.py", "counters.py", "dtypes.py", "registry.py"]
 
 
 # -- the checker can fail ------------------------------------------------------------------
@@ -416,12 +497,12 @@ def test_checker_finds_an_import_against_the_order(tmp_path: Path) -> None:
         "distrib/runtime/__init__.py": "",
         "distrib/runtime/step/worker.py": "import kernels\nimport transports\n",
         "transports/wire.py": "from distrib import errors\n",
-        "kernels/cpu.py": "import importlib\nimportlib.import_module('transports.wire')\n",
+        "kernels/cpu/math.py": "import importlib\nimportlib.import_module('transports.wire')\n",
         "distrib/errors.py": "",
     })
     assert order_violations(import_graph(root)) == [
         "distrib.framework.graph:1 imports distrib.runtime.step.worker, a later layer (runtime)",
-        "kernels.cpu:2 imports transports.wire (kernels must not import transports)",
+        "kernels.cpu.math:2 imports transports.wire (kernels must not import transports)",
         "transports.wire:1 imports distrib.errors (transports must not import distrib)",
     ]
 
@@ -434,11 +515,39 @@ def test_checker_finds_a_wing_importing_upward(tmp_path: Path) -> None:
         "distrib/runtime/step/__init__.py": "",
         "distrib/runtime/step/master.py": "from distrib.runtime.state import store\n",
         "distrib/runtime/loose.py": "",
+        "distrib/train/__init__.py": "from distrib.train.sessions import hooks\n",
+        "distrib/train/checkpoints/__init__.py": "",
+        "distrib/train/checkpoints/saver.py": "from distrib.train.sessions import hooks\n",
+        "distrib/train/sessions/__init__.py": "",
+        "distrib/train/sessions/hooks.py": ("from distrib.train.checkpoints import saver\n"
+                                            "from distrib.runtime.step import master\n"),
+        "distrib/train/global_step.py": "",
     })
     assert wing_violations(import_graph(root)) == [
-        "distrib.runtime.loose: not in a wing of distrib.runtime " + str(WINGS),
+        "distrib.runtime.loose: not in a wing of distrib.runtime " + str(WINGS["runtime"]),
         "distrib.runtime.state.store:1 imports distrib.runtime.step.master, a later wing (step)",
+        "distrib.train.checkpoints.saver:1 imports distrib.train.sessions.hooks, a later wing (sessions)",
+        "distrib.train.global_step: not in a wing of distrib.train " + str(WINGS["train"]),
     ]
+
+
+def test_checker_finds_a_kernels_wing_importing_upward(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "kernels/registry.py": "def f():\n    from kernels.cuda import memory\n",
+        "kernels/cpu/__init__.py": "from kernels.cpu import math\n",
+        "kernels/cpu/math.py": "from kernels.cuda.memory import mark\nfrom kernels import registry\n",
+        "kernels/cuda/__init__.py": "",
+        "kernels/cuda/memory.py": "from kernels.cpu import math\nfrom kernels import registry\n",
+        "kernels/metal/ops.py": "",
+    })
+    assert kernel_wing_violations(import_graph(root)) == [
+        "kernels.cpu.math:1 imports kernels.cuda.memory, a later wing (cuda)",
+        "kernels.metal.ops: not in a wing of kernels " + str(KERNEL_WINGS),
+        "kernels.registry:2 a shared module imports kernels.cuda.memory, a later wing (cuda)",
+    ]
+    assert wing_init_imports(root) == [
+        "kernels/cpu/__init__.py:1 imports (a wing's __init__ imports nothing: "
+        "import kernels must not load numba)"]
 
 
 def test_checker_resolves_relative_imports_and_package_inits(tmp_path: Path) -> None:

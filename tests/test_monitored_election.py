@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.train.checkpoint_fence import directory_term
+from distrib.train.chief.checkpoint_fence import directory_term
 from tests.peers.election import GUARD_S, ps_and_two_workers, until
 
 

@@ -21,8 +21,8 @@ import pytest
 import distrib as dt
 from distrib.demo import free_ports
 from distrib.errors import AbortedError, DeadlineExceededError, UnavailableError
-from distrib.train import checkpoint
-from distrib.train import monitored_session as ms
+from distrib.train.checkpoints import file_format, state_file
+from distrib.train.sessions import monitored_session as ms
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 
 W_INIT = np.array([4.0, -2.0])
@@ -62,7 +62,7 @@ async def train(sess, op) -> int:
 
 
 def steps_on_disk(logdir: str) -> list[int]:
-    state = checkpoint.get_checkpoint_state(logdir)
+    state = state_file.get_checkpoint_state(logdir)
     if state is None:
         return []
     return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
@@ -148,7 +148,7 @@ async def test_chief_checkpoints_every_n_steps_and_at_the_end(server, tmp_path) 
             await train(sess, model.train)
     # one at the start (the state it starts from), every 3 steps, and the last one
     assert steps_on_disk(logdir) == [0, 3, 6, 9, 10]
-    newest = checkpoint.read_checkpoint(dt.train.latest_checkpoint(logdir))
+    newest = file_format.read_checkpoint(dt.train.latest_checkpoint(logdir))
     assert newest["global_step"] == 10
     np.testing.assert_allclose(newest["w"], w_after(10))
 
@@ -200,7 +200,7 @@ async def test_a_new_session_on_the_checkpoint_dir_resumes_at_the_saved_step(
                              hooks=[dt.train.StopAtStepHook(last_step=8)]) as sess:
             assert sess.should_stop()
     assert steps_on_disk(logdir)[-1] == 8
-    np.testing.assert_allclose(checkpoint.read_checkpoint(dt.train.latest_checkpoint(logdir))["w"],
+    np.testing.assert_allclose(file_format.read_checkpoint(dt.train.latest_checkpoint(logdir))["w"],
                                w_after(8))
     assert set(os.listdir("/dev/shm")) - shm_snapshot == set()
 
@@ -328,7 +328,7 @@ async def test_a_tensor_fed_by_a_hook_and_the_caller_is_an_error(server) -> None
 
 
 async def test_logging_tensor_hook_and_step_counter_log(server, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="distrib.train.session_run_hooks")
+    caplog.set_level(logging.INFO, logger="distrib.train.sessions.session_run_hooks")
     model = Model()
     hooks = [dt.train.StopAtStepHook(last_step=5),
              dt.train.LoggingTensorHook({"step": model.gs, "loss": "loss:0"}, every_n_iter=2,
@@ -384,7 +384,7 @@ class FailOnce(dt.train.SessionRunHook):
 
 async def test_a_recoverable_error_recreates_the_session_which_restores(server, tmp_path,
                                                                         caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="distrib.train.monitored_session")
+    caplog.set_level(logging.WARNING, logger="distrib.train.sessions.monitored_session")
     logdir = str(tmp_path / "logs")
     model = Model()
     rec = Recorder(model.gs)
@@ -457,13 +457,13 @@ class _Flag(logging.Handler):
 @pytest.mark.slow
 async def test_a_ps_restarted_mid_training_is_restored_from_the_checkpoint(
         tmp_path, short_connect_deadline, shm_snapshot, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="distrib.train.monitored_session")
+    caplog.set_level(logging.WARNING, logger="distrib.train.sessions.monitored_session")
     spec = cluster_spec(ps=1, worker=1)
     cfg = write_cluster(tmp_path, spec)
     procs = [cli_task(cfg, "ps", 0)]
     failed = threading.Event()
     flag = _Flag("in a step", failed)
-    logging.getLogger("distrib.train.monitored_session").addHandler(flag)
+    logging.getLogger("distrib.train.sessions.monitored_session").addHandler(flag)
     restarter = None
     server = dt.Server(dt.ClusterSpec(spec), job_name="worker", task_index=0)
     try:
@@ -500,7 +500,7 @@ async def test_a_ps_restarted_mid_training_is_restored_from_the_checkpoint(
                    for m in warnings), warnings
     finally:
         failed.set()
-        logging.getLogger("distrib.train.monitored_session").removeHandler(flag)
+        logging.getLogger("distrib.train.sessions.monitored_session").removeHandler(flag)
         if restarter is not None:
             restarter.join(BOUND_S)
         server.stop()

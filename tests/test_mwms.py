@@ -5,12 +5,15 @@ weights of every worker equal after every step: their loss lines agree);
 workers with two logical CPUs each make four replicas; a worker killed
 mid-training fails the other one's step with UnavailableError naming it,
 within the heartbeat bound, instead of a hang; so does a worker that never
-starts, or dies before its first collective (tests/peers/mwms_first_use.py):
-the chief's first collective, the variables' broadcast, fails naming it.
+starts (after the registration bound), or dies before its first collective
+(tests/peers/mwms_first_use.py): the chief's first collective, the
+variables' broadcast, fails naming it; a worker started later than the
+connect deadline after the chief joins it (TF's workers start in any
+order), and so does a chief started after the worker; a worker that exits
+without saving fails the chief's save (its own group) naming it.
 Every process is stopped by its pid."""
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -19,34 +22,19 @@ import time
 import pytest
 
 from distrib.launch.tasks import free_ports
-from tests.helpers import ROOT, child_env
+from tests.helpers import ROOT, child_env, worker_tf_config
+from tests.helpers import run_workers as run_processes
 
 pytestmark = pytest.mark.slow
 BOUND_S = 90
 
 
-def tf_config(ports: list[int], index: int) -> str:
-    return json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": index}})
+tf_config = worker_tf_config
 
 
 def run_workers(n: int, extra: list[str], **env: str) -> list[str]:
-    ports = free_ports(n)
-    procs = [subprocess.Popen([sys.executable, "examples/custom_loop.py", "--strategy", "mwms",
-                               *extra], cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              env=child_env(TF_CONFIG=tf_config(ports, i), **env))
-             for i in range(n)]
-    try:
-        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
-    return outs
+    return run_processes(["examples/custom_loop.py", "--strategy", "mwms", *extra], n,
+                         BOUND_S, **env)
 
 
 def run_local(extra: list[str]) -> str:
@@ -117,10 +105,24 @@ def test_a_killed_worker_fails_the_others_step_within_the_heartbeat_bound() -> N
     assert took < 10.0, f"worker 0 took {took:.1f}s to fail"
 
 
-def _first_use(ports: list[int], index: int, mode: str, **env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "tests/peers/mwms_first_use.py", "--mode", mode],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=child_env(TF_CONFIG=tf_config(ports, index), **env))
+def _first_use(ports: list[int], index: int, mode: str, *args: str,
+               **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "tests/peers/mwms_first_use.py", "--mode", mode,
+                             *args], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            env=child_env(TF_CONFIG=tf_config(ports, index), **env))
+
+
+def _read_until(proc: subprocess.Popen, text: str) -> str:
+    """``proc``'s output up to the line holding ``text`` (all of it if it ends first)."""
+    deadline = time.monotonic() + BOUND_S
+    seen = ""
+    while text not in seen and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen += line
+    return seen
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -133,12 +135,60 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 def test_a_worker_that_never_starts_fails_the_chiefs_first_broadcast_naming_it() -> None:
     ports = free_ports(2)
     # the chief alone: its broadcast waits for worker 1, which nobody can reach
-    chief = _first_use(ports, 0, "train", DISTRIB_CONNECT_TIMEOUT_S="2")
+    chief = _first_use(ports, 0, "train", DISTRIB_CONNECT_TIMEOUT_S="1",
+                       DISTRIB_REGISTER_TIMEOUT_S="3")
     try:
         out, _ = chief.communicate(timeout=BOUND_S)
     finally:
         _stop([chief])
     assert "error UnavailableError" in out and "/job:worker/task:1 " in out, out[-3000:]
+    assert "DISTRIB_REGISTER_TIMEOUT_S" in out and "start every task" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("late", ["worker", "chief"])
+def test_a_task_started_long_after_the_other_joins_and_the_step_runs(late: str) -> None:
+    # TF's workers start by hand, in any order: the one that started first waits
+    # for the other (within DISTRIB_REGISTER_TIMEOUT_S), whatever the connect deadline
+    ports = free_ports(2)
+    env = dict(DISTRIB_CONNECT_TIMEOUT_S="1")
+    first, second = (0, 1) if late == "worker" else (1, 0)
+    procs = [_first_use(ports, first, "train", **env)]
+    try:
+        # its first probe of the other failed (a connect deadline passed): it says
+        # whom it waits for; the other starts two more connect deadlines later
+        seen = _read_until(procs[0], f"waits for /job:worker/task:{second} to start")
+        assert "waits for" in seen, seen[-2000:]
+        time.sleep(2.0)
+        procs.append(_first_use(ports, second, "train", **env))
+        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
+    finally:
+        _stop(procs)
+    for out in outs:
+        assert "result 3.0" in out, out[-3000:]
+
+
+def test_a_worker_that_exits_without_saving_fails_the_chiefs_save_naming_it(tmp_path) -> None:
+    # the save's agreement has a group of its own (9): the chief must not wait
+    # for ever for a worker that left
+    ports = free_ports(2)
+    env = dict(DISTRIB_HEARTBEAT_S="0.2")
+    procs = [_first_use(ports, i, "save", "--dir", str(tmp_path), **env) for i in (1, 0)]
+    worker, chief = procs
+    try:
+        out1, _ = worker.communicate(timeout=BOUND_S)
+        assert worker.returncode == 0 and "result 3.0" in out1, out1[-3000:]
+        seen = _read_until(chief, "result")
+        chief.stdin.write("save\n")
+        chief.stdin.flush()
+        seen += _read_until(chief, "saving")
+        assert "saving" in seen, seen[-2000:]
+        started = time.monotonic()
+        out, _ = chief.communicate(timeout=BOUND_S)
+        took = time.monotonic() - started
+    finally:
+        _stop(procs)
+    assert "error UnavailableError" in out and "/job:worker/task:1" in out, out[-3000:]
+    assert took < 15.0, f"the chief's save took {took:.1f}s to fail"
 
 
 def test_a_worker_killed_before_its_first_collective_fails_the_chief_naming_it() -> None:
@@ -166,18 +216,5 @@ def test_a_worker_killed_before_its_first_collective_fails_the_chief_naming_it()
 def test_all_reduce_gradient_is_the_all_reduce_of_every_workers_upstream_gradient() -> None:
     # issue 36: d/dx of all_reduce(SUM, x) * c is the sum of c over the workers
     # (2, 3 on worker 0 and 20, 30 on worker 1), as TF's, on every worker
-    ports = free_ports(2)
-    procs = [subprocess.Popen([sys.executable, "tests/peers/mwms_saves.py", "--mode", "grad"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=child_env(TF_CONFIG=tf_config(ports, i)))
-             for i in range(2)]
-    try:
-        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    for out in run_processes(["tests/peers/mwms_saves.py", "--mode", "grad"], 2, BOUND_S):
         assert "grad [22.0, 33.0]" in out, out[-3000:]

@@ -13,14 +13,9 @@ Every process is stopped by its pid.
 """
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from distrib.launch.tasks import free_ports
-from tests.helpers import ROOT, child_env
+from tests.helpers import run_workers
 
 pytestmark = pytest.mark.slow
 BOUND_S = 90
@@ -28,25 +23,8 @@ BOUND_S = 90
 
 def run_two_workers(*args: str) -> list[dict[str, str]]:
     """Both workers' ``KEY VALUE`` lines, once both exited 0."""
-    ports = free_ports(2)
-    procs = []
-    for i in range(2):
-        config = json.dumps({"cluster": {"worker": [f"localhost:{p}" for p in ports]},
-                             "task": {"type": "worker", "index": i}})
-        procs.append(subprocess.Popen(
-            [sys.executable, "tests/peers/mwms_saves.py", *args], cwd=ROOT,
-            env=child_env(TF_CONFIG=config), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True))
-    try:
-        outs = [p.communicate(timeout=BOUND_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
     lines = []
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
+    for out in run_workers(["tests/peers/mwms_saves.py", *args], 2, BOUND_S):
         lines.append(dict(line.split(" ", 1) for line in out.splitlines() if " " in line))
     return lines
 

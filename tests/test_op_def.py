@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kernels
-from distrib.distribute.def_function import function
+from distrib.distribute.functions.def_function import function
 from distrib.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
 from distrib.framework import dtypes
 from distrib.framework.graph import Graph
@@ -23,15 +23,13 @@ from distrib.runtime.core import kernel_pool
 from distrib.runtime.step.executor import CompiledPartition
 from distrib.runtime.step.plan import partition, place
 from distrib.summary import summary_ops
-from distrib.train.learning_rate_decay import exponential_decay
-from distrib.train.optimizers import (
-    AdagradOptimizer,
-    AdamOptimizer,
-    GradientDescentOptimizer,
-    MomentumOptimizer,
-)
-from distrib.train.rmsprop import RMSPropOptimizer
-from distrib.train.sync_replicas import SyncReplicasOptimizer, TokenQueue
+from distrib.train.optimizers.adagrad import AdagradOptimizer
+from distrib.train.optimizers.adam import AdamOptimizer
+from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
+from distrib.train.optimizers.learning_rate_decay import exponential_decay
+from distrib.train.optimizers.momentum import MomentumOptimizer
+from distrib.train.optimizers.rmsprop import RMSPropOptimizer
+from distrib.train.replicas.sync_replicas import SyncReplicasOptimizer, TokenQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,14 +12,16 @@ import distrib as dt
 from distrib.errors import InvalidArgumentError
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.local_eval import evaluate
-from distrib.train.global_step import create_global_step, get_global_step, get_or_create_global_step
-from distrib.train.optimizers import (
-    AdagradOptimizer,
-    AdamOptimizer,
-    GradientDescentOptimizer,
-    MomentumOptimizer,
-    Optimizer,
+from distrib.train.optimizers.adagrad import AdagradOptimizer
+from distrib.train.optimizers.adam import AdamOptimizer
+from distrib.train.optimizers.global_step import (
+    create_global_step,
+    get_global_step,
+    get_or_create_global_step,
 )
+from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
+from distrib.train.optimizers.momentum import MomentumOptimizer
+from distrib.train.optimizers.optimizer import Optimizer
 
 W0 = np.array([[1.0, -2.0], [0.5, 3.0]])
 GRADS = [np.array([[0.1, -0.2], [0.3, 0.4]]), np.array([[-0.5, 0.25], [1.0, -1.0]]),
@@ -304,7 +306,7 @@ def test_get_global_step_wants_a_scalar_but_the_supervisor_finds_a_step_of_shape
     # TF: training_util.get_global_step refuses a fully defined non-scalar
     # (TypeError), while the Supervisor takes the GLOBAL_STEP collection's first
     # ("an integer Tensor of size 1"), and Saver.save names files by its value
-    from distrib.train.global_step import find_global_step
+    from distrib.train.optimizers.global_step import find_global_step
     graph = dt.Graph()
     with graph.as_default():
         gs = dt.Variable(np.array([0], np.int64), trainable=False, name="global_step",
@@ -330,8 +332,8 @@ def test_hyper_parameters_may_be_callables(cls, kwargs):
 
 @pytest.mark.parametrize("blas", [True, False])
 def test_sgd_written_into_a_new_array_has_the_bits_of_the_in_place_rule(blas, monkeypatch):
-    from kernels import cpu_update
-    from kernels.cpu_update import gradient_descent_into
+    from kernels.cpu import update as cpu_update
+    from kernels.cpu.update import gradient_descent_into
     if not blas:   # numpy's rule on both paths
         monkeypatch.setattr(cpu_update, "_axpy_by_dtype", None)
     rng = np.random.default_rng(3)

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
+from distrib.distribute.functions import def_function
 from tests.peers.cli_cluster import cluster_spec
 
 BOUND_S = 60
@@ -136,7 +136,7 @@ async def test_a_dropped_strategys_variables_are_initialized_where_it_ran() -> N
     a function outside every strategy runs: TF2 made them at creation."""
     with dt.distribute.MirroredStrategy().scope():
         v = dt.Variable(np.array([1.0, 2.0], np.float32), name="kept")
-    assert dt.distribute.distribute_lib.variable_owner(v) is not None
+    assert dt.distribute.core.distribute_lib.variable_owner(v) is not None
 
     @dt.function
     def double():

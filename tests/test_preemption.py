@@ -46,7 +46,9 @@ import pytest
 
 import distrib as dt
 from distrib.cluster.exit_codes import RESTART_EXIT_CODE
-from distrib.distribute import def_function, preemption, preemption_signals
+from distrib.distribute.functions import def_function
+from distrib.distribute.preemption import handler as preemption
+from distrib.distribute.preemption import signals as preemption_signals
 from distrib.errors import AbortedError, FailedPreconditionError, InvalidArgumentError
 from distrib.framework import config
 from distrib.server.control import PreemptionNotices

@@ -10,9 +10,9 @@ import pytest
 
 import distrib as dt
 from distrib.errors import DataLossError, InvalidArgumentError, NotFoundError, ResourceExhaustedError
-from distrib.train import checkpoint
-from distrib.train.global_step import get_or_create_global_step
-from distrib.train.saver import Saver, latest_checkpoint
+from distrib.train.checkpoints import file_format, state_file
+from distrib.train.checkpoints.saver import Saver, latest_checkpoint
+from distrib.train.optimizers.global_step import get_or_create_global_step
 
 
 class Model:
@@ -39,7 +39,7 @@ async def test_save_then_restore_round_trips_through_a_session(server, tmp_path)
         path = await model.saver.save(sess, str(tmp_path / "ckpt" / "model"), global_step=model.gs)
         assert path == str(tmp_path / "ckpt" / "model-3")
         assert latest_checkpoint(str(tmp_path / "ckpt")) == path
-        assert set(checkpoint.list_checkpoint_tensors(path)) == {"layer/w", "layer/b", "global_step"}
+        assert set(file_format.list_checkpoint_tensors(path)) == {"layer/w", "layer/b", "global_step"}
         await sess.run(model.scramble)
         assert (await sess.run(model.gs)) == 8
         await model.saver.restore(sess, path)
@@ -77,7 +77,7 @@ async def test_max_to_keep_rotates_files_and_state(server, tmp_path):
         paths = [await model.saver.save(sess, prefix, global_step=step) for step in (1, 2, 3, 4)]
     assert [os.path.exists(p) for p in paths] == [False, False, True, True]
     assert model.saver.last_checkpoints == paths[2:]
-    state = checkpoint.get_checkpoint_state(str(tmp_path))
+    state = state_file.get_checkpoint_state(str(tmp_path))
     assert state.model_checkpoint_path == paths[3]
     assert list(state.all_model_checkpoint_paths) == paths[2:]
 
@@ -125,7 +125,7 @@ async def test_restore_names_a_variable_missing_from_the_checkpoint(server, tmp_
         await sess.run(model.init)
         only_w = Saver(var_list={"weights": model.w})
         path = await only_w.save(sess, str(tmp_path / "partial"))
-        assert set(checkpoint.list_checkpoint_tensors(path)) == {"weights"}
+        assert set(file_format.list_checkpoint_tensors(path)) == {"weights"}
         with pytest.raises(NotFoundError, match="layer/b"):
             await model.saver.restore(sess, path)
         with pytest.raises(NotFoundError, match="does not exist"):
@@ -199,7 +199,7 @@ async def test_a_failed_state_write_deletes_no_checkpoint(server, tmp_path, monk
 
         def disk_full(*args, **kwargs):
             raise OSError(errno.ENOSPC, "No space left on device")
-        monkeypatch.setattr(checkpoint, "update_checkpoint_state", disk_full)
+        monkeypatch.setattr(state_file, "update_checkpoint_state", disk_full)
         with pytest.raises(ResourceExhaustedError, match="disk space"):
             await model.saver.save(sess, str(tmp_path / "model"), global_step=2)
         monkeypatch.undo()
@@ -218,7 +218,7 @@ async def test_concurrent_saves_leave_state_and_rotation_agreeing(server, tmp_pa
         await sess.run(model.init)
         await asyncio.gather(*(model.saver.save(sess, str(tmp_path / "model"), global_step=step)
                                for step in range(12)))
-    state = checkpoint.get_checkpoint_state(str(tmp_path))
+    state = state_file.get_checkpoint_state(str(tmp_path))
     kept = model.saver.last_checkpoints
     assert list(state.all_model_checkpoint_paths) == kept and state.model_checkpoint_path == kept[-1]
     assert sorted(p for p in os.listdir(tmp_path) if p.startswith("model")) == \
@@ -234,7 +234,7 @@ async def test_max_to_keep_zero_keeps_files_and_lists_only_the_newest(server, tm
             last = await model.saver.save(sess, str(tmp_path / "model"), global_step=step)
     assert sorted(p for p in os.listdir(tmp_path) if p.startswith("model")) == \
         ["model-0", "model-1", "model-2"]
-    state = checkpoint.get_checkpoint_state(str(tmp_path))
+    state = state_file.get_checkpoint_state(str(tmp_path))
     assert state.all_model_checkpoint_paths == (last,) and model.saver.last_checkpoints == []
 
 
@@ -278,7 +278,7 @@ async def test_a_checkpoint_named_like_the_state_file_is_refused(server, tmp_pat
         numbered = await model.saver.save(sess, str(tmp_path / "checkpoint"), global_step=3)
     assert numbered == str(tmp_path / "checkpoint-3")
     assert latest_checkpoint(str(tmp_path)) == numbered
-    assert checkpoint.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == (
+    assert state_file.get_checkpoint_state(str(tmp_path)).all_model_checkpoint_paths == (
         good, numbered)
 
 
@@ -328,4 +328,4 @@ async def test_a_global_step_of_shape_one_numbers_the_checkpoints(server, tmp_pa
                                 global_step=np.array([9])) == str(tmp_path / "model-9")
         with pytest.raises(InvalidArgumentError, match="one integer"):
             await saver.save(sess, str(tmp_path / "model"), global_step=w)
-    np.testing.assert_array_equal(checkpoint.read_checkpoint(path)["global_step"], [7])
+    np.testing.assert_array_equal(file_format.read_checkpoint(path)["global_step"], [7])

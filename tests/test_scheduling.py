@@ -503,7 +503,8 @@ async def test_the_master_times_its_wait_from_when_its_own_part_ended(monkeypatc
     # two other tasks answer 20 and 22 ms in, this task's part at once: the
     # wait to remember is the whole 20 ms, not the 2 ms between the answers
     # (a long wait must never spin on the next step)
-    from distrib.runtime.step.master import MasterService, _StepPlan
+    from distrib.runtime.step.master import MasterService
+    from distrib.runtime.step.sessions import StepPlan
     loop = asyncio.get_running_loop()
     seen = []
 
@@ -512,7 +513,7 @@ async def test_the_master_times_its_wait_from_when_its_own_part_ended(monkeypatc
     monkeypatch.setattr("distrib.runtime.step.master.spin_until", record)
     master = MasterService.__new__(MasterService)
     master.task = "/job:worker/task:0"
-    plan = _StepPlan("k", {}, [])
+    plan = StepPlan("k", {}, [])
     for _ in range(2):
         local = loop.create_future()
         local.set_result(["here"])

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-import kernels.devices as kdev
+import kernels.cuda.devices as kdev
 from distrib.app import flags as fl
 from distrib.client.session import parse_target
 from distrib.errors import AlreadyExistsError, InvalidArgumentError

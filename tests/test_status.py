@@ -22,8 +22,9 @@ import pytest
 import distrib as dt
 from distrib.demo import free_ports
 from distrib.status import StatusClient, human_bytes, human_seconds, query_cluster, render_table
-from distrib.train.checkpoint import update_checkpoint_state, write_checkpoint
-from distrib.train.global_step import get_or_create_global_step
+from distrib.train.checkpoints.file_format import write_checkpoint
+from distrib.train.checkpoints.state_file import update_checkpoint_state
+from distrib.train.optimizers.global_step import get_or_create_global_step
 from tests.helpers import ROOT, Proc, child_env
 from tests.peers.cli_cluster import cli_task, cluster_spec, write_cluster
 from tests.peers.scheduler_env import free_port_base, no_scheduler_env, slurm_env

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.distribute import def_function
+from distrib.distribute.functions import def_function
 
 BOUND_S = 60
 
@@ -397,7 +397,7 @@ async def test_nested_functions_inline_and_a_restore_is_not_initialized_over(tmp
         server.stop()
     async with asyncio.timeout(BOUND_S):
         # the function runs on the process's local server: restore there too
-        from distrib.distribute.local_target import default_target
+        from distrib.distribute.functions.local_target import default_target
         async with dt.Session(default_target()) as sess:
             await sess.run(w.initializer)
             await saver.restore(sess, path)
@@ -427,7 +427,7 @@ async def test_communication_options_reach_the_collectives() -> None:
         assert attrs["group_size"] == 2
     finally:
         strategy._server.stop()
-        from distrib.distribute.local_target import set_default_target
+        from distrib.distribute.functions.local_target import set_default_target
         set_default_target(None)
 
 
@@ -435,8 +435,8 @@ async def test_a_mirrored_checkpoint_is_one_replicas_checkpoint(two_cpus, tmp_pa
     """The Saver saves a mirrored variable, its optimizer slots and the
     optimizer's scalars once, under the single-replica names, and restores
     them into every copy: a checkpoint moves between one replica and two."""
-    from distrib.distribute.local_target import default_target
-    from distrib.train import checkpoint
+    from distrib.distribute.functions.local_target import default_target
+    from distrib.train.checkpoints import file_format
     strategy = dt.distribute.MirroredStrategy()
     with strategy.scope():
         w = dt.Variable(np.zeros(3, np.float32), name="w")
@@ -463,7 +463,7 @@ async def test_a_mirrored_checkpoint_is_one_replicas_checkpoint(two_cpus, tmp_pa
         async with dt.Session(default_target()) as sess:
             path = await saver.save(sess, str(tmp_path / "mirrored"))
             saved = {v.op.name: await sess.run(v) for v in dt.global_variables()}
-            assert set(checkpoint.list_checkpoint_tensors(path)) == names
+            assert set(file_format.list_checkpoint_tensors(path)) == names
             for v in dt.global_variables():                 # every copy, every slot
                 await sess.run(v.assign(np.full(v.shape.as_list(), 9.0, np.float32)))
             await saver.restore(sess, path)

@@ -175,7 +175,7 @@ def test_tf2_needs_a_step_as_tf_does(tmp_path):
 
 
 async def test_tf2_inside_a_dt_function_written_at_each_call(tmp_path):
-    from distrib.distribute.def_function import close_sessions
+    from distrib.distribute.functions.def_function import close_sessions
     writer = dt.summary.create_file_writer(str(tmp_path))
     step = dt.Variable(0, dtype=dt.int64, name="summary_step")
     recording = {"on": True}

@@ -22,9 +22,9 @@ from tensorboard.util import tensor_util
 
 import distrib as dt
 from distrib.demo import free_ports
-from distrib.train.global_step import get_or_create_global_step
-from distrib.train.optimizers import GradientDescentOptimizer
-from distrib.train.supervisor import Supervisor
+from distrib.train.chief.supervisor import Supervisor
+from distrib.train.optimizers.global_step import get_or_create_global_step
+from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
 
 BOUND_S = 30
 

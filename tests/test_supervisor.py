@@ -14,11 +14,11 @@ import pytest
 
 import distrib as dt
 from distrib.errors import FailedPreconditionError, OutOfRangeError
-from distrib.train import checkpoint
-from distrib.train.global_step import get_or_create_global_step
-from distrib.train.optimizers import GradientDescentOptimizer
-from distrib.train.saver import latest_checkpoint
-from distrib.train.supervisor import Supervisor
+from distrib.train.checkpoints import file_format, state_file
+from distrib.train.checkpoints.saver import latest_checkpoint
+from distrib.train.chief.supervisor import Supervisor
+from distrib.train.optimizers.global_step import get_or_create_global_step
+from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
 
 W_INIT = np.array([4.0, -2.0])
 BOUND_S = 30  # no test waits longer than this for a condition
@@ -41,7 +41,7 @@ class Model:
 
 
 def steps_on_disk(logdir: str) -> list[int]:
-    state = checkpoint.get_checkpoint_state(logdir)
+    state = state_file.get_checkpoint_state(logdir)
     if state is None:
         return []
     return [int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths]
@@ -65,7 +65,7 @@ async def test_chief_initializes_saves_periodically_and_at_the_end(server, tmp_p
             w_final = await sess.run(model.w)
     # the final save happened before the block was left, at the last step
     assert latest_checkpoint(logdir) == os.path.join(logdir, f"model.ckpt-{step}")
-    restored = checkpoint.read_checkpoint(latest_checkpoint(logdir))
+    restored = file_format.read_checkpoint(latest_checkpoint(logdir))
     np.testing.assert_array_equal(restored["w"], w_final)
     assert restored["global_step"] == step
     with pytest.raises(RuntimeError, match="finalized"):
@@ -209,7 +209,7 @@ async def test_between_graph_training_with_supervisor_on_a_ps_cluster(ps_worker_
 
     async with asyncio.timeout(60):
         await asyncio.gather(replica(1), replica(0))
-    saved = checkpoint.read_checkpoint(latest_checkpoint(logdir))
+    saved = file_format.read_checkpoint(latest_checkpoint(logdir))
     assert saved["global_step"] == 2 * steps  # both replicas incremented the one step on the ps
     assert {"w", "w/Adam", "w/Adam_1", "beta1_power", "beta2_power"} <= set(saved)
     # beta1_power advanced with the steps (its read-multiply-assign may race between replicas, as in TF)
@@ -258,7 +258,7 @@ async def test_a_second_managed_session_runs_the_checkpoint_loop_again(server, t
 async def test_a_failing_queue_runner_stops_training_with_its_error(server):
     # TF: a QueueRunner reports its exception to the coordinator; should_stop()
     # turns true and leaving the block raises it
-    from distrib.train.sync_replicas import ChiefQueueRunner
+    from distrib.train.replicas.sync_replicas import ChiefQueueRunner
     g = dt.Graph()
     with g.as_default():
         w = dt.Variable(np.ones(2, np.float32), name="w")
@@ -344,7 +344,7 @@ async def test_a_global_step_of_shape_one_numbers_the_supervisors_checkpoints(se
                 await sess.run(train)
     assert latest_checkpoint(str(tmp_path)) == os.path.join(str(tmp_path), "model.ckpt-2")
     np.testing.assert_array_equal(
-        checkpoint.read_checkpoint(latest_checkpoint(str(tmp_path)))["global_step"], [2])
+        file_format.read_checkpoint(latest_checkpoint(str(tmp_path)))["global_step"], [2])
 
 
 async def test_save_checkpoint_steps_saves_every_n_global_steps(tmp_path) -> None:

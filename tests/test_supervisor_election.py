@@ -17,7 +17,7 @@ import pytest
 import distrib as dt
 from distrib.demo import free_ports
 from distrib.errors import AbortedError, FencedError
-from distrib.train.checkpoint_fence import directory_term
+from distrib.train.chief.checkpoint_fence import directory_term
 from tests.peers.election import GUARD_S, ps_and_two_workers, until
 
 

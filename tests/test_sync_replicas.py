@@ -16,8 +16,8 @@ import pytest
 import distrib as dt
 from distrib.demo import free_ports
 from distrib.errors import DeadlineExceededError
-from distrib.train.global_step import get_or_create_global_step
-from distrib.train.optimizers import OptimizerArgumentError
+from distrib.train.optimizers.global_step import get_or_create_global_step
+from distrib.train.optimizers.optimizer import OptimizerArgumentError
 
 W0 = np.array([1.0, -2.0, 3.0], dtype=np.float32)
 LR = 0.5   # one exact step of GD lands on the target of sum((w - x)^2)
@@ -166,7 +166,9 @@ async def test_backup_replica_training_advances_without_the_third_replica():
 async def test_waiting_dequeue_times_out_with_a_typed_error_and_keeps_no_token():
     async with cluster(1) as spec:
         r0 = Replica(spec, 0, 1, 1)
-        async with r0.session(operation_timeout_s=0.3) as s0:
+        # the deadline covers the whole step: long enough that the ops before the wait
+        # finish in it on a loaded machine too (0.3 s timed out in the gradient, once)
+        async with r0.session(operation_timeout_s=2.0) as s0:
             await s0.run(r0.init)
             await s0.run(r0.opt.chief_init_op)
             # no init tokens: the dequeue waits, and the deadline releases it
@@ -195,7 +197,7 @@ async def test_waiting_take_times_out_and_an_aborted_dequeue_is_released():
                 missing = dt.Variable(1.0, name="never_initialized")
             with dt.device("/job:ps/task:0"):
                 gs = get_or_create_global_step()
-                from distrib.train.sync_replicas import TokenQueue
+                from distrib.train.replicas.sync_replicas import TokenQueue
                 q = TokenQueue(gs)
                 token = q.dequeue()
                 size = q.size()
@@ -210,7 +212,7 @@ async def test_waiting_take_times_out_and_an_aborted_dequeue_is_released():
 
 
 async def test_an_aborted_take_is_released_and_leaves_the_gradients_to_the_next_take():
-    from distrib.train.sync_replicas import _Accumulator
+    from distrib.train.replicas.sync_replicas import _Accumulator
     async with cluster(1) as spec:
         g = dt.Graph()
         with g.as_default():
@@ -241,7 +243,7 @@ async def test_closing_a_session_fails_its_waiting_dequeue_and_frees_its_place()
     # session closes fails with CancelledError saying so (TF's class; ours was
     # UnavailableError), and its waiter is gone:
     # a token enqueued later stays in the queue for the next dequeue
-    from distrib.train.sync_replicas import TokenQueue
+    from distrib.train.replicas.sync_replicas import TokenQueue
     async with cluster(1) as spec:
         g = dt.Graph()
         with g.as_default():
@@ -267,7 +269,7 @@ async def test_closing_a_session_fails_its_waiting_dequeue_and_frees_its_place()
 async def test_closing_a_session_fails_its_waiting_take_on_a_server_thread(server):
     # the same for an AccumulatorTakeGradient on a blocking dt.Server (its own loop
     # thread, reached over a connection): the error names the close, not the channel
-    from distrib.train.sync_replicas import _Accumulator
+    from distrib.train.replicas.sync_replicas import _Accumulator
     g = dt.Graph()
     with g.as_default():
         v = dt.Variable(np.zeros(2, np.float32), name="v")
@@ -434,7 +436,7 @@ async def test_the_chief_queue_runner_moves_with_the_chief_role(tmp_path, monkey
             await s0.run(r0.init_tokens)
             for sv, sess, r in ((svs[0], s0, r0), (svs[1], s1, r1)):
                 sv.start_queue_runners(sess, [r.opt.get_chief_queue_runner()])
-            assert not svs[1]._running_chief_runners and svs[0]._running_chief_runners
+            assert not svs[1]._runners.running_chief_runners and svs[0]._runners.running_chief_runners
             for _ in range(3):
                 await asyncio.wait_for(r0.step(s0, x), GUARD)
                 await asyncio.wait_for(r1.step(s1, x), GUARD)
@@ -449,4 +451,4 @@ async def test_the_chief_queue_runner_moves_with_the_chief_role(tmp_path, monkey
                 await asyncio.wait_for(r1.step(s1, x), GUARD)
             # (a gradient computed before the move may be stale: it is dropped)
             assert int(await s1.run(r1.gs)) >= before + 4
-            assert svs[1]._running_chief_runners
+            assert svs[1]._runners.running_chief_runners

@@ -189,7 +189,7 @@ def test_rmsprop_slots_are_tf1s_names_beside_their_variable():
 def test_gpu_rmsprop_kernels_match_the_cpu_kernels_under_the_simulator():
     code = """
 import numpy as np, kernels
-from kernels.devices import to_device, to_host
+from kernels.cuda.devices import to_device, to_host
 rng = np.random.default_rng(3)
 def rand(scale, shift=0.0):
     return (rng.standard_normal(7) * scale + shift).astype(np.float32)
@@ -310,8 +310,8 @@ async def rmsprop_one_replica(x, y, batch):
 
 async def test_rmsprop_under_mirrored_strategy_equals_one_replica_and_saves_once(two_cpus,
                                                                                 tmp_path):
-    from distrib.distribute.local_target import default_target
-    from distrib.train import checkpoint
+    from distrib.distribute.functions.local_target import default_target
+    from distrib.train.checkpoints import file_format
     x, y = data()
     strategy = dt.distribute.MirroredStrategy()
     with strategy.scope():
@@ -346,7 +346,7 @@ async def test_rmsprop_under_mirrored_strategy_equals_one_replica_and_saves_once
         assert set(saver.var_list) == {"w", "w/RMSProp", "w/RMSProp_1", "w/RMSProp_2"}
         async with dt.Session(default_target()) as sess:
             path = await saver.save(sess, str(tmp_path / "rms"))
-            assert set(checkpoint.list_checkpoint_tensors(path)) == set(saver.var_list)
+            assert set(file_format.list_checkpoint_tensors(path)) == set(saver.var_list)
 
 
 async def test_rmsprop_slots_round_trip_through_the_saver(tmp_path):

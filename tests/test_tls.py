@@ -97,7 +97,7 @@ async def test_client_without_tls_settings_is_told_the_server_needs_tls(pki):
 
 
 async def test_big_messages_over_tls_arrive_whole_and_in_order(pki):
-    """TLS hands payloads over in pieces as the socket drains (wire._TLS_CHUNK):
+    """TLS hands payloads over in pieces as the socket drains (frames.TLS_CHUNK):
     big and small messages sent back to back keep their order, and what is
     queued when the connection closes still goes out."""
     good, _ = pki

@@ -24,7 +24,7 @@ from transports import (
     local_host_id,
     new_incarnation,
 )
-from transports.wire import MAGIC, PREAMBLE
+from transports.frames import MAGIC, PREAMBLE
 
 FAST = dict(connect_timeout_s=3.0, handshake_timeout_s=1.0)
 

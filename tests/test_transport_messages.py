@@ -455,7 +455,7 @@ async def test_a_prefix_claiming_a_huge_header_commits_no_memory_up_front():
     from transports import wire as W
     w = W.Wire("test")
     w.max_frame = 1 << 32
-    data = W.PREAMBLE + W._PREFIX.pack(1 << 29, W.FRAME_MSG << 24, 0) + b"x" * 16
+    data = W.PREAMBLE + W.PREFIX.pack(1 << 29, W.FRAME_MSG << 24, 0) + b"x" * 16
     for _ in range(3):   # the same bytes over and over: still a small buffer
         view = w.get_buffer(-1)
         view[:len(data)] = data

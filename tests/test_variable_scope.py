@@ -380,7 +380,7 @@ async def test_get_variable_under_mirrored_strategy():
     replica's variables, as TF's replica threads enter their scope reusing."""
     import asyncio
 
-    from distrib.distribute import def_function
+    from distrib.distribute.functions import def_function
     from distrib.framework import config
     config._reset_for_tests()
     cpu = dt.config.list_physical_devices("CPU")[0]

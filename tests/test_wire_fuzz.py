@@ -22,6 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transports import PeerInfo, TransportConfig, TransportError, local_host_id, new_incarnation
+from transports import blocks as B
+from transports import frames as F
 from transports import wire as W
 from transports.handshake import client_handshake, server_handshake
 
@@ -139,7 +141,7 @@ def feed(wire: W.Wire, data: bytes, cuts: list[int]) -> None:
             wire.buffer_updated(n)
             pos += n
             got += n
-            assert held(wire) <= max(2 * got, W._GROW_FROM) + W._BUF_SIZE + SLACK
+            assert held(wire) <= max(2 * got, B.GROW_FROM) + W._BUF_SIZE + SLACK
             if wire.max_frame == W.HANDSHAKE_MAX_FRAME:   # a peer not yet proven
                 assert held(wire) <= 2 * W.HANDSHAKE_MAX_FRAME + W._HANDSHAKE_BUF
             if wire._dmv is not None:
@@ -153,7 +155,7 @@ def frame(header: bytes, buffers: list[bytes] = (), ftype: int = W.FRAME_MSG) ->
         pieces.append(bytes(pad) + b)
         lens.append(len(b))
         off += pad + len(b)
-    return (W._PREFIX.pack(len(header), ftype << 24 | len(buffers), off)
+    return (F.PREFIX.pack(len(header), ftype << 24 | len(buffers), off)
             + struct.pack(f"<{len(lens)}Q", *lens) + header + b"".join(pieces))
 
 
@@ -259,7 +261,7 @@ def test_a_lying_prefix_costs_only_the_bytes_that_came(hlen, nbufs, plen, lens, 
     # a prefix (and buffer lengths) claiming anything, then `tail` bytes of
     # zeros: the wire holds about what came, never the claim (a 4 GiB limit,
     # the old default, so that claims of gigabytes pass the limit check)
-    head = W._PREFIX.pack(hlen, nbufs, plen) + struct.pack(f"<{nbufs}Q", *lens[:nbufs])
+    head = F.PREFIX.pack(hlen, nbufs, plen) + struct.pack(f"<{nbufs}Q", *lens[:nbufs])
 
     async def go():
         wire, _ = await new_wire(opened, limit=2**32)
@@ -287,8 +289,8 @@ def test_a_big_frame_grows_its_block_with_the_bytes_and_arrives_intact(bugs):
             pos += n
             if wire._dmv is not None:
                 sizes.append(len(wire._dmv))
-                assert len(wire._dmv) <= max(W._GROW_FROM, 2 * wire._doff)
-        assert sorted(set(sizes)) == [W._GROW_FROM, 2 * W._GROW_FROM, payload.nbytes]
+                assert len(wire._dmv) <= max(B.GROW_FROM, 2 * wire._doff)
+        assert sorted(set(sizes)) == [B.GROW_FROM, 2 * B.GROW_FROM, payload.nbytes]
         got = await wire.recv()
         assert (got["a"] == payload).all() and got["a"].flags.writeable
     run(go())

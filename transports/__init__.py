@@ -2,7 +2,8 @@
 
 Knows nothing of graphs or actors. A message is a msgpack header plus raw
 array buffers sent out of band (:mod:`.codec`), framed on a stream
-(:mod:`.wire`), after a handshake that checks protocol, identity and the
+(:mod:`.frames` the bytes, :mod:`.wire` the protocol object, :mod:`.blocks`
+big frames' memory), after a handshake that checks protocol, identity and the
 cluster secret (:mod:`.handshake`). Peers on one host pass large arrays
 through memfd shared memory (:mod:`.shm`). Entry points: :func:`listen`,
 :func:`connect`.

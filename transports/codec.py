@@ -203,7 +203,7 @@ class Decoder:
 def buffer_spans(buf: bytearray, at: int, nbufs: int, plen: int) -> list[tuple[int, int]]:
     """(offset, length) of each buffer in a frame's payload of ``plen`` bytes,
     the ``nbufs`` u64 lengths read at ``at`` of ``buf`` (each buffer starts at
-    a multiple of ALIGN; see :mod:`transports.wire`)."""
+    a multiple of ALIGN; see :mod:`transports.frames`)."""
     spans = []
     off = 0
     for (length,) in struct.iter_unpack("<Q", memoryview(buf)[at:at + 8 * nbufs]):

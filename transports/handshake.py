@@ -1,6 +1,6 @@
 """The handshake every connection starts with, and the cluster-secret check.
 
-After the 8-byte preamble (magic + version, see :mod:`transports.wire`)::
+After the 8-byte preamble (magic + version, see :mod:`transports.frames`)::
 
     client -> server  {"peer": PeerInfo, "nonce": 16 random bytes}
     server -> client  {"peer": PeerInfo, "nonce": 16 bytes, "auth": bool,

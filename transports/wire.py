@@ -1,23 +1,14 @@
 """Framing on a stream socket: the protocol object under every connection.
 
-Layout. Each side first sends an 8-byte preamble (``PREAMBLE``: magic +
-protocol version). Then frames::
-
-    u32 header length | u32 (frame type << 24 | buffer count) | u64 payload length
-    u64 length of each buffer
-    msgpack header
-    payload: the buffers, each starting at a multiple of ALIGN
-
-The receiver is an ``asyncio.BufferedProtocol``: small frames land in one
-reusable bytearray and are decoded in place; for a frame too big for it, once
-the header is in, ``get_buffer`` hands the kernel the frame's own destination
-block, so array bytes go from the socket straight into the memory the received
-numpy array will view (no joins, no second copy). The sender writes array
-memoryviews with ``writelines`` (uvloop keeps references, copies nothing);
-over TLS it hands them over in ``_TLS_CHUNK`` pieces as the transport drains
-(:meth:`Wire._pump`: the SSL layer would encrypt a whole frame into one
-growing buffer and copy it out whole, 0.4 GB/s at 64 MiB; in pieces it keeps
-up with an ssl-wrapped blocking socket).
+The bytes it reads and writes (preamble, frame prefix, types, limit) are
+:mod:`.frames`. The receiver is an ``asyncio.BufferedProtocol``: small
+frames land in one reusable bytearray and are decoded in place; for a frame
+too big for it, once the header is in, ``get_buffer`` hands the kernel the
+frame's own destination block (:mod:`.blocks`), so array bytes go from the
+socket straight into the memory the received numpy array will view. The
+sender writes array memoryviews with ``writelines`` (uvloop keeps
+references, copies nothing); over TLS it hands them over in pieces as the
+transport drains (:meth:`Wire._pump`, :func:`.frames.tls_pieces`).
 
 Any error in the middle of a frame aborts the connection: the stream position
 is unknown afterwards, so the stream is never reused.
@@ -27,12 +18,8 @@ probing a live server). Before the handshake a wire has a 4 KiB buffer, not
 the 256 KiB one (2,400 port probes took a server from 44 to 330+ MB), and a
 closed wire lets go of its buffers, callbacks and encoder at once, with no
 reference cycle left for the collector. A frame's length prefix is checked
-against ``max_frame`` (``DISTRIB_MAX_FRAME_BYTES``; each side announces
-its own in the handshake, and a sender refuses a message over the smaller
-of the two with ``MessageTooLarge``), and a big frame's
-destination is an anonymous mapping that starts at ``_GROW_FROM`` and doubles
-(``mremap``: no copy) as its bytes arrive, so a lying prefix costs memory
-only for what came (address space: twice that, or 16 MiB). A frame that stops arriving for
+against ``max_frame`` (:mod:`.frames`), and a big frame's destination grows
+as its bytes arrive (:mod:`.blocks`). A frame that stops arriving for
 ``frame_timeout`` seconds closes the connection (``DISTRIB_FRAME_TIMEOUT_S``).
 
 This module is deliberately one class with a long ``_parse``: it runs for
@@ -46,43 +33,38 @@ import logging
 import mmap
 import socket
 import struct
-import sys
 from typing import Any, Callable
 
 import numpy as np
 
-from .codec import ALIGN, Decoder, Encoder, buffer_spans, huge_pages
-from .errors import (
-    AuthError,
-    ConnectionClosed,
-    FrameError,
-    HandshakeError,
-    MessageTooLarge,
-    TransportError,
-    without_traceback,
+from .blocks import FrameBlocks, extend
+from .codec import ALIGN, Decoder, Encoder, buffer_spans
+from .errors import ConnectionClosed, FrameError, TransportError, without_traceback
+from .frames import (
+    COALESCE,
+    FRAME_FORGET,
+    FRAME_MSG,
+    FRAME_RELEASE,
+    HANDSHAKE_MAX_FRAME,
+    PREAMBLE,
+    PREFIX,
+    TLS_CHUNK,
+    VERSION,
+    check_preamble,
+    tls_pieces,
+    too_big,
 )
 
 __all__ = ["Wire", "PREAMBLE", "VERSION", "FRAME_MSG", "FRAME_RELEASE", "FRAME_FORGET"]
 
 logger = logging.getLogger("transports")
 
-MAGIC = b"DISTRB"
-VERSION = 1
-PREAMBLE = MAGIC + struct.pack("<H", VERSION)
-_PREFIX = struct.Struct("<IIQ")
-_P = _PREFIX.size
-FRAME_MSG, FRAME_RELEASE, FRAME_FORGET = 0, 1, 2
-HANDSHAKE_MAX_FRAME = 64 * 1024   # before the peer has proven itself
+_P = PREFIX.size
 _HANDSHAKE_BUF = 4096             # the receive buffer until then: a page (hellos are ~150 bytes)
 _BUF_SIZE = 256 * 1024            # frames up to this size are decoded in place
-_GROW_FROM = 16 << 20             # a bigger frame's block starts this big and doubles
 _EMPTY = bytearray()
-_COALESCE = 64 * 1024             # payloads up to this size are joined into one write
 _WRITE_HIGH = 256 * 1024          # send() waits when more than this is unsent
-_TLS_CHUNK = 256 * 1024           # over TLS a big payload goes out in pieces this big (_pump)
 _ZEROS = memoryview(bytes(ALIGN))
-_CACHE_BLOCKS = 2                 # big-frame receive blocks kept for reuse...
-_CACHE_BLOCK_MAX = 256 << 20      # ...when at most this big
 _INBOX_PAUSE = 4096               # stop reading when recv() lags this many messages behind
 
 
@@ -105,7 +87,7 @@ class Wire(asyncio.BufferedProtocol):
         self._start = self._end = 0
         self._preamble = False
         self._direct: np.ndarray | mmap.mmap | None = None  # destination block of a big frame
-        self._blocks: list[np.ndarray] = []
+        self._blocks = FrameBlocks()           # big frames' destinations, reused
         self._dmv: memoryview | None = None
         self._doff = 0
         self._dlen = 0                         # the frame's payload: _dmv may be shorter yet
@@ -139,7 +121,7 @@ class Wire(asyncio.BufferedProtocol):
         # kernel, so the caller may reuse its arrays afterwards.
         transport.set_write_buffer_limits(high=_WRITE_HIGH, low=0)  # type: ignore[attr-defined]
         if transport.get_extra_info("ssl_object") is not None:
-            self._chunk = _TLS_CHUNK
+            self._chunk = TLS_CHUNK
         transport.write(PREAMBLE)  # type: ignore[attr-defined]
         if self._on_made is not None:
             self._on_made(self)
@@ -207,7 +189,7 @@ class Wire(asyncio.BufferedProtocol):
         its undelivered messages, and nothing of it waits for the collector."""
         self._direct = self._dmv = None
         self._dframe = ()
-        self._blocks = []
+        self._blocks.clear()
         self._buf, self._mv = _EMPTY, memoryview(_EMPTY)
         self._start = self._end = 0
         self._on_made = None
@@ -263,13 +245,8 @@ class Wire(asyncio.BufferedProtocol):
             self._drain.set_result(None)
 
     def _pump(self) -> None:
-        """TLS: hand the backlog's pieces to the transport while it takes them.
-
-        The SSL layer encrypts whatever it is given at once into one memory
-        BIO and then copies that out whole: a 64 MiB frame grew the BIO by
-        reallocation and faulted in two fresh 64 MiB blocks (the sender ran
-        at a quarter of an ssl-wrapped socket). Pieces of ``_TLS_CHUNK`` keep
-        the BIO small and warm, and flow control paces them."""
+        """TLS: hand the backlog's pieces to the transport while it takes them
+        (flow control paces them; why pieces: :mod:`.frames`)."""
         backlog, write = self._backlog, self.transport.write  # type: ignore[union-attr]
         while backlog and not self._paused:
             write(backlog.popleft())
@@ -294,21 +271,8 @@ class Wire(asyncio.BufferedProtocol):
         self._start, self._end = 0, n
 
     def _check_preamble(self) -> bool:
-        head = bytes(self._mv[self._start:min(self._end, self._start + 2)])
-        if len(head) == 2 and head[0] in (0x15, 0x16) and head[1] == 3:   # a TLS record
-            raise AuthError("the peer speaks TLS and this side does not: set DISTRIB_TLS_CERT, "
-                            "DISTRIB_TLS_KEY and DISTRIB_TLS_CA as on the other tasks")
-        if self._end - self._start < len(PREAMBLE):
-            got = bytes(self._mv[self._start:self._end])
-            if not PREAMBLE.startswith(got[: len(MAGIC)]):
-                raise FrameError(f"bad magic {got[:16]!r}: not a distrib peer")
+        if not check_preamble(bytes(self._mv[self._start:min(self._end, self._start + len(PREAMBLE))])):
             return False
-        got = bytes(self._mv[self._start:self._start + len(PREAMBLE)])
-        if got[: len(MAGIC)] != MAGIC:
-            raise FrameError(f"bad magic {got!r}: not a distrib peer")
-        version = struct.unpack("<H", got[len(MAGIC):])[0]
-        if version != VERSION:
-            raise HandshakeError(f"peer speaks protocol version {version}, this process speaks {VERSION}")
         self._start += len(PREAMBLE)
         self._preamble = True
         return True
@@ -319,7 +283,7 @@ class Wire(asyncio.BufferedProtocol):
         buf, mv = self._buf, self._mv
         start, end = self._start, self._end
         while end - start >= _P and not self.closed:
-            hlen, tn, plen = _PREFIX.unpack_from(buf, start)
+            hlen, tn, plen = PREFIX.unpack_from(buf, start)
             nbufs = tn & 0xFFFFFF
             meta = _P + 8 * nbufs + hlen
             total = meta + plen
@@ -361,10 +325,7 @@ class Wire(asyncio.BufferedProtocol):
         spans = buffer_spans(self._buf, start + _P, nbufs, plen)
         header = bytes(self._mv[start + _P + 8 * nbufs:start + meta])
         got = avail - meta
-        block = self._take_block(plen)
-        if block is None:   # not one we have: a mapping that grows with what comes
-            block = mmap.mmap(-1, min(plen, max(_GROW_FROM, got)), mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            huge_pages(block)
+        block = self._blocks.take(plen, got)
         dmv = memoryview(block)
         dmv[:got] = self._mv[start + meta:start + avail]
         self._start = self._end = 0
@@ -376,48 +337,13 @@ class Wire(asyncio.BufferedProtocol):
             self._arm_stall()
 
     def _extend(self) -> None:
-        """The growing block is full and the frame is not: double it. mremap
-        moves page tables, not bytes; if the loop still holds a view of the
-        block (it may, until its read call returns) the bytes are copied."""
-        block, size = self._direct, min(self._dlen, 2 * len(self._dmv))  # type: ignore[arg-type]
+        """The growing block is full and the frame is not: double it (:func:`.blocks.extend`)."""
+        block = self._direct
         assert isinstance(block, mmap.mmap)
         self._dmv.release()  # type: ignore[union-attr]
         self._dmv = None
-        try:
-            block.resize(size)
-        except BufferError:
-            old, block = block, mmap.mmap(-1, size, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            huge_pages(block)
-            with memoryview(block) as new, memoryview(old) as was:
-                new[:self._doff] = was[:self._doff]
+        block = extend(block, min(self._dlen, 2 * len(block)), self._doff)
         self._direct, self._dmv = block, memoryview(block)
-
-    def _take_block(self, size: int) -> np.ndarray | None:
-        """A destination block for a big frame, reusing one the user has dropped;
-        None for a frame over ``_GROW_FROM`` that none fits (see ``_extend``).
-
-        Faulting in fresh pages costs about a third of a 64 MiB TCP receive
-        (measured: 7-11 ms of ~30 ms), so the last few blocks are kept and
-        reused once nothing but this cache refers to them (every array decoded
-        from a block keeps it as its base, so the refcount tells).
-        """
-        cache = self._blocks
-        for i in range(len(cache)):
-            if cache[i].size == size and sys.getrefcount(cache[i]) == 2:  # the cache, the argument
-                block = cache.pop(i)
-                break
-        else:
-            if size > _GROW_FROM:
-                return None
-            block = np.empty(size, np.uint8)
-        self._keep(block)
-        return block
-
-    def _keep(self, block: np.ndarray) -> None:
-        if block.size <= _CACHE_BLOCK_MAX:
-            self._blocks.append(block)
-            if len(self._blocks) > _CACHE_BLOCKS:
-                del self._blocks[0]
 
     def _finish_direct(self) -> None:
         block, (ftype, header, spans) = self._direct, self._dframe
@@ -425,7 +351,7 @@ class Wire(asyncio.BufferedProtocol):
         self._dframe = ()
         if isinstance(block, mmap.mmap):   # grown to its full size: final, arrays view it
             block = np.frombuffer(block, np.uint8)
-            self._keep(block)
+            self._blocks.keep(block)
         self._dispatch(ftype, self.decoder.decode(header, block, spans))
 
     def _dispatch(self, ftype: int, obj: Any) -> None:
@@ -501,8 +427,8 @@ class Wire(asyncio.BufferedProtocol):
         bufs = enc.buffers
         if not bufs:
             if len(header) + _P > self.send_limit:
-                raise self._too_big(len(header) + _P)
-            data = b"".join((before, _PREFIX.pack(len(header), ftype << 24, 0), header))
+                raise too_big(len(header) + _P, self.send_limit, self.max_frame, self.label)
+            data = b"".join((before, PREFIX.pack(len(header), ftype << 24, 0), header))
             if self._backlog:
                 self._backlog.append(data)
             else:
@@ -519,47 +445,21 @@ class Wire(asyncio.BufferedProtocol):
             pieces.append(b)
             lens.append(len(b))
             off += len(b)
-        meta = b"".join((_PREFIX.pack(len(header), ftype << 24 | len(bufs), off),
+        meta = b"".join((PREFIX.pack(len(header), ftype << 24 | len(bufs), off),
                          struct.pack(f"<{len(lens)}Q", *lens), header))
         # the encoder lets go of the arrays: only the transport holds what it
         # has not sent yet (a variable store counts holders to copy on write)
         bufs.clear()
         if len(meta) + off > self.send_limit:
-            raise self._too_big(len(meta) + off)
-        if self._chunk:
-            self._queue(before + meta, pieces)
-        elif off <= _COALESCE:
+            raise too_big(len(meta) + off, self.send_limit, self.max_frame, self.label)
+        if self._chunk:   # TLS: in pieces at the end of the backlog, written as it drains
+            tls_pieces(self._backlog, before + meta, pieces, self._chunk)
+            self._pump()
+        elif off <= COALESCE:
             self.transport.write(before + meta + b"".join(pieces))
         else:
             pieces.insert(0, before + meta)
             self.transport.writelines(pieces)
-
-    def _queue(self, meta: bytes, pieces: list) -> None:
-        """TLS: the frame's bytes in ``_chunk`` pieces at the end of the backlog."""
-        backlog, chunk = self._backlog, self._chunk
-        small = [meta]
-        for p in pieces:
-            n = len(p)
-            if n <= _COALESCE:
-                small.append(p)
-                continue
-            backlog.append(b"".join(small))
-            small = []
-            view = memoryview(p).cast("B")
-            for at in range(0, n, chunk):
-                backlog.append(view[at:at + chunk])
-        if small:
-            backlog.append(b"".join(small))
-        self._pump()
-
-    def _too_big(self, size: int) -> MessageTooLarge:
-        # the smaller of our limit and the one the peer announced in the
-        # handshake: the sender learns of it here, and the connection survives
-        whose = "" if self.send_limit == self.max_frame else f" of the receiver {self.label}"
-        return MessageTooLarge(
-            f"message of {size} bytes is over max_frame_bytes={self.send_limit}{whose} "
-            "(TransportConfig.max_frame_bytes, or DISTRIB_MAX_FRAME_BYTES on every task, "
-            "raises it); nothing was sent, the connection stays up", size, self.send_limit)
 
     def control_frame(self, obj: Any, ftype: int) -> bytes:
         """The bytes of a small frame without arrays (a release notice), to
@@ -569,7 +469,7 @@ class Wire(asyncio.BufferedProtocol):
         header = self.encoder.encode(obj)
         if self.encoder.buffers:
             raise TypeError("a control frame holds no arrays")
-        return _PREFIX.pack(len(header), ftype << 24, 0) + header
+        return PREFIX.pack(len(header), ftype << 24, 0) + header
 
     @property
     def paused(self) -> bool:

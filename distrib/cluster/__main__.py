@@ -24,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from distrib.cluster.resolvers import RESOLVER_KINDS, resolver_from_environment
+from distrib.cluster.resolvers import add_resolver_flags, resolver_from_flags
 from distrib.cluster.tf_config import format_tf_config, split_command
 
 EXIT_USAGE = 2
@@ -41,15 +41,7 @@ def parser() -> argparse.ArgumentParser:
                                  "[--gpus_per_task N] [-- COMMAND [ARGS...]]",
                 description="Print this task's TF_CONFIG as the scheduler's environment "
                             "gives it, or run COMMAND with it set.")
-    p.add_argument("--resolver", choices=RESOLVER_KINDS,
-                   help="the source: default the first of TF_CONFIG, SLURM (SLURM_PROCID), "
-                        "Kubernetes (KUBERNETES_SERVICE_HOST)")
-    p.add_argument("--jobs", help="each job and its tasks in order, e.g. ps:1,worker:3 "
-                                  "(env DISTRIB_SLURM_JOBS / DISTRIB_K8S_JOBS)")
-    p.add_argument("--port", type=int, help="SLURM: the first port on each node (default 8888); "
-                                            "Kubernetes: every task's port (default 2222)")
-    p.add_argument("--gpus_per_task", type=int,
-                   help="SLURM: GPUs per task, set in CUDA_VISIBLE_DEVICES")
+    add_resolver_flags(p)
     return p
 
 
@@ -58,8 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(own)
     env = dict(os.environ)
     try:
-        resolver = resolver_from_environment(env, kind=args.resolver, jobs=args.jobs,
-                                             port=args.port, gpus_per_task=args.gpus_per_task)
+        resolver = resolver_from_flags(args, env)
         tf_config = format_tf_config(resolver.cluster_spec(), resolver.task_type,
                                      resolver.task_id, resolver.rpc_layer)
         if command and shutil.which(command[0], path=env.get("PATH")) is None:

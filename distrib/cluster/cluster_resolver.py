@@ -88,26 +88,52 @@ def format_master_url(address: str, rpc_layer: str | None) -> str:
 class ClusterResolver:
     """The interface of ``tf.distribute.cluster_resolver.ClusterResolver``.
 
-    Subclasses give ``cluster_spec()``, ``task_type``, ``task_id`` and
-    ``rpc_layer``; ``master()`` and ``num_accelerators()`` follow from them.
+    Subclasses give ``cluster_spec()``; ``task_type``, ``task_id`` and
+    ``rpc_layer`` are TF's settable properties: the value set (or given to the
+    constructor), else what the subclass finds in its scheduler's environment
+    (``_found_task``, ``_found_rpc_layer``), else None. ``master()`` and
+    ``num_accelerators()`` follow from them.
     """
 
     environment: str = ""
+    _task_type: str | None = None
+    _task_id: int | None = None
+    _rpc_layer: str | None = None
 
     def cluster_spec(self) -> ClusterSpec:
         raise NotImplementedError
 
+    def _found_task(self) -> tuple[str | None, int | None]:
+        """This task's (type, id) from the environment, where none was set."""
+        return None, None
+
+    def _found_rpc_layer(self) -> str | None:
+        """The RPC layer from the environment, where none was set."""
+        return None
+
     @property
     def task_type(self) -> str | None:
-        raise NotImplementedError
+        return self._task_type if self._task_type is not None else self._found_task()[0]
+
+    @task_type.setter
+    def task_type(self, value: str | None) -> None:
+        self._task_type = value
 
     @property
     def task_id(self) -> int | None:
-        raise NotImplementedError
+        return self._task_id if self._task_id is not None else self._found_task()[1]
+
+    @task_id.setter
+    def task_id(self, value: int | None) -> None:
+        self._task_id = value
 
     @property
     def rpc_layer(self) -> str | None:
-        return None
+        return self._rpc_layer if self._rpc_layer is not None else self._found_rpc_layer()
+
+    @rpc_layer.setter
+    def rpc_layer(self, value: str | None) -> None:
+        self._rpc_layer = value
 
     def master(self, task_type: str | None = None, task_id: int | None = None,
                rpc_layer: str | None = None) -> str:
@@ -158,29 +184,8 @@ class SimpleClusterResolver(ClusterResolver):
             address = self._master
         return format_master_url(address, rpc_layer or self._rpc_layer) if address else ""
 
-    @property
-    def task_type(self) -> str | None:
-        return self._task_type
 
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value
 
-    @property
-    def task_id(self) -> int | None:
-        return self._task_id
-
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value
-
-    @property
-    def rpc_layer(self) -> str | None:
-        return self._rpc_layer
-
-    @rpc_layer.setter
-    def rpc_layer(self, value: str | None) -> None:
-        self._rpc_layer = value
 
     def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
                          config_proto: object = None) -> dict[str, int]:

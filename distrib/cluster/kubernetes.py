@@ -171,26 +171,8 @@ class KubernetesClusterResolver(ClusterResolver):
             raise SchedulerEnvironmentError(self._pod_error)
         return self._pod_task
 
-    @property
-    def task_type(self) -> str | None:
-        return self._task_type if self._task_type is not None else self._pod()[0]
+    def _found_task(self) -> tuple[str | None, int | None]:
+        return self._pod()
 
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value
 
-    @property
-    def task_id(self) -> int | None:
-        return self._task_id if self._task_id is not None else self._pod()[1]
 
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value
-
-    @property
-    def rpc_layer(self) -> str | None:
-        return self._rpc_layer
-
-    @rpc_layer.setter
-    def rpc_layer(self, value: str | None) -> None:
-        self._rpc_layer = value

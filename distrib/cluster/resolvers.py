@@ -91,29 +91,15 @@ class TFConfigClusterResolver(ClusterResolver):
     def cluster_spec(self) -> ClusterSpec:
         return self._config().cluster
 
-    @property
-    def task_type(self) -> str | None:
-        return self._task_type if self._task_type is not None else self._config().task_type
+    def _found_task(self) -> tuple[str | None, int | None]:
+        config = self._config()
+        return config.task_type, config.task_id
 
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value
+    def _found_rpc_layer(self) -> str | None:
+        return self._config().rpc_layer
 
-    @property
-    def task_id(self) -> int | None:
-        return self._task_id if self._task_id is not None else self._config().task_id
 
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value
 
-    @property
-    def rpc_layer(self) -> str | None:
-        return self._rpc_layer if self._rpc_layer is not None else self._config().rpc_layer
-
-    @rpc_layer.setter
-    def rpc_layer(self, value: str | None) -> None:
-        self._rpc_layer = value
 
     def master(self, task_type: str | None = None, task_id: int | None = None,
                rpc_layer: str | None = None) -> str:
@@ -207,3 +193,28 @@ def resolver_from_environment(env: Mapping[str, str] | None = None, *, kind: str
     if kind is None:
         raise SchedulerEnvironmentError(no_cluster())
     raise SchedulerEnvironmentError(f"unknown resolver {kind!r}: choose one of {RESOLVER_KINDS}")
+
+
+def add_resolver_flags(parser: Any, what: str = "the source") -> None:
+    """The scheduler flags of the CLIs that resolve a cluster (``python -m
+    distrib.server``, ``python -m distrib.cluster``): ``--resolver``, ``--jobs``,
+    ``--port``, ``--gpus_per_task``; :func:`resolver_from_flags` reads them."""
+    parser.add_argument("--resolver", choices=RESOLVER_KINDS,
+                        help=f"{what}: default the first of TF_CONFIG, SLURM (SLURM_PROCID), "
+                             "Kubernetes (KUBERNETES_SERVICE_HOST)")
+    parser.add_argument("--jobs", help="SLURM/Kubernetes: each job and its tasks in order, "
+                                       "e.g. ps:1,worker:3 (env DISTRIB_SLURM_JOBS / "
+                                       "DISTRIB_K8S_JOBS)")
+    parser.add_argument("--port", type=int, help="SLURM: the first port on each node, the task "
+                                                 "with local index L on PORT+L (default 8888); "
+                                                 "Kubernetes: every task's port (default 2222)")
+    parser.add_argument("--gpus_per_task", type=int,
+                        help="SLURM: GPUs given to each task in CUDA_VISIBLE_DEVICES (env "
+                             "DISTRIB_SLURM_GPUS_PER_TASK; default: leave GPUs as they are)")
+
+
+def resolver_from_flags(args: Any, env: Mapping[str, str] | None = None) -> ClusterResolver:
+    """:func:`resolver_from_environment` with the flags of :func:`add_resolver_flags`."""
+    return resolver_from_environment(env, kind=args.resolver, jobs=args.jobs, port=args.port,
+                                     gpus_per_task=args.gpus_per_task)
+

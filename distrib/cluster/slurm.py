@@ -377,29 +377,8 @@ class SlurmClusterResolver(ClusterResolver):
     def jobs(self) -> dict[str, int]:
         return dict(self._jobs)
 
-    @property
-    def task_type(self) -> str | None:
-        return self._task_type
 
-    @task_type.setter
-    def task_type(self, value: str | None) -> None:
-        self._task_type = value  # type: ignore[assignment]
 
-    @property
-    def task_id(self) -> int | None:
-        return self._task_id
-
-    @task_id.setter
-    def task_id(self, value: int | None) -> None:
-        self._task_id = value  # type: ignore[assignment]
-
-    @property
-    def rpc_layer(self) -> str | None:
-        return self._rpc_layer
-
-    @rpc_layer.setter
-    def rpc_layer(self, value: str | None) -> None:
-        self._rpc_layer = value
 
     def num_accelerators(self, task_type: str | None = None, task_id: int | None = None,
                          config_proto: object = None) -> dict[str, int]:

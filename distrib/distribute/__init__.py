@@ -6,21 +6,15 @@ and ``dt.function``; ``Server`` is ``dt.Server`` itself (TF2's
 from __future__ import annotations
 
 from distrib.cluster import resolvers as cluster_resolver
-from distrib.distribute import checkpoint_steps, coordinator, experimental
-from distrib.distribute.collective_strategy import (
-    CommunicationImplementation,
-    CommunicationOptions,
-    MultiWorkerMirroredStrategy,
-)
-from distrib.distribute.cross_device_ops import (
+from distrib.distribute import coordinator, experimental
+from distrib.distribute.core.cross_device_ops import (
     CrossDeviceOps,
     HierarchicalCopyAllReduce,
     NcclAllReduce,
     ReduceOp,
     ReductionToOneDevice,
 )
-from distrib.distribute.def_function import Function, function
-from distrib.distribute.distribute_lib import (
+from distrib.distribute.core.distribute_lib import (
     ReplicaContext,
     Strategy,
     get_replica_context,
@@ -28,10 +22,17 @@ from distrib.distribute.distribute_lib import (
     has_strategy,
     in_cross_replica_context,
 )
-from distrib.distribute.input_lib import DistributedIterator, InputContext
-from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
-from distrib.distribute.parameter_server_strategy import ParameterServerStrategy, ShardedVariable
-from distrib.distribute.values import DistributedValues, Mirrored, MirroredVariable, PerReplica
+from distrib.distribute.core.input_lib import DistributedIterator, InputContext
+from distrib.distribute.core.values import DistributedValues, Mirrored, MirroredVariable, PerReplica
+from distrib.distribute.functions import checkpoint_steps
+from distrib.distribute.functions.def_function import Function, function
+from distrib.distribute.strategies.collective import (
+    CommunicationImplementation,
+    CommunicationOptions,
+    MultiWorkerMirroredStrategy,
+)
+from distrib.distribute.strategies.mirrored import CentralStorageStrategy, MirroredStrategy
+from distrib.distribute.strategies.parameter_server import ParameterServerStrategy, ShardedVariable
 from distrib.server import Server
 
 __all__ = ["Server", "cluster_resolver", "coordinator", "experimental", "ParameterServerStrategy",

@@ -237,7 +237,7 @@ def parse_visible_device_list(text: str) -> list[int]:
 
 def task_gpus(visible_device_list: str = "") -> list[dict[str, Any]]:
     """The GPU devices a server of this process lists (``GPU:i`` dicts, as
-    :func:`kernels.devices.gpu_devices` makes them): the GPUs of its
+    :func:`kernels.cuda.devices.gpu_devices` makes them): the GPUs of its
     ``gpu_options.visible_device_list`` in that order, else those
     ``set_visible_devices`` leaves, else every GPU ``CUDA_VISIBLE_DEVICES``
     leaves. [] on a machine without GPUs, where ``gpu_options`` mean nothing
@@ -262,8 +262,8 @@ def task_gpus(visible_device_list: str = "") -> list[dict[str, Any]]:
     if ids == []:
         return []
     try:
-        from kernels import devices as kdev
-        from kernels import gpu_options
+        from kernels.cuda import devices as kdev
+        from kernels.cuda import options as gpu_options
     except Exception as e:  # a broken install: a task without GPUs
         logger.info("no GPU devices: %s", e)
         return []

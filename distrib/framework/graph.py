@@ -6,8 +6,9 @@ attributes and a requested device; the runtime ships it as a GraphDef (see
 
 * Building state that is *lexical* (name scope, device stack, colocation,
   control dependencies) lives per thread, so replica functions that build in
-  parallel threads (mirrored strategies) do not see each other's scopes. The
-  graph itself (ops, names, collections) is shared and locked.
+  parallel threads (mirrored strategies) do not see each other's scopes
+  (:mod:`distrib.framework.building_state` holds it, and the default-graph
+  stack). The graph itself (ops, names, collections) is shared and locked.
 * Every structural change bumps ``graph.version``, so a session sends the
   graph again exactly when it changed.
 
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from distrib.errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from distrib.framework import dtypes
-from distrib.framework.device import check_device_string, merge_device
+from distrib.framework.building_state import BuildingState, default_graphs
 from distrib.framework.operation import DTYPE_ATTRS, NodeDef, Operation, OutputSpec, Tensor, TensorOperators
 from distrib.framework.tensor_shape import as_shape
 
@@ -61,17 +62,6 @@ class GraphKeys:
     VARIABLES = GLOBAL_VARIABLES
 
 
-class _ThreadState(threading.local):
-    """The lexical building state of one thread (see the module header)."""
-
-    def __init__(self) -> None:
-        self.name_stack = ""
-        self.device_stack: list[Callable[[Operation], Any] | None] = []
-        self.colocation_stack: list[Operation] = []
-        # each entry is a list of control ops, or None meaning "cleared here"
-        self.control_stack: list[list[Operation] | None] = []
-
-
 class Graph:
     """A dataflow graph. Use :meth:`as_default` to make it the target of op builders."""
 
@@ -83,7 +73,7 @@ class Graph:
         self._version = 0
         self._finalized = False
         self._lock = threading.RLock()
-        self._local = _ThreadState()
+        self._local = BuildingState()   # per thread (building_state.py)
         self.seed: int | None = None
 
     # -- bookkeeping --------------------------------------------------------
@@ -125,11 +115,11 @@ class Graph:
 
     @contextlib.contextmanager
     def as_default(self) -> Iterator[Graph]:
-        _default_stack().append(self)
+        default_graphs().append(self)
         try:
             yield self
         finally:
-            _default_stack().pop()
+            default_graphs().pop()
 
     # -- names ------------------------------------------------------------------
     def get_name_scope(self) -> str:
@@ -176,83 +166,37 @@ class Graph:
         finally:
             self._local.name_stack = old
 
-    # -- devices and colocation -------------------------------------------------
+    # -- devices, colocation and control dependencies (building_state.py) -------
     def building_state(self) -> tuple:
         """This thread's lexical state (name scope, device, colocation and control
         scopes), for another thread that builds on its behalf (a strategy's replica)."""
-        local = self._local
-        return (local.name_stack, list(local.device_stack), list(local.colocation_stack),
-                list(local.control_stack))
+        return self._local.snapshot()
 
     def adopt_building_state(self, state: tuple) -> None:
         """Make ``state`` (from :meth:`building_state`) this thread's."""
-        local = self._local
-        local.name_stack = state[0]
-        local.device_stack = list(state[1])
-        local.colocation_stack = list(state[2])
-        local.control_stack = list(state[3])
+        self._local.adopt(state)
 
-    @contextlib.contextmanager
-    def device(self, device_name_or_function: Any) -> Iterator[None]:
+    def device(self, device_name_or_function: Any) -> contextlib.AbstractContextManager:
         """Request a device for ops built inside: a string, DeviceSpec, function or None.
 
         Inner scopes override outer ones field by field; ``None`` ignores all outer
         scopes; a function gets the Operation (with the device set so far) and
         returns a device string.
         """
-        spec = device_name_or_function
-        if spec is None or callable(spec):
-            entry = spec
-        else:
-            check_device_string(spec)  # a malformed string fails here, at the `with`
-            entry = merge_device(spec)
-        self._local.device_stack.append(entry)
-        try:
-            yield
-        finally:
-            self._local.device_stack.pop()
+        return self._local.device(device_name_or_function)
 
-    def _apply_device_functions(self, op: Operation) -> None:
-        # innermost first, so an inner scope's fields win; each outer one fills the gaps
-        for fn in reversed(self._local.device_stack):
-            if fn is None:
-                break
-            op._device = check_device_string(fn(op))  # noqa: SLF001 - see _place
-
-    @contextlib.contextmanager
-    def colocate_with(self, op: Any, ignore_existing: bool = False) -> Iterator[None]:
+    def colocate_with(self, op: Any, ignore_existing: bool = False
+                      ) -> contextlib.AbstractContextManager:
         """Place ops built inside on ``op``'s device; outer device scopes are ignored (TF)."""
-        state = self._local
-        saved_devices, saved_coloc = state.device_stack, state.colocation_stack
         target = None if op is None else _as_operation(op)
-        state.device_stack = []
-        if op is None or ignore_existing:
-            state.colocation_stack = []
-        state.colocation_stack = state.colocation_stack + ([target] if target else [])
-        try:
-            yield
-        finally:
-            state.device_stack, state.colocation_stack = saved_devices, saved_coloc
+        return self._local.colocate_with(target, ignore_existing)
 
-    # -- control dependencies ---------------------------------------------------
-    @contextlib.contextmanager
-    def control_dependencies(self, control_inputs: Sequence[Any] | None) -> Iterator[None]:
+    def control_dependencies(self, control_inputs: Sequence[Any] | None
+                             ) -> contextlib.AbstractContextManager:
         """Ops built inside run after ``control_inputs`` (ops, tensors, variables); None clears."""
         entry = None if control_inputs is None else [
             _as_operation(self.as_graph_element(c)) for c in control_inputs]
-        self._local.control_stack.append(entry)
-        try:
-            yield
-        finally:
-            self._local.control_stack.pop()
-
-    def _current_control_inputs(self) -> list[Operation]:
-        found: list[Operation] = []
-        for entry in reversed(self._local.control_stack):
-            if entry is None:
-                break
-            found.extend(op for op in entry if op not in found)
-        return found
+        return self._local.control_dependencies(entry)
 
     # -- op creation -------------------------------------------------------------
     def create_op(self, op_type: str, inputs: Sequence[Tensor] = (), attrs: dict | None = None,
@@ -278,13 +222,14 @@ class Graph:
         op = Operation(self, op_type, full, inputs, attrs,
                        [(dtypes.as_dtype(d), as_shape(s)) for d, s in specs])
         input_ops = {t.op for t in inputs}
-        controls = [c for c in self._current_control_inputs() if c not in input_ops]
+        controls = [c for c in self._local.control_inputs() if c not in input_ops]
         if control_inputs:
             controls.extend(control_inputs)
-        op._control_inputs = controls  # noqa: SLF001 - see _place
-        self._place(op)
+        # the graph fills in the fields of the op it is building (BuildingState.place)
+        op._control_inputs = controls  # noqa: SLF001 - see BuildingState.place
+        self._local.place(op)
         if device is not None:
-            op._device = device  # noqa: SLF001 - see _place
+            op._device = device  # noqa: SLF001 - see BuildingState.place
         self._add(op)
         return op
 
@@ -299,17 +244,6 @@ class Graph:
         if name in self._by_name:
             raise InvalidArgumentError(f"duplicate op name {name!r} in the graph")
         return name
-
-    def _place(self, op: Operation) -> None:
-        # The graph fills in the fields of the op it is building (its device, control
-        # inputs): Graph and Operation are one data model in two modules, and only a
-        # Graph creates an op (operation.py); a method call per field would cost on
-        # every op built.
-        self._apply_device_functions(op)
-        for target in self._local.colocation_stack:  # innermost last, so it wins
-            op._colocation_op = target  # noqa: SLF001 - see above
-            if target.device:
-                op._device = target.device  # noqa: SLF001 - see above
 
     def _add(self, op: Operation) -> None:
         with self._lock:
@@ -424,25 +358,16 @@ def _as_operation(obj: Any) -> Operation:
 
 
 # -- the default graph ---------------------------------------------------------------
-class _DefaultStack(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[Graph] = []
-
-
-_stack = _DefaultStack()
 _global_graph: Graph | None = None
 _global_lock = threading.Lock()
-
-
-def _default_stack() -> list[Graph]:
-    return _stack.stack
 
 
 def get_default_graph() -> Graph:
     """The innermost ``as_default`` graph of this thread, else the process-wide one."""
     global _global_graph
-    if _stack.stack:
-        return _stack.stack[-1]
+    stack = default_graphs()
+    if stack:
+        return stack[-1]
     with _global_lock:
         if _global_graph is None:
             _global_graph = Graph()
@@ -452,7 +377,7 @@ def get_default_graph() -> Graph:
 def reset_default_graph() -> None:
     """Replace the process-wide default graph with an empty one (not inside as_default)."""
     global _global_graph
-    if _stack.stack:
+    if default_graphs():
         raise FailedPreconditionError(
             "reset_default_graph() cannot be used inside a `with graph.as_default()` block; "
             "leave the block first, or build into a new dt.Graph()")

@@ -24,9 +24,10 @@ Rules:
   tests per op on its hot path (a frozenset of the resource ops, say) once,
   at import, with :func:`op_types`, so a step pays a set test, not a lookup
   (an op type registered after that import is not in those sets).
-* The one fact written later is the gradient: the ops layer's
-  ``register_gradient`` stays beside the builders it uses and writes the
-  function into the catalogue (:func:`set_gradient` replaces the entry with
+* The one fact written later is the gradient: the ops layer defines the
+  built-in ones by family (``distrib.ops.math_grad``, ``nn_grad`` ...), and
+  ``distrib.ops.gradients`` writes them into the catalogue, as a user's
+  ``register_gradient`` does (:func:`set_gradient` replaces the entry with
   one that has it), so the entry is where the gradient is looked up; look
   it up when needed rather than keep an entry.
 """
@@ -85,7 +86,7 @@ class OpDef:
     arena_out: bool = False
     # inputs read only for their shape and dtype (a stand-in replaces them)
     shape_only_inputs: tuple[int, ...] = ()
-    # fn(op, *output_grads) -> input grads (the ops layer's register_gradient)
+    # fn(op, *output_grads) -> input grads (written by distrib.ops.gradients)
     gradient: GradFn | None = None
     # declared not differentiable (no_gradient): gradients stop here
     no_gradient: bool = False
@@ -230,7 +231,7 @@ register_op("MatMul", inputs=("a", "b"), shape_fn=op_shapes.matmul, heavy=matmul
             arena_out=True)
 register_op("BiasAdd", inputs=("value", "bias"), shape_fn=op_shapes.bias_add)
 register_op("BiasAddGrad", inputs=("dy",), shape_fn=op_shapes.bias_add_grad)
-# Relu(Add/BiasAdd(x, b)) on a GPU, fused by the worker into one kernel (kernels.cuda_fusion)
+# Relu(Add/BiasAdd(x, b)) on a GPU, fused by the worker into one kernel (kernels.cuda.fusion)
 register_op("_FusedBiasRelu", inputs=("x", "bias"))
 register_op("Softmax", inputs=("logits",), shape_fn=op_shapes.float_unary)
 register_op("LogSoftmax", inputs=("logits",), shape_fn=op_shapes.float_unary)
@@ -302,7 +303,7 @@ for _t in ("ScalarSummary", "HistogramSummary", "ImageSummary", "TextSummary"):
 register_op("MergeSummary", inputs=("inputs*",), shape_fn=op_shapes.string_scalar)
 
 # a chain of elementwise ops fused by the master's graph optimizer into one CPU
-# kernel (distrib.runtime.step.graph_optimizer, kernels.cpu_fused)
+# kernel (distrib.runtime.step.graph_optimizer, kernels.cpu.fused)
 register_op("_FusedElementwise", inputs=("inputs*",))
 
 # cross-task edges, inserted by the master's partitioner (distrib.runtime.step.plan)

@@ -35,8 +35,12 @@ import numpy as np
 
 from distrib.data import Dataset
 from distrib.data.pipeline import INFINITE
-from distrib.distribute.input_lib import DistributedDataset, DistributedDatasetsFromFunction, InputContext
-from distrib.distribute.values import DistributedValues
+from distrib.distribute.core.input_lib import (
+    DistributedDataset,
+    DistributedDatasetsFromFunction,
+    InputContext,
+)
+from distrib.distribute.core.values import DistributedValues
 from distrib.framework.graph import get_default_graph
 from distrib.keras.utils import DatasetCreator
 

@@ -44,11 +44,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from distrib.distribute.collective_strategy import MultiWorkerMirroredStrategy
-from distrib.distribute.cross_device_ops import ReduceOp
-from distrib.distribute.def_function import Function, function
-from distrib.distribute.mirrored_strategy import CentralStorageStrategy, MirroredStrategy
-from distrib.distribute.parameter_server_strategy import ParameterServerStrategy
+from distrib.distribute.core.cross_device_ops import ReduceOp
+from distrib.distribute.functions.def_function import Function, function
+from distrib.distribute.strategies.collective import MultiWorkerMirroredStrategy
+from distrib.distribute.strategies.mirrored import CentralStorageStrategy, MirroredStrategy
+from distrib.distribute.strategies.parameter_server import ParameterServerStrategy
 from distrib.errors import UnimplementedError
 from distrib.framework.graph import Tensor
 from distrib.keras.data_adapter import DataHandler, batch_rows, unpack

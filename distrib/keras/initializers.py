@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from distrib.framework import dtypes
-from distrib.keras import backend
+from distrib.keras import backend, serialization
 from distrib.ops import init_ops
 from distrib.ops import math_ops as ops
 
@@ -170,18 +170,18 @@ _BY_NAME: dict[str, type[Initializer]] = {
     "variance_scaling": VarianceScaling}
 
 
+def _name_key(name: str) -> str:
+    return name if name in _BY_NAME else backend.snake_case(name)
+
+
 def get(identifier: Any) -> Any:
     """An initializer for a name (``'glorot_uniform'``, ``'zeros'`` ...), an
     Initializer, or a function ``(shape, dtype) -> value``."""
-    if isinstance(identifier, Initializer) or (callable(identifier)
-                                               and not isinstance(identifier, type)):
+    found = serialization.by_identifier(identifier, Initializer, _BY_NAME, _name_key)
+    if found is not None:
+        return found
+    if callable(identifier) and not isinstance(identifier, type):
         return identifier
-    if isinstance(identifier, type) and issubclass(identifier, Initializer):
-        return identifier()
-    if isinstance(identifier, str):
-        key = identifier if identifier in _BY_NAME else backend.snake_case(identifier)
-        if key in _BY_NAME:
-            return _BY_NAME[key]()
     raise ValueError(f"Could not interpret initializer identifier: {identifier!r}; use one of "
                      f"{sorted(_BY_NAME)} or a dt.keras.initializers object")
 

@@ -35,14 +35,14 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from distrib.distribute.parameter_server_strategy import ShardedVariable
+from distrib.distribute.strategies.parameter_server import ShardedVariable
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import Tensor, get_default_graph
 from distrib.keras import activations, backend, initializers, serialization
 from distrib.ops import math_ops as ops
 from distrib.ops import nn
 from distrib.ops.variables import Variable
-from distrib.train import trackable
+from distrib.train.checkpoints import trackable
 
 __all__ = ["Layer", "Dense", "Flatten", "Dropout", "Activation", "serialize", "deserialize",
            "listed_weights"]
@@ -132,7 +132,7 @@ class Layer:
             trackable.children_changed(self)
         return var
 
-    # -- dt.train.Checkpoint's protocol (distrib.train.trackable) ---------------------------
+    # -- dt.train.Checkpoint's protocol (distrib.train.checkpoints.trackable) ---------------------------
     def trackable_children(self) -> dict[str, Any]:
         """The weights by their names in the layer (``kernel``, ``bias``), as Keras tracks them."""
         return {name: var for var, _, name in self._weights}

@@ -291,15 +291,12 @@ _BY_NAME: dict[str, type[Loss]] = {
 def get(identifier: Any) -> Loss:
     """A Loss for a name (``'mse'``, ``'sparse_categorical_crossentropy'`` ...), a
     Loss, a Loss class, or a function ``(y_true, y_pred) -> per-example values``."""
-    if isinstance(identifier, Loss):
-        return identifier
-    if isinstance(identifier, type) and issubclass(identifier, Loss):
-        return identifier()
-    if isinstance(identifier, str):
-        key = identifier if identifier in _BY_NAME else backend.snake_case(identifier)
-        if key in _BY_NAME:
-            return _BY_NAME[key]()
-    elif callable(identifier):
+    found = serialization.by_identifier(
+        identifier, Loss, _BY_NAME,
+        lambda name: name if name in _BY_NAME else backend.snake_case(name))
+    if found is not None:
+        return found
+    if callable(identifier) and not isinstance(identifier, (str, type)):
         return LossFunctionWrapper(identifier)
     raise ValueError(f"Could not interpret loss identifier: {identifier!r}; use one of "
                      f"{sorted(k for k in _BY_NAME if k.islower())}, a dt.keras.losses.Loss, "

@@ -204,16 +204,12 @@ def get(identifier: Any, loss: Any = None) -> Metric:
     """A metric for a name (``'accuracy'``, ``'mse'`` ...), a Metric, a Metric
     class, or a function ``(y_true, y_pred) -> per-example values``; ``loss``
     (the compiled loss) picks the kind of ``'accuracy'``."""
-    if isinstance(identifier, Metric):
-        return identifier
-    if isinstance(identifier, type) and issubclass(identifier, Metric):
-        return identifier()
-    if isinstance(identifier, str):
-        if identifier in ("accuracy", "acc"):
-            return _CompiledAccuracy(identifier, loss)
-        if identifier in _BY_NAME:
-            return _BY_NAME[identifier]()
-    elif callable(identifier):
+    if isinstance(identifier, str) and identifier in ("accuracy", "acc"):
+        return _CompiledAccuracy(identifier, loss)
+    found = serialization.by_identifier(identifier, Metric, _BY_NAME)
+    if found is not None:
+        return found
+    if callable(identifier) and not isinstance(identifier, (str, type)):
         return MeanMetricWrapper(identifier)
     raise ValueError(f"Could not interpret metric identifier: {identifier!r}; use 'accuracy', "
                      f"one of {sorted(_BY_NAME)}, a dt.keras.metrics.Metric, or a function "

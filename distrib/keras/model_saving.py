@@ -43,7 +43,7 @@ Why it is built so:
   model, then every worker meets in one small step, then a non-chief commits
   its own copy to the path it was given (the tutorial's temporary
   ``workertemp_<id>`` folder, which it then deletes), unless that path is the
-  chief's very path (``distrib.train.worker_saves``). So ``save`` returns on
+  chief's very path (``distrib.train.checkpoints.worker_saves``). So ``save`` returns on
   every worker only once the chief's model is whole, and ``load_model`` of
   the chief's path right after it works everywhere.
 
@@ -80,8 +80,8 @@ from distrib.keras import losses as losses_mod
 from distrib.keras import metrics as metrics_mod
 from distrib.keras import optimizers as optimizers_mod
 from distrib.keras import serialization
-from distrib.train import trackable
-from distrib.train.object_checkpoint import Checkpoint
+from distrib.train.checkpoints import trackable
+from distrib.train.checkpoints.object_checkpoint import Checkpoint
 
 logger = logging.getLogger(__name__)
 

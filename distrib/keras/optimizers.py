@@ -35,16 +35,20 @@ import contextlib
 import re
 from typing import Any, Iterable, Sequence
 
-from distrib.distribute.values import local_results
+from distrib.distribute.core.values import local_results
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import Operation, Tensor, get_default_graph
 from distrib.keras import serialization
 from distrib.ops import math_ops as ops
 from distrib.ops.gradients import gradients
 from distrib.ops.variables import Variable, VariableAggregation
-from distrib.train import optimizers as tf1
-from distrib.train import trackable
-from distrib.train.rmsprop import RMSPropOptimizer
+from distrib.train.checkpoints import trackable
+from distrib.train.optimizers.adagrad import AdagradOptimizer
+from distrib.train.optimizers.adam import AdamOptimizer
+from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
+from distrib.train.optimizers.momentum import MomentumOptimizer
+from distrib.train.optimizers.optimizer import Optimizer as TF1Optimizer
+from distrib.train.optimizers.rmsprop import RMSPropOptimizer
 
 __all__ = ["Optimizer", "SGD", "Adam", "Adagrad", "RMSprop", "get", "serialize", "deserialize"]
 
@@ -67,12 +71,12 @@ class Optimizer:
                             f"{sorted(kwargs)}")
         self.name = name
         self.learning_rate = learning_rate
-        self._optimizer: tf1.Optimizer | None = None
+        self._optimizer: TF1Optimizer | None = None
         self._iterations: Any = None
         self._strategy: Any = None
 
     # -- what subclasses decide ---------------------------------------------------------
-    def _make_optimizer(self) -> tf1.Optimizer:
+    def _make_optimizer(self) -> TF1Optimizer:
         raise NotImplementedError
 
     # -- the API ----------------------------------------------------------------------------
@@ -114,7 +118,7 @@ class Optimizer:
         return self.apply_gradients(zip(grads, var_list))
 
     @property
-    def tf1_optimizer(self) -> tf1.Optimizer:
+    def tf1_optimizer(self) -> TF1Optimizer:
         if self._optimizer is None:
             self._optimizer = self._make_optimizer()
         return self._optimizer
@@ -141,7 +145,7 @@ class Optimizer:
                 out.setdefault(base, []).append(var)
         return out
 
-    # -- dt.train.Checkpoint's protocol (distrib.train.trackable) ---------------------------
+    # -- dt.train.Checkpoint's protocol (distrib.train.checkpoints.trackable) ---------------------------
     def trackable_children(self) -> dict[str, Any]:
         """``iter`` (Keras' name for ``iterations``) and the variables of no one
         weight (Adam's ``beta1_power``), once made; the slots are per weight
@@ -205,10 +209,10 @@ class SGD(Optimizer):
         self.momentum = momentum
         self.nesterov = bool(nesterov)
 
-    def _make_optimizer(self) -> tf1.Optimizer:
+    def _make_optimizer(self) -> TF1Optimizer:
         if self.momentum == 0.0 and not self.nesterov:
-            return tf1.GradientDescentOptimizer(self.learning_rate, name=self.name)
-        return tf1.MomentumOptimizer(self.learning_rate, self.momentum, name=self.name,
+            return GradientDescentOptimizer(self.learning_rate, name=self.name)
+        return MomentumOptimizer(self.learning_rate, self.momentum, name=self.name,
                                      use_nesterov=self.nesterov)
 
     def get_config(self) -> dict[str, Any]:
@@ -226,8 +230,8 @@ class Adam(Optimizer):
         super().__init__(name, learning_rate, **kwargs)
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
 
-    def _make_optimizer(self) -> tf1.Optimizer:
-        return tf1.AdamOptimizer(self.learning_rate, self.beta_1, self.beta_2, self.epsilon,
+    def _make_optimizer(self) -> TF1Optimizer:
+        return AdamOptimizer(self.learning_rate, self.beta_1, self.beta_2, self.epsilon,
                                  name=self.name)
 
     def get_config(self) -> dict[str, Any]:
@@ -245,8 +249,8 @@ class Adagrad(Optimizer):
         self.initial_accumulator_value = initial_accumulator_value
         self.epsilon = epsilon
 
-    def _make_optimizer(self) -> tf1.Optimizer:
-        return tf1.AdagradOptimizer(self.learning_rate, self.initial_accumulator_value,
+    def _make_optimizer(self) -> TF1Optimizer:
+        return AdagradOptimizer(self.learning_rate, self.initial_accumulator_value,
                                     name=self.name)
 
     def get_config(self) -> dict[str, Any]:
@@ -268,7 +272,7 @@ class RMSprop(Optimizer):
         self.rho, self.momentum, self.centered = rho, momentum, bool(centered)
         self.epsilon = epsilon or 1e-7   # Keras: None or 0 take backend.epsilon()
 
-    def _make_optimizer(self) -> tf1.Optimizer:
+    def _make_optimizer(self) -> TF1Optimizer:
         return _KerasRMSProp(self.learning_rate, self.rho, self.momentum, self.epsilon,
                              centered=self.centered, name=self.name)
 
@@ -344,7 +348,7 @@ def get(identifier: Any) -> Optimizer:
         return identifier()
     if isinstance(identifier, str) and identifier.lower() in _BY_NAME:
         return _BY_NAME[identifier.lower()]()
-    if isinstance(identifier, tf1.Optimizer):
+    if isinstance(identifier, TF1Optimizer):
         raise ValueError(f"{identifier!r} is a dt.train (TF1) optimizer; compile takes a "
                          "dt.keras.optimizers one, e.g. dt.keras.optimizers.SGD(0.01)")
     raise ValueError(f"Could not interpret optimizer identifier: {identifier!r}; use one of "

@@ -43,9 +43,13 @@ import numpy as np
 
 from distrib.data import Dataset
 from distrib.data.pipeline import INFINITE
-from distrib.distribute.coordinator import ClusterCoordinator, RemoteValue
-from distrib.distribute.def_function import Function
-from distrib.distribute.input_lib import DistributedDataset, DistributedDatasetsFromFunction, InputContext
+from distrib.distribute.coordinator.cluster_coordinator import ClusterCoordinator, RemoteValue
+from distrib.distribute.core.input_lib import (
+    DistributedDataset,
+    DistributedDatasetsFromFunction,
+    InputContext,
+)
+from distrib.distribute.functions.def_function import Function
 from distrib.errors import OutOfRangeError
 from distrib.framework.graph import get_default_graph
 from distrib.keras.callbacks import ProgbarLogger

@@ -1,5 +1,5 @@
 """``save_weights``/``load_weights``: a model's weights (and its optimizer's
-state) in distrib's checkpoint format (``distrib.train.checkpoint``: one
+state) in distrib's checkpoint format (``distrib.train.checkpoints.file_format``: one
 checksummed file, written atomically, with TF's ``checkpoint`` state file
 beside it, so ``dt.train.latest_checkpoint(folder)`` finds the newest).
 
@@ -21,7 +21,7 @@ right after that trace (``StateIO.apply_pending``), as TF defers restores.
 Under a multi-worker strategy every worker calls ``save_weights``; the chief
 writes first, and ``save_weights`` returns on every worker once the chief's
 file is whole; a non-chief writes its own copy where its path is not the
-chief's (``distrib.train.worker_saves``, TF's collective save).
+chief's (``distrib.train.checkpoints.worker_saves``, TF's collective save).
 """
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from distrib.distribute.def_function import function
-from distrib.distribute.values import local_results
+from distrib.distribute.core.values import local_results
+from distrib.distribute.functions.def_function import function
 from distrib.errors import InvalidArgumentError, NotFoundError
-from distrib.train import checkpoint, trackable, worker_saves
+from distrib.train.checkpoints import file_format, state_file, trackable, worker_saves
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class StateIO:
         """Assign the state saved at ``path`` (or the newest checkpoint of the folder
         ``path``); returns the file's entries that are not model or optimizer state."""
         path = _resolve(os.fspath(path))
-        stored = await asyncio.to_thread(checkpoint.read_checkpoint, path)
+        stored = await asyncio.to_thread(file_format.read_checkpoint, path)
         state = self.state()
         weights = [k for k in state if not k.startswith("optimizer/")]
         missing = [k for k in weights if k not in stored]
@@ -179,9 +179,9 @@ def _checked(key: str, var: Any, value: Any) -> np.ndarray:
 def _write(path: str, values: dict[str, np.ndarray]) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    checkpoint.write_checkpoint(path, values)
+    file_format.write_checkpoint(path, values)
     try:
-        checkpoint.update_checkpoint_state(folder, path, [path])
+        state_file.update_checkpoint_state(folder, path, [path])
     except InvalidArgumentError:
         pass   # the file is called "checkpoint": no state file beside it
     logger.info("saved weights to %s", path)
@@ -189,7 +189,7 @@ def _write(path: str, values: dict[str, np.ndarray]) -> None:
 
 def _resolve(path: str) -> str:
     if os.path.isdir(path):
-        latest = checkpoint.latest_checkpoint(path)
+        latest = state_file.latest_checkpoint(path)
         if latest is None:
             raise NotFoundError(f"no checkpoint in folder {path!r}; pass the file that "
                                 "save_weights wrote")

@@ -274,3 +274,21 @@ def to_json_value(value: Any, where: str) -> Any:
     raise TypeError(f"{where} holds {value!r} ({type(value).__name__}), which is not "
                     "JSON serializable: make get_config() return plain values (numbers, "
                     "strings, lists, dicts) or objects with get_config()")
+
+
+def by_identifier(identifier: Any, base: type, by_name: Mapping[str, Callable[[], Any]],
+                  key: Callable[[str], str] = lambda name: name) -> Any | None:
+    """The object a Keras ``get(identifier)`` gives for the cases every kind shares:
+    an instance of ``base`` as it is, a subclass of ``base`` made with its defaults,
+    a name (``key(name)`` in ``by_name``) made; None for anything else (the caller's
+    own cases, a function say, then its error)."""
+    if isinstance(identifier, base):
+        return identifier
+    if isinstance(identifier, type) and issubclass(identifier, base):
+        return identifier()
+    if isinstance(identifier, str):
+        made = by_name.get(key(identifier))
+        if made is not None:
+            return made()
+    return None
+

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from distrib.distribute.values import local_results
+from distrib.distribute.core.values import local_results
 from distrib.framework import distribution_context
 from distrib.framework.graph import get_default_graph
 from distrib.keras import losses as losses_mod
@@ -40,7 +40,7 @@ from distrib.keras.data_adapter import DataHandler, batch_rows, split_validation
 from distrib.keras.engine import EpochStats, StepFunctions, training_loop_for
 from distrib.keras.layers import Layer, listed_weights
 from distrib.keras.saving import StateIO
-from distrib.train import trackable
+from distrib.train.checkpoints import trackable
 
 __all__ = ["Model"]
 
@@ -75,7 +75,7 @@ class Model(Layer):
                 named.pop(name, None)
         super().__setattr__(name, value)
 
-    # -- dt.train.Checkpoint's protocol (distrib.train.trackable) ---------------------------
+    # -- dt.train.Checkpoint's protocol (distrib.train.checkpoints.trackable) ---------------------------
     def trackable_children(self) -> dict[str, Any]:
         """As Keras tracks a model: layers (and variables) by attribute name, then
         ``layer_with_weights-<i>`` (the i-th layer that has weights) and
@@ -382,7 +382,7 @@ class Model(Layer):
         """Write the weights and the optimizer's state to ``filepath`` (distrib's
         checkpoint format); returns the path. Under a multi-worker strategy every
         worker calls it and it returns once the chief's file is whole
-        (``distrib.train.worker_saves``)."""
+        (``distrib.train.checkpoints.worker_saves``)."""
         if not overwrite and os.path.exists(filepath):
             raise FileExistsError(f"{filepath} exists and overwrite=False")
         return await self.state_io.save(filepath)

@@ -22,7 +22,7 @@ import types
 from typing import Any, Callable
 
 from distrib.data import Dataset
-from distrib.distribute.input_lib import InputContext
+from distrib.distribute.core.input_lib import InputContext
 from distrib.keras.serialization import (
     CustomObjectScope,
     custom_object_scope,

@@ -4,7 +4,7 @@ failed tasks restarted on a budget, workers stopped before the ps.
 Re-exports only."""
 from __future__ import annotations
 
-from distrib.launch.elastic import NoLauncherError, ScaleError, ScaleRefusedError, request_scale
+from distrib.launch.control import NoLauncherError, ScaleError, ScaleRefusedError, request_scale
 from distrib.launch.launcher import LaunchConfig, Launcher, LaunchResult, TaskProcess
 from distrib.launch.tasks import TRAINING_JOBS, free_ports, loopback_cluster, select_tasks, tf_config
 

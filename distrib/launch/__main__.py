@@ -47,7 +47,8 @@ from typing import Any, NoReturn
 from distrib.cluster import ClusterSpec
 from distrib.cluster.resolvers import detect_scheduler, no_cluster, resolver_from_environment
 from distrib.cluster.tf_config import split_command
-from distrib.launch.elastic import ScaleError, parse_workers, request_scale
+from distrib.launch.control import ScaleError, request_scale
+from distrib.launch.elastic import parse_workers
 from distrib.launch.launcher import LaunchConfig, Launcher
 from distrib.launch.tasks import loopback_cluster, select_tasks
 from distrib.settings import LAUNCH_SETTINGS, SettingError

@@ -8,11 +8,9 @@ The launcher owns the membership (``distrib.runtime.chief.membership``): a
 versioned record of the live tasks and of those that left. How a change goes:
 
 - **The control socket.** The launcher listens on the unix socket
-  ``DIR/launch.sock`` (mode 0600: only its own user may connect);
-  ``scale`` sends it one JSON line ``{"workers": N}``
-  and gets one back, ``{"ok": true, "message": ...}`` once the change is
-  under way, or ``{"ok": false, "reason": ...}``. No answer there (no
-  socket, or nothing listening) is :class:`NoLauncherError`.
+  ``DIR/launch.sock`` (mode 0600), where ``scale`` sends one JSON line and
+  gets one back (:mod:`distrib.launch.control`, both ends); a request
+  comes to :meth:`Elastic.scale`.
 - **Growing.** Each new worker takes a fresh index (never one a removed
   worker had: a step of it may still be in flight) on a free port. The new
   record goes to the source task (ps 0) first, and only then does the task
@@ -69,15 +67,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
-import socket
 import tempfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from distrib.cluster import ClusterSpec, task_string
 from distrib.errors import OpError
+from distrib.launch.control import ControlSocket, ScaleRefusedError
 from distrib.launch.tasks import LOOPBACK, free_ports
 from distrib.runtime.actors.failure_detector import heartbeat_s
 from distrib.runtime.actors.system import ActorSystem, client_name, default_transport_config
@@ -90,36 +87,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CONTROL_SOCKET", "CLUSTER_FILE", "Elastic", "ScaleError", "NoLauncherError",
-           "ScaleRefusedError", "parse_workers", "request_scale", "control_path"]
+__all__ = ["CLUSTER_FILE", "Elastic", "parse_workers", "write_cluster"]
 
-CONTROL_SOCKET = "launch.sock"
 CLUSTER_FILE = "cluster.json"
 _KEEP_EVERY_S = 0.5
 _KEEP_RETRY_S = 0.1      # the keeper's pause while the source does not answer
 _KEEP_CONNECT_S = 1.0    # the keeper's connect deadline: attempts stay <= ~0.5 s apart
 _PUSH_TIMEOUT_S = 5.0
 _TELL_WAIT_S = 1.0       # a restart in place waits this long at most for its pushes to everyone
-_MAX_UNIX_PATH = 107   # sun_path holds 108 bytes, the last a NUL
-_MAX_REQUEST = 4096
-
-
-class ScaleError(Exception):
-    """A scale request that did not happen; ``exit_code`` is the CLI's."""
-
-    exit_code = 1
-
-
-class ScaleRefusedError(ScaleError, ValueError):
-    """The launcher refused the change (N outside MIN..MAX, not elastic, stopping)."""
-
-    exit_code = 1
-
-
-class NoLauncherError(ScaleError, ConnectionError):
-    """No launcher answers at ``--logdir``'s control socket."""
-
-    exit_code = 3
 
 
 def parse_workers(text: str) -> tuple[int, int | None]:
@@ -136,46 +111,6 @@ def parse_workers(text: str) -> tuple[int, int | None]:
         raise ValueError(f"must be a count >= 0 or a range MIN:MAX with 1 <= MIN <= MAX, "
                          f"not {text!r}")
     return lo, hi
-
-
-def control_path(logdir: str) -> str:
-    """The launcher's control socket under ``logdir``; ValueError when the
-    path is longer than a unix socket's name may be."""
-    path = os.path.join(os.path.abspath(logdir), CONTROL_SOCKET)
-    if len(os.fsencode(path)) > _MAX_UNIX_PATH:
-        raise ValueError(f"the control socket {path!r} is longer than {_MAX_UNIX_PATH} bytes, "
-                         "the most a unix socket's name holds: give a shorter --logdir")
-    return path
-
-
-async def request_scale(logdir: str, workers: int, timeout: float = 30.0) -> str:
-    """Ask the launcher at ``logdir`` to grow or shrink to ``workers``; its
-    message once the change is under way. :class:`ScaleRefusedError` when it
-    refuses, :class:`NoLauncherError` when none answers there."""
-    try:
-        path = control_path(logdir)
-    except ValueError as e:
-        raise NoLauncherError(str(e)) from None
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), timeout)
-    except (OSError, asyncio.TimeoutError) as e:
-        why = "no control socket" if isinstance(e, FileNotFoundError) else f"{type(e).__name__}: {e}"
-        raise NoLauncherError(f"no launcher runs with --logdir {logdir} ({why} at {path})") from None
-    try:
-        writer.write(json.dumps({"workers": int(workers)}).encode() + b"\n")
-        await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), timeout)
-    except (OSError, asyncio.TimeoutError) as e:
-        raise NoLauncherError(f"the launcher at {path} did not answer ({type(e).__name__})") from None
-    finally:
-        writer.close()
-    try:
-        answer = json.loads(line)
-    except ValueError:
-        raise NoLauncherError(f"the launcher at {path} closed without an answer") from None
-    if not answer.get("ok"):
-        raise ScaleRefusedError(str(answer.get("reason")))
-    return str(answer.get("message", ""))
 
 
 def write_cluster(path: str, cluster: ClusterSpec) -> None:
@@ -203,13 +138,13 @@ class Elastic:
         self.launcher = launcher
         self.min, self.max = min_workers, max_workers
         self.logdir = logdir
-        self.path = control_path(logdir)
+        self._control = ControlSocket(logdir, self.scale)
+        self.path = self._control.path   # the control socket (ValueError when too long)
         self.version = 0
         self.left: list[str] = []
         self.generations: dict[str, int] = {}   # task -> its restarts in place (absent: 0)
         self.changed_at: float | None = None   # loop time of the last scale request
         self._lock = asyncio.Lock()
-        self._server: asyncio.base_events.Server | None = None
         self._system: ActorSystem | None = None
         self._keeper: asyncio.Task | None = None
         self._keeper_system: ActorSystem | None = None   # the keeper's: a short connect deadline
@@ -317,16 +252,7 @@ class Elastic:
     async def open(self) -> None:
         """Before any task starts: the control socket (OSError when another
         launcher answers there), cluster.json, version 1."""
-        if os.path.exists(self.path):
-            try:
-                _, writer = await asyncio.open_unix_connection(self.path)
-            except OSError:
-                os.unlink(self.path)   # a dead launcher's
-            else:
-                writer.close()
-                raise OSError(f"another launcher runs with --logdir {self.logdir} "
-                              f"(it answers at {self.path})")
-        self._server = await asyncio.start_unix_server(self._serve, sock=self._bind_private())
+        await self._control.open()
         self._system = await ActorSystem(client_name(), listen=False).start()
         if self.source is not None:
             config = dataclasses.replace(default_transport_config(),
@@ -337,28 +263,6 @@ class Elastic:
         write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
         self._keeper = asyncio.ensure_future(self._keep())
 
-    def _bind_private(self) -> socket.socket:
-        """The control socket, bound at ``self.path`` with mode 0600 from its
-        first moment: bound in a fresh folder only we may enter (0700),
-        made 0600 there, then linked into place (a chmod after binding at
-        ``self.path`` would leave it open to other local users meanwhile).
-        FileExistsError when something is at ``self.path`` already."""
-        folder = tempfile.mkdtemp(prefix=".", dir=os.path.dirname(self.path))
-        inner = os.path.join(folder, "s")   # no longer than self.path: "." + 8 + "/s"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(inner)
-            os.chmod(inner, 0o600)
-            os.link(inner, self.path)
-        except BaseException:
-            sock.close()
-            raise
-        finally:
-            if os.path.exists(inner):
-                os.unlink(inner)
-            os.rmdir(folder)
-        return sock
-
     async def close(self) -> None:
         telling, self._telling = list(self._telling), set()
         for task in telling:
@@ -368,46 +272,12 @@ class Elastic:
         if keeper is not None:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        self._control.close()
         systems = (self._system, self._keeper_system)
         self._system = self._keeper_system = None
         for system in systems:
             if system is not None:
                 await system.shutdown()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), 10.0)
-            if len(line) > _MAX_REQUEST:
-                raise ScaleRefusedError("request too long")
-            try:
-                n = json.loads(line)["workers"]
-                if type(n) is not int:
-                    raise TypeError
-            except (ValueError, KeyError, TypeError):
-                raise ScaleRefusedError('a request is one JSON line {"workers": N}') from None
-            answer: dict[str, Any] = {"ok": True, "message": await self.scale(n)}
-        except ScaleRefusedError as e:
-            answer = {"ok": False, "reason": str(e)}
-        except (OSError, asyncio.TimeoutError):
-            writer.close()
-            return
-        except Exception as e:   # noqa: BLE001 - the asker gets the reason, the launch goes on
-            logger.exception("scale request failed")
-            answer = {"ok": False, "reason": f"{type(e).__name__}: {e}"}
-        try:
-            writer.write(json.dumps(answer).encode() + b"\n")
-            await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.close()
 
     # -- a change ------------------------------------------------------------
     async def scale(self, n: int) -> str:

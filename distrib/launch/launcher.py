@@ -9,12 +9,8 @@ away their work.
 
 The rules it keeps, and why:
 
-- **Stop by pid, never leave one behind.** Each task runs in a process group
-  of its own (``start_new_session``), and every signal goes to that group by
-  the task's pid: a COMMAND that is a shell script takes its own children
-  down with it. On Linux each child also asks the kernel for SIGKILL when the
-  launcher dies (``PR_SET_PDEATHSIG``), so even ``kill -9`` of the launcher
-  leaves nothing running; every other exit path stops the children itself.
+- **Stop by pid, never leave one behind.** A task's process group, signals
+  and death with the launcher: :mod:`distrib.launch.process`.
 - **Workers first.** A terminal's Ctrl-C reaches only the launcher (the tasks
   are in other process groups), which sends SIGTERM to the ``chief``/``worker``
   tasks, waits for them (bounded by ``stop_timeout_s``), and only then stops
@@ -46,38 +42,45 @@ The rules it keeps, and why:
   of an elastic launch gets ``DISTRIB_ELASTIC=1``.
 - **Output as it comes.** Every line a task writes (stdout to stdout, stderr
   to stderr) is printed at once, prefixed ``[job:index] ``; children get
-  ``PYTHONUNBUFFERED=1`` so a Python task's lines are not held in its buffer.
-  The last ``tail_lines`` lines of each task are kept for the message that
-  names a task failing past its restarts.
+  ``PYTHONUNBUFFERED=1`` so a Python task's lines are not held in its buffer
+  (each task keeps its last lines: :class:`~distrib.launch.process.TaskProcess`).
 """
 from __future__ import annotations
 
 import asyncio
-import collections
-import ctypes
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from distrib.cluster import ClusterSpec, task_string
+from distrib.cluster import ClusterSpec
 from distrib.cluster.exit_codes import RESTART_EXIT_CODE
 from distrib.launch.elastic import Elastic
+from distrib.launch.process import (
+    BACKOFF,
+    DONE,
+    FAILED,
+    LEFT,
+    PENDING,
+    RUNNING,
+    STOPPED,
+    TaskProcess,
+    describe_exit,
+    pdeathsig_setup,
+    write_line,
+)
 from distrib.launch.tasks import TRAINING_JOBS, gpu_slice, tf_config
 from distrib.server import request_stop
 from distrib.settings import ELASTIC
 
 __all__ = ["LaunchConfig", "LaunchResult", "Launcher", "TaskProcess"]
 
-PENDING, RUNNING, BACKOFF, DONE, FAILED, STOPPED, LEFT = (
-    "pending", "running", "backoff", "done", "failed", "stopped", "left")
 # the folder that holds the distrib package: a bare server task needs it on its path
 _SOURCE_ROOT = str(Path(__file__).resolve().parents[2])
 _READ_CHUNK = 64 * 1024
-_PR_SET_PDEATHSIG = 1
 _PUMP_DRAIN_S = 2.0      # after a task exits, how long its pipes may still deliver
 _KILL_WAIT_S = 5.0       # after SIGKILL: the kernel needs no longer
 # Uncounted restarts after exit 42 a task may have: past that, a task that keeps
@@ -108,85 +111,6 @@ class LaunchResult:
 
     exit_code: int
     message: str | None = None
-
-
-def describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
-
-
-def _pdeathsig_setup() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child die with the launcher (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def setup() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:   # the launcher died before the prctl took hold
-            os.kill(os.getpid(), signal.SIGKILL)
-    return setup
-
-
-class TaskProcess:
-    """One task across its restarts: its process, state, output tail and log."""
-
-    def __init__(self, job: str, index: int, argv: Sequence[str], env: dict[str, str],
-                 tail_lines: int, log_path: str | None) -> None:
-        self.job, self.index = job, index
-        self.name = f"{job}:{index}"
-        self.task = task_string(job, index)
-        self.argv = list(argv)
-        self.env = env
-        self.proc: asyncio.subprocess.Process | None = None
-        self.state = PENDING
-        self.restarts = 0
-        self.preemptions = 0    # exits with RESTART_EXIT_CODE: restarted, never counted
-        self.leaving = False    # removed by an elastic scale-down: its exit is a leave
-        self.leave_deadline: asyncio.Task[None] | None = None   # its stop if it outstays
-        self.returncode: int | None = None
-        self.tail: collections.deque[str] = collections.deque(maxlen=max(1, tail_lines))
-        self.log: IO[str] | None = (open(log_path, "w", encoding="utf-8", errors="replace")
-                                    if log_path else None)
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    def send(self, sig: int) -> None:
-        """Signal the task's process group (named by its pid), if it runs."""
-        if self.running:
-            self.signal_group(sig)
-
-    def signal_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            if self.proc.returncode is None:
-                try:
-                    self.proc.send_signal(sig)
-                except ProcessLookupError:
-                    pass
-
-    def write_log(self, text: str) -> None:
-        if self.log is not None:
-            self.log.write(text + "\n")
-            self.log.flush()
-
-    def close(self) -> None:
-        if self.log is not None:
-            self.log.close()
-            self.log = None
 
 
 class Launcher:
@@ -228,7 +152,7 @@ class Launcher:
         self._stop_event = asyncio.Event()
         self._stopping = False
         self._signal: int | None = None
-        self._preexec = _pdeathsig_setup()
+        self._preexec = pdeathsig_setup()
 
     def _new_task(self, job: str, i: int) -> TaskProcess:
         logdir = self.config.logdir
@@ -497,11 +421,11 @@ class Launcher:
         line = f"[{t.name}] {text}"
         t.tail.append(line)
         t.write_log(text)
-        _write(self._err if err else self._out, line)
+        write_line(self._err if err else self._out, line)
 
     def say(self, message: str, task: TaskProcess | None = None) -> None:
         """A line of the launcher's own, on stderr (and in the task's log)."""
-        _write(self._err, f"[launch] {message}")
+        write_line(self._err, f"[launch] {message}")
         if task is not None:
             task.write_log(f"[launch] {message}")
 
@@ -571,14 +495,3 @@ class Launcher:
         lines = "\n".join("  " + line for line in t.tail) or "  (no output)"
         return (f"{t.task} ({t.name}) failed: {ended} after {t.restarts} restart(s); "
                 f"the cluster was stopped. Its last lines:\n{lines}")
-
-
-def _write(stream: IO[str], line: str) -> None:
-    try:
-        stream.write(line + "\n")
-        stream.flush()
-    except UnicodeEncodeError:
-        enc = getattr(stream, "encoding", None) or "ascii"
-        _write(stream, line.encode(enc, "replace").decode(enc))
-    except (OSError, ValueError):
-        pass   # a closed or broken stdout must not stop the tasks' supervision

@@ -1,14 +1,14 @@
 """Joining and cutting tensors along an axis: ``dt.concat`` (TF's ``tf.concat``,
-a ``ConcatV2`` op) and its gradient, one ``SliceAxis`` per input. The
-strategies build ``strategy.gather`` and ``ReplicaContext.all_gather`` on it."""
+a ``ConcatV2`` op) and ``slice_rows`` (a ``SliceAxis``), which its gradient
+(:mod:`distrib.ops.array_grad`) is made of. The strategies build
+``strategy.gather`` and ``ReplicaContext.all_gather`` on them."""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 from distrib.errors import InvalidArgumentError
-from distrib.framework.graph import Operation, Tensor, name_scope
+from distrib.framework.graph import Tensor, name_scope
 from distrib.ops import math_ops as ops
-from distrib.ops.gradients import register_gradient
 
 __all__ = ["concat", "slice_rows"]
 
@@ -32,17 +32,3 @@ def slice_rows(t: Any, begin: int, size: int, axis: int = 0, name: str | None = 
     return ops.op_output("SliceAxis", [t], {"axis": int(axis), "begin": int(begin),
                                        "size": int(size)}, name or "SliceAxis")
 
-
-@register_gradient("ConcatV2")
-def _concat_grad(op: Operation, g: Tensor) -> list:
-    axis = int(op.get_attr("axis"))
-    sizes = [t.shape.dims[axis] if t.shape.rank is not None else None for t in op.inputs]
-    if None in sizes:
-        raise InvalidArgumentError(f"the gradient of {op.name} needs the inputs' sizes along "
-                                   f"axis {axis} known when the graph is built")
-    grads, begin = [], 0
-    for size in sizes:
-        grads.append(ops.op_output("SliceAxis", [g], {"axis": axis, "begin": begin, "size": size},
-                              None))
-        begin += size
-    return grads

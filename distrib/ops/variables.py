@@ -223,7 +223,7 @@ class Variable(TensorOperators):
     def get_shape(self) -> TensorShape:
         return self.shape
 
-    # -- dt.train.Checkpoint's value protocol (distrib.train.trackable) -----------------
+    # -- dt.train.Checkpoint's value protocol (distrib.train.checkpoints.trackable) -----------------
     def checkpoint_parts(self) -> list[Variable]:
         """What a checkpoint reads to save this variable: itself."""
         return [self]

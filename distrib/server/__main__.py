@@ -40,7 +40,7 @@ import signal
 import sys
 
 from distrib.cluster import ClusterSpec
-from distrib.cluster.resolvers import RESOLVER_KINDS, detect_scheduler, no_cluster, resolver_from_environment
+from distrib.cluster.resolvers import add_resolver_flags, detect_scheduler, no_cluster, resolver_from_flags
 from distrib.server.bind_address import bind_override
 from distrib.server.server_lib import ServerCore, resolve_task
 
@@ -63,17 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--worker_hosts", help="comma-separated host:port list of the worker job")
     p.add_argument("--job_name", help="this task's job")
     p.add_argument("--task_index", type=int, help="this task's index in its job")
-    p.add_argument("--resolver", choices=RESOLVER_KINDS,
-                   help="where the cluster comes from without --cluster: default the first "
-                        "of TF_CONFIG, SLURM (SLURM_PROCID), Kubernetes (KUBERNETES_SERVICE_HOST)")
-    p.add_argument("--jobs", help="SLURM/Kubernetes: each job and its tasks in order, e.g. "
-                                  "ps:1,worker:3 (env DISTRIB_SLURM_JOBS / DISTRIB_K8S_JOBS)")
-    p.add_argument("--port", type=int, help="SLURM: the first port on each node, the task "
-                                            "with local index L on PORT+L (default 8888); "
-                                            "Kubernetes: every task's port (default 2222)")
-    p.add_argument("--gpus_per_task", type=int,
-                   help="SLURM: GPUs given to each task in CUDA_VISIBLE_DEVICES "
-                        "(env DISTRIB_SLURM_GPUS_PER_TASK; default: leave GPUs as they are)")
+    add_resolver_flags(p, "where the cluster comes from without --cluster")
     p.add_argument("--bind", metavar="HOST",
                    help="listen on HOST (e.g. 0.0.0.0) instead of this task's host in the "
                         "cluster, which peers still dial; the port stays the cluster's "
@@ -90,8 +80,7 @@ def _config(args: argparse.Namespace) -> tuple[ClusterSpec, str | None, int | No
                 args.job_name, args.task_index)
     if args.resolver is None and detect_scheduler(os.environ) is None:
         raise ValueError(no_cluster("--cluster FILE, or --ps_hosts/--worker_hosts"))
-    resolver = resolver_from_environment(kind=args.resolver, jobs=args.jobs, port=args.port,
-                                         gpus_per_task=args.gpus_per_task)
+    resolver = resolver_from_flags(args)
     return (resolver.cluster_spec(), args.job_name or resolver.task_type,
             args.task_index if args.task_index is not None else resolver.task_id)
 

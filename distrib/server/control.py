@@ -32,7 +32,7 @@ class PreemptionNotices:
 
     def note(self, save_at: int, sender: str) -> None:
         """A peer got a notice: keep the earliest run named (concurrent notices name
-        the same one; see distribute/preemption_signals)."""
+        the same one; see distribute/preemption/signals.py)."""
         with self._lock:
             if self._held is None or save_at < self._held[0]:
                 self._held = (int(save_at), str(sender))

@@ -27,7 +27,7 @@ from distrib.framework import config
 from distrib.runtime.actors.system import ActorSystem, client_name
 from distrib.runtime.chief.doors import ChiefLeaseDoor, MembershipDoor
 from distrib.runtime.chief.lease import ChiefLease
-from distrib.runtime.chief.membership import MembershipService
+from distrib.runtime.chief.membership import Membership, MembershipService
 from distrib.runtime.collective.doors import CollectiveDoor
 from distrib.runtime.collective.engine import CollectiveEngine
 from distrib.runtime.step import master_channel  # noqa: F401  (sessions reach masters through it)
@@ -283,16 +283,50 @@ class Server:
     def cluster(self) -> ClusterSpec:
         return self._core.cluster
 
-    @property
-    def membership(self) -> MembershipService:
-        """The membership record this task holds (``record`` None outside an
-        elastic launch); its fields are read from any thread."""
-        return self._core.membership
+    # -- the membership record and the collective group, as elastic training reads them --
+    def membership_record(self, version: int | None = None) -> Membership | None:
+        """The membership record this task holds (None outside an elastic launch,
+        or before the first arrives); with ``version``, exactly that version's
+        record if this task still keeps it (the last few). From any thread."""
+        service = self._core.membership
+        return service.record if version is None else service.at(version)
+
+    def membership_records_after(self, version: int) -> list[Membership]:
+        """The records this task keeps that are newer than ``version``, oldest
+        first. From any thread."""
+        kept = list(self._core.membership.history.items())   # (one copy: the loop adds)
+        return [record for v, record in sorted(kept) if v > version]
 
     @property
-    def collectives(self) -> CollectiveEngine:
-        """This task's collective engine (its group leader's table of who joined)."""
-        return self._core.worker.collectives
+    def membership_version(self) -> int:
+        """The version of the record this task holds (0: none yet)."""
+        return self._core.membership.version
+
+    @property
+    def membership_source(self) -> str | None:
+        """Where the cluster's membership record is kept (ps 0's address), None
+        when this task is the source or the cluster has none."""
+        return self._core.membership.source
+
+    @property
+    def collective_leader(self) -> str:
+        """The collective group leader's task (``/job:J/task:T``), TF's default
+        ``collective_group_leader``: every group's members join there."""
+        return self._core.worker.collectives.leader_task
+
+    async def collective_joined(self, group_key: int, timeout: float = 5.0) -> list[str]:
+        """The devices that joined collective group ``group_key`` on this task (the
+        group leader's table; empty elsewhere), read on this server's loop where
+        the table changes (``on_loop``'s errors and bound)."""
+        leader = self._core.worker.collectives.leader
+        return list(await self.on_loop(lambda: leader.joined(group_key), timeout))
+
+    def expect_collective_tasks(self, group_keys: list[int] | tuple[int, ...],
+                                tasks: list[str] | tuple[str, ...]) -> None:
+        """The collective groups ``group_keys`` are made of ``tasks``
+        (``/job:J/task:T``): one that waits for a task lost, or never started,
+        fails naming it instead of waiting for ever."""
+        self._core.worker.collectives.expect_tasks(group_keys, tasks)
 
     async def on_loop(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         """``fn()`` run on this server's loop thread, awaited from another loop:

@@ -50,7 +50,7 @@ __all__ = ["TaskStatus", "StatusClient", "query_cluster", "DEFAULT_TIMEOUT_S"]
 DEFAULT_TIMEOUT_S = 2.0
 # a task that has not answered by then is probed: is anything listening?
 _PROBE_AFTER_S = 0.2
-# the jobs whose tasks may be chief, as in distrib.train.chief_role
+# the jobs whose tasks may be chief, as in distrib.train.chief.role
 _WORKER_JOBS = ("chief", "worker")
 
 
@@ -228,7 +228,7 @@ def _number(value: Any, kind: type) -> Any:
 def mark_chief(rows: list[TaskStatus]) -> None:
     """Role "chief" on the task that the newest live lease names, with the
     lease's term. Where nothing can be elected (no ps job, or fewer than two
-    chief/worker tasks: ``distrib.train.chief_role``) the role is TF's fixed
+    chief/worker tasks: ``distrib.train.chief.role``) the role is TF's fixed
     one: task 0 of the "chief" job, else of "worker" (its term is null)."""
     leases = [r.lease for r in rows if r.up and r.lease and r.lease.get("term")]
     by_name = {r.name: r for r in rows}
@@ -250,7 +250,7 @@ def mark_chief(rows: list[TaskStatus]) -> None:
 def add_checkpoint(rows: list[TaskStatus], checkpoint_dir: str) -> None:
     """The newest good checkpoint of ``checkpoint_dir`` and its age, on the
     chief's row (the chief writes them), else on the first chief/worker row."""
-    from distrib.train.checkpoint import latest_checkpoint
+    from distrib.train.checkpoints.state_file import latest_checkpoint
     path = latest_checkpoint(checkpoint_dir)
     if path is None:
         return

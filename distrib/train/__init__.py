@@ -1,7 +1,18 @@
 """``dt.train``: optimizers, the global step, device setters, checkpoints and the Supervisor.
 
 The names a TF1 script reaches for as ``tf.train.X``; each lives in a module
-of :mod:`distrib.train`, this module only re-exports them. ``ClusterSpec`` and
+of one of ``dt.train``'s wings, this module only re-exports them. A wing
+imports only the wings before it, in this order (``WINGS`` in
+tests/test_layout.py):
+
+- ``checkpoints/``: the trackable protocol, the checkpoint format and state
+  file, ``Saver``, ``Checkpoint``, ``CheckpointManager``, the reader;
+- ``optimizers/``: ``Optimizer`` and its update rules, decays, the global step;
+- ``chief/``: the chief role, its checkpoints and summaries, ``Supervisor``;
+- ``sessions/``: session creators, ``MonitoredTrainingSession``, hooks, ``Coordinator``;
+- ``replicas/``: ``replica_device_setter``, ``SyncReplicasOptimizer``.
+
+``ClusterSpec`` and
 ``Server`` are TF1's ``tf.train.ClusterSpec``/``tf.train.Server``: the very
 objects ``dt.ClusterSpec``/``dt.Server`` (of ``cluster`` and ``server``).
 """
@@ -9,37 +20,46 @@ from __future__ import annotations
 
 from distrib.cluster import ClusterSpec
 from distrib.server import Server
-from distrib.train.checkpoint import (
+from distrib.train.checkpoints.manager import CheckpointManager
+from distrib.train.checkpoints.object_checkpoint import Checkpoint
+from distrib.train.checkpoints.reader import CheckpointReader, list_variables, load_checkpoint
+from distrib.train.checkpoints.saver import Saver
+from distrib.train.checkpoints.state_file import (
     CheckpointState,
     get_checkpoint_state,
     latest_checkpoint,
     update_checkpoint_state,
 )
-from distrib.train.checkpoint_manager import CheckpointManager
-from distrib.train.checkpoint_reader import CheckpointReader, list_variables, load_checkpoint
-from distrib.train.coordinator import Coordinator
-from distrib.train.device_setter import replica_device_setter
-from distrib.train.global_step import create_global_step, get_global_step, get_or_create_global_step
-from distrib.train.learning_rate_decay import (
+from distrib.train.chief.supervisor import Supervisor
+from distrib.train.optimizers.adagrad import AdagradOptimizer
+from distrib.train.optimizers.adam import AdamOptimizer
+from distrib.train.optimizers.global_step import (
+    create_global_step,
+    get_global_step,
+    get_or_create_global_step,
+)
+from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
+from distrib.train.optimizers.learning_rate_decay import (
     exponential_decay,
     inverse_time_decay,
     natural_exp_decay,
     piecewise_constant,
     polynomial_decay,
 )
-from distrib.train.monitored_session import MonitoredSession, MonitoredTrainingSession
-from distrib.train.object_checkpoint import Checkpoint
-from distrib.train.optimizers import (
-    AdagradOptimizer,
-    AdamOptimizer,
-    GradientDescentOptimizer,
-    MomentumOptimizer,
-    Optimizer,
+from distrib.train.optimizers.momentum import MomentumOptimizer
+from distrib.train.optimizers.optimizer import Optimizer
+from distrib.train.optimizers.rmsprop import RMSPropOptimizer
+from distrib.train.replicas.device_setter import replica_device_setter
+from distrib.train.replicas.sync_replicas import SyncReplicasOptimizer
+from distrib.train.sessions.coordinator import Coordinator
+from distrib.train.sessions.monitored_session import MonitoredSession, MonitoredTrainingSession
+from distrib.train.sessions.session_manager import (
+    ChiefSessionCreator,
+    Scaffold,
+    SessionCreator,
+    WorkerSessionCreator,
 )
-from distrib.train.rmsprop import RMSPropOptimizer
-from distrib.train.saver import Saver
-from distrib.train.session_manager import ChiefSessionCreator, Scaffold, SessionCreator, WorkerSessionCreator
-from distrib.train.session_run_hooks import (
+from distrib.train.sessions.session_run_hooks import (
     CheckpointSaverHook,
     CheckpointSaverListener,
     LoggingTensorHook,
@@ -51,9 +71,7 @@ from distrib.train.session_run_hooks import (
     StepCounterHook,
     StopAtStepHook,
 )
-from distrib.train.summary_hooks import SummarySaverHook
-from distrib.train.supervisor import Supervisor
-from distrib.train.sync_replicas import SyncReplicasOptimizer
+from distrib.train.sessions.summary_hooks import SummarySaverHook
 
 __all__ = [
     "ClusterSpec", "Server",   # tf.train.ClusterSpec / tf.train.Server: dt.ClusterSpec / dt.Server themselves

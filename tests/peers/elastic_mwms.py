@@ -30,7 +30,7 @@ from examples.datasets import load_digits  # noqa: E402
 async def main(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stdout,
                         format="%(name)s: %(message)s")
-    logging.getLogger("distrib.distribute.elastic").setLevel(logging.INFO)
+    logging.getLogger("distrib.distribute.elastic.controller").setLevel(logging.INFO)
     strategy = dt.distribute.MultiWorkerMirroredStrategy()
     print(f"strategy ready: worker {strategy.worker_index} of {strategy.num_workers} "
           f"t={time.time():.3f}", flush=True)

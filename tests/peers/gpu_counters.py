@@ -23,7 +23,7 @@ import numpy as np
 
 import distrib as dt
 from kernels.counters import StepCounters, counting
-from kernels.cuda_fusion import fuse_gpu_nodes
+from kernels.cuda.fusion import fuse_gpu_nodes
 
 SIZES = (24, 16, 16, 10, 8)   # inputs, hidden, hidden, classes, batch
 

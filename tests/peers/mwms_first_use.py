@@ -6,6 +6,10 @@ step (the first use broadcasts the chief's variables, then an all-reduce) and
 prints ``result X`` (the all-reduced sum of the workers' ``index + 1``).
 ``--mode wait`` makes the strategy (its server starts), prints ``strategy
 ready`` and sleeps: the test kills it before its first collective.
+``--mode save`` trains as ``train`` does; then a non-chief exits, and the
+chief waits for a line on stdin (the test sends it once that worker is gone),
+prints ``saving`` and calls ``dt.train.Checkpoint.write`` in ``--dir``: a
+save that every worker must join, which the worker that exited never does.
 A step that fails prints ``error TYPE: MESSAGE`` and exits 0.
 """
 from __future__ import annotations
@@ -24,7 +28,7 @@ import distrib as dt  # noqa: E402
 from distrib.errors import OpError  # noqa: E402
 
 
-async def train(strategy: dt.distribute.MultiWorkerMirroredStrategy) -> None:
+async def train(strategy: dt.distribute.MultiWorkerMirroredStrategy) -> dt.Variable:
     with strategy.scope():
         v = dt.Variable(np.float32(1.0), name="v")
 
@@ -38,6 +42,17 @@ async def train(strategy: dt.distribute.MultiWorkerMirroredStrategy) -> None:
     out = await step()
     print(f"result {float(np.asarray(strategy.experimental_local_results(out)[0]))}",
           flush=True)
+    return v
+
+
+async def save(strategy: dt.distribute.MultiWorkerMirroredStrategy, v: dt.Variable,
+               folder: str) -> None:
+    if strategy.worker_index != 0:
+        return   # this worker leaves without saving
+    sys.stdin.readline()
+    print("saving", flush=True)
+    await dt.train.Checkpoint(v=v).write(os.path.join(folder, "state"))
+    print("saved", flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -48,12 +63,15 @@ async def main(args: argparse.Namespace) -> None:
         time.sleep(120)   # the test kills it sooner (a bound if the test dies)
         return
     try:
-        await train(strategy)
+        v = await train(strategy)
+        if args.mode == "save":
+            await save(strategy, v, args.dir)
     except OpError as e:
         print(f"error {type(e).__name__}: {e}", flush=True)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["train", "wait"], default="train")
+    parser.add_argument("--mode", choices=["train", "wait", "save"], default="train")
+    parser.add_argument("--dir", default="")
     asyncio.run(main(parser.parse_args()))

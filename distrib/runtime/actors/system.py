@@ -4,9 +4,9 @@
 An actor is a plain object spawned with its door (:mod:`.door`): it answers
 the messages that door declares and nothing else, as a gRPC service answers
 only the RPCs of its ``.proto`` (any other name is ``UnimplementedError``
-naming the door, and the actor's helpers stay out of the wire's reach). ``ref.call``
-awaits the reply (or the remote error, rebuilt as the same typed
-``distrib.errors`` class, naming the remote task); ``ref.tell`` is one-way.
+naming the door, and the actor's helpers stay out of the wire's reach). The
+caller's side, ``ActorRef`` and the message kinds, is :mod:`.ref`; this
+module serves, connects and routes.
 
 Design choices, each for a measured reason:
 - Replies are matched to requests by id on the connection's message callback,
@@ -27,14 +27,11 @@ Design choices, each for a measured reason:
   them is dropped as dead, which fails the calls pending on it
   (:mod:`distrib.runtime.actors.failure_detector`).
 
-Wire format of a message (a msgpack-able list, arrays out of band):
-``[CALL, id, actor, method, args]``, ``[TELL, actor, method, args]``,
-``[OK, id, result]``, ``[ERR, id, error-dict]``, ``[HEARTBEAT(, membership version)]``.
+Names of :mod:`.ref` that callers import from here stay importable (``__all__``).
 """
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import inspect
 import itertools
 import logging
@@ -46,89 +43,32 @@ from distrib import errors
 from distrib.errors import DeadlineExceededError, OpError, UnauthenticatedError, UnavailableError
 from distrib.runtime.actors.failure_detector import MISSED_HEARTBEATS, FailureDetector, Heartbeat, heartbeat_s
 from distrib.runtime.actors.in_process import in_process_system, register, unregister
+from distrib.runtime.actors.ref import (
+    CALL,
+    CALLER,
+    DEFAULT_TIMEOUT_S,
+    ERR,
+    HEARTBEAT,
+    OK,
+    TELL,
+    ActorRef,
+    caller_key,
+    expire,
+    task_name,
+    too_big,
+)
 from distrib.runtime.actors.table import ActorTable
 from distrib.settings import CONNECT_TIMEOUT_S, SESSION_GC_S, TRANSPORT
 
+__all__ = ["ActorSystem", "ActorRef", "CALLER", "caller_key", "session_gc_s", "client_name",
+           "default_transport_config", "DEFAULT_TIMEOUT_S", "TELL", "task_name",
+           "in_process_system"]
+
 logger = logging.getLogger(__name__)
 
-CALL, TELL, OK, ERR, HEARTBEAT = 0, 1, 2, 3, 4
-DEFAULT_TIMEOUT_S = 60.0
 # How long a shutdown waits for the tasks it cancelled to end (one that
 # swallows its cancellation must not hold the shutdown forever)
 _SHUTDOWN_WAIT_S = 5.0
-
-
-class ActorRef:
-    """A handle on an actor, local or remote. It is the system's own front
-    door: it calls the system's private send paths directly (one module, one
-    idea; each reach is marked SLF001) rather than through a public layer
-    that would cost every message one more call."""
-
-    __slots__ = ("system", "address", "name", "_local", "peer")
-
-    def __init__(self, system: ActorSystem, address: str, name: str,
-                 peer: tuple[str, int] | None = None) -> None:
-        self.system = system
-        self.address = address
-        self.name = name
-        self._local = address == system.address
-        # (name, incarnation) of the system at ``address``, when the caller
-        # knows it: a tell may then go over the connection that system opened
-        # to this one (see ActorSystem._connection)
-        self.peer = peer
-
-    def __repr__(self) -> str:
-        return f"ActorRef({self.name!r} at {self.address})"
-
-    async def call(self, method: str, *args: Any, timeout: float | None = DEFAULT_TIMEOUT_S) -> Any:
-        if self._local or self.address == self.system.address:
-            return await self.system._call_local(self.name, method, args, timeout)  # noqa: SLF001
-        near = in_process_system(self.address)
-        if near is not None:
-            return await near._call_local(self.name, method, args, timeout)  # noqa: SLF001
-        return await self.system._call_remote(self.address, self.name, method, args, timeout)  # noqa: SLF001
-
-    def request(self, method: str, *args: Any,
-                timeout: float | None = DEFAULT_TIMEOUT_S) -> asyncio.Future:
-        """Send a call now and return the future of its reply, without a task per
-        call when the connection is already open (the step fan-out uses this to
-        start every partition at once)."""
-        fut = self.system._request_nowait(self.address, self.name, method, args, timeout)  # noqa: SLF001
-        if fut is None:
-            fut = asyncio.ensure_future(self.call(method, *args, timeout=timeout))
-        return fut
-
-    async def tell(self, method: str, *args: Any) -> None:
-        if self._local or self.address == self.system.address:
-            self.system._tell_local(self.name, method, args)  # noqa: SLF001
-            return
-        near = in_process_system(self.address)
-        if near is not None:
-            near._tell_local(self.name, method, args)  # noqa: SLF001
-            return
-        conn = await self.system._connection(self.address, self.peer)  # noqa: SLF001
-        try:
-            await conn.send([TELL, self.name, method, list(args)])
-        except transports.FrameError as e:
-            raise _too_big(method, self.address, e) from e
-        except transports.ConnectionClosed as e:   # lost between lookup and send
-            raise UnavailableError(f"message {self.name}.{method} to {self.address} not "
-                                   f"sent: {e}; the task may have stopped or crashed",
-                                   peer=task_name(conn.peer.name)) from None
-
-
-# The peer (its handshake identity) whose call a method is serving; None for
-# a call from this process. A master ties a session to the client that opened
-# it, a worker a partition to the master that registered it: state a peer
-# leaves behind is freed once that peer has been gone for session_gc_s().
-CALLER: contextvars.ContextVar[transports.PeerInfo | None] = contextvars.ContextVar(
-    "distrib_caller", default=None)
-
-
-def caller_key() -> tuple[str, int] | None:
-    """(name, incarnation) of the remote peer whose call is being served."""
-    peer = CALLER.get()
-    return None if peer is None else (peer.name, peer.incarnation)
 
 
 def session_gc_s() -> float:
@@ -136,18 +76,6 @@ def session_gc_s() -> float:
     (``DISTRIB_SESSION_GC_S``, default 60 s): a peer that comes back in time
     keeps it; past that it is freed, as TF's session GC does."""
     return SESSION_GC_S.get()
-
-
-def task_name(name: str | None) -> str | None:
-    """``name`` if a task's (``/job:J/task:T``, a server's system), else None
-    (a client's system): what an error's ``peer`` may hold."""
-    return name if name is not None and name.startswith("/job:") else None
-
-
-def _too_big(method: str, address: str, e: Exception) -> errors.InvalidArgumentError:
-    return errors.InvalidArgumentError(
-        f"cannot send {method} to {address}: {e}; send less in one step (split a big "
-        "feed or tensor into parts)")
 
 
 class _Peer:
@@ -412,12 +340,12 @@ class ActorSystem:
         peer.pending[req] = fut
         handle = None
         if timeout is not None:
-            handle = loop.call_later(timeout, _expire, fut, actor, method, peer.name, timeout)
+            handle = loop.call_later(timeout, expire, fut, actor, method, peer.name, timeout)
         try:
             try:
                 await peer.conn.send([CALL, req, actor, method, list(args)])
             except transports.FrameError as e:   # nothing was sent: the connection is fine
-                raise _too_big(method, address, e) from e
+                raise too_big(method, address, e) from e
             except transports.ConnectionClosed as e:   # lost between lookup and send
                 raise UnavailableError(f"call {actor}.{method} to {peer.name} at {address} "
                                        f"not sent: {e}; the task may have stopped or "
@@ -443,7 +371,7 @@ class ActorSystem:
         except Exception:
             return None  # let the ordinary path reconnect or raise the typed error
         peer.pending[req] = fut
-        handle = (loop.call_later(timeout, _expire, fut, actor, method, peer.name, timeout)
+        handle = (loop.call_later(timeout, expire, fut, actor, method, peer.name, timeout)
                   if timeout is not None else None)
 
         def done(_f: asyncio.Future) -> None:
@@ -553,12 +481,6 @@ class ActorSystem:
             if not fut.done():
                 fut.set_exception(exc)
         peer.pending.clear()
-
-
-def _expire(fut: asyncio.Future, actor: str, method: str, peer: str, timeout: float) -> None:
-    if not fut.done():
-        fut.set_exception(DeadlineExceededError(
-            f"call {actor}.{method} to {peer} got no reply within {timeout:g}s"))
 
 
 def default_transport_config() -> transports.TransportConfig:

@@ -2,7 +2,7 @@
 
 One task of a training cluster holds the lease of the chief role: the first
 ps task, the one every worker already depends on (a cluster without a ps job
-has nothing to elect: its chief is fixed, see ``distrib.train.chief_role``).
+has nothing to elect: its chief is fixed, see ``distrib.train.chief.role``).
 Its ``chief_lease`` actor (spawned on
 every server, used only there) grants the role to one candidate at a time,
 for ``lease_s`` (three heartbeats: the failure-detection bound), and the

@@ -20,7 +20,7 @@ worker already talks to. From there it spreads by heartbeat:
 A record names the live tasks (``cluster``: job -> index -> address) and
 the tasks that left (``left``, task names). Task indices are never reused,
 so a name in ``left`` is final: a worker that finds itself there stops after
-its current step (the Supervisor's ``should_stop``; ``distrib.train.chief_role``
+its current step (the Supervisor's ``should_stop``; ``distrib.train.chief.role``
 watches its own server's record), and a task started later, with a fresh
 index, can never be taken for it. A worker that died while more than the
 launch's MIN workers were live is put there too, at once, instead of being

@@ -120,14 +120,14 @@ class EngineSide:
 
     def __init__(self, task: str, table: InstanceTable, post_headers: Callable[..., list],
                  fail_instance: Callable[..., None], late: Callable[[Watch], str],
-                 stalled: Callable[[Any, Watch], OpError | None]) -> None:
+                 stalled: Callable[..., OpError | None]) -> None:
         self.task = task
         self.table = table
         self.watchdog = Watchdog()
         self.post_headers = post_headers     # (group, key, message) -> sends still to await
         self.fail_instance = fail_instance   # (spec, watch, error): fail it, tell the others
         self.late = late                     # (watch) -> whom it waits for
-        self.stalled = stalled               # (spec, watch) -> a mismatch's error (collective.stall)
+        self.stalled = stalled   # (spec, watch, final=False) -> a mismatch's error (collective.stall)
 
 
 class DirectOp:
@@ -264,7 +264,8 @@ class DirectOp:
             return
         spec = self.spec
         if now >= self.deadline:
-            self._fail(DeadlineExceededError(
+            mismatch = self.engine.stalled(spec, self.watch, final=True)
+            self._fail(mismatch or DeadlineExceededError(
                 f"{spec.op} {spec.name} (group_key={spec.group_key}, instance_key="
                 f"{spec.instance_key}) on {spec.device} timed out after "
                 f"{now - self.started:.1f}s waiting for {self.engine.late(self.watch)}",

@@ -5,7 +5,7 @@ catalogue, :mod:`distrib.framework.op_def`).
 One run of a collective op on a device goes:
 
 1. *Group*: the member list of ``group_key``, cached, else asked of the group
-   leader (collective_group), which answers once ``group_size`` devices joined.
+   leader (:mod:`.group`), which answers once ``group_size`` devices joined.
 2. *Instance*: ``(group_key, group signature, instance_key, seq)``: the nth run
    of an instance key on this device pairs with the nth on every other member.
 3. *Header round*: every member sends every other its header (op, merge and
@@ -20,8 +20,11 @@ the collective with ``DeadlineExceededError`` at the timeout; without a
 timeout it logs every ``DISTRIB_COLLECTIVE_STALL_S`` (default 60 s) and keeps
 waiting, as TF would, unless the members issued different collectives (a
 cross wait: collective.stall), which fails every side at the next stall
-check. A group that waits for a member task that never comes (one named by
-``expected_members``) fails naming it (collective.group). A member whose
+check, or at the deadline, whichever comes first, with ``InvalidArgumentError``.
+A group that waits for a member task that never comes (one named by
+``expect_tasks``) fails naming it (collective.group); a member waits for
+a group leader that has not started yet within the registration bound
+(collective.registration). A member whose
 connection is lost (a killed process closes its sockets; a stopped one
 misses three heartbeats, see failure_detector) fails every live instance of
 its groups with ``UnavailableError`` naming it; a member that restarted (new incarnation)
@@ -56,80 +59,19 @@ from distrib.runtime.actors.system import ActorSystem, in_process_system, task_n
 from distrib.runtime.collective.direct import DirectOp, EngineSide, Watch
 from distrib.runtime.collective.doors import CollectiveDoor, deliver_now
 from distrib.runtime.collective.group import Group, GroupLeader, Member, leader_task, task_address
-from distrib.runtime.collective.instance import (
-    FINAL_OPS,
-    HEADER_TAG,
-    MERGE,
-    Exchange,
-    InstanceKey,
-    InstanceTable,
-    check_dtype,
-)
+from distrib.runtime.collective.instance import HEADER_TAG, Exchange, InstanceKey, InstanceTable, check_dtype
+from distrib.runtime.collective.registration import Sayer, reach_until_registered
 from distrib.runtime.collective.ring import ring_all_gather, ring_all_reduce
 from distrib.runtime.collective.small import direct_result, exchange_headers
+from distrib.runtime.collective.spec import CollectiveSpec, plan, segment_bytes, stall_s
 from distrib.runtime.collective.stall import StallCheck
 from distrib.runtime.core.step_waits import abort_signal, retrieve
-from distrib.settings import COLLECTIVE_DIRECT_BYTES, COLLECTIVE_SEGMENT_BYTES, COLLECTIVE_STALL_S
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CollectiveEngine", "CollectiveSpec", "run_collective",
-           "stall_s", "segment_bytes"]
+__all__ = ["CollectiveEngine", "run_collective"]
 
 _MAX_COUNTERS = 1 << 16
-
-
-def stall_s() -> float:
-    """``DISTRIB_COLLECTIVE_STALL_S``: how often a collective without a
-    timeout says whom it waits for (default 60 s)."""
-    return COLLECTIVE_STALL_S.get()
-
-
-def segment_bytes() -> int:
-    """``DISTRIB_COLLECTIVE_SEGMENT_BYTES``: the ring's segment; 0 (unset):
-    at least 1 MiB, and a quarter of a chunk for bigger ones (collective.ring)."""
-    return COLLECTIVE_SEGMENT_BYTES.get()
-
-
-def direct_max_bytes() -> int:
-    """``DISTRIB_COLLECTIVE_DIRECT_BYTES``: up to this size a reduce or gather
-    takes the one-round algorithm (collective_small)."""
-    return COLLECTIVE_DIRECT_BYTES.get()
-
-
-class CollectiveSpec:
-    """A collective op's attrs, checked."""
-
-    __slots__ = ("op", "name", "device", "group_size", "group_key", "instance_key",
-                 "merge_op", "final_op", "hint", "timeout", "shape", "dtype")
-
-    def __init__(self, node: dict[str, Any]) -> None:
-        a = node.get("attrs", {})
-        self.op = node["op"]
-        self.name = node["name"]
-        self.device = node.get("device") or ""
-        try:
-            self.group_size = int(a["group_size"])
-            self.group_key = int(a["group_key"])
-            self.instance_key = int(a["instance_key"])
-        except (KeyError, TypeError, ValueError):
-            raise InvalidArgumentError(f"{self.op} needs integer attrs group_size, group_key "
-                                       "and instance_key") from None
-        if self.group_size < 1:
-            raise InvalidArgumentError(f"{self.op}: group_size must be >= 1, not "
-                                       f"{self.group_size}")
-        self.merge_op = str(a.get("merge_op", "Add"))
-        self.final_op = str(a.get("final_op", "Id"))
-        if self.op == "CollectiveReduce" and (self.merge_op not in MERGE
-                                              or self.final_op not in FINAL_OPS):
-            raise InvalidArgumentError(
-                f"CollectiveReduce: merge_op must be one of {sorted(MERGE)} and final_op one "
-                f"of {list(FINAL_OPS)}, not {self.merge_op!r} and {self.final_op!r}")
-        self.hint = str(a.get("communication_hint", "auto")).lower()
-        self.timeout = float(a.get("timeout_seconds", 0) or 0)
-        shape = a.get("shape")
-        self.shape = None if shape is None else tuple(int(d) for d in shape)
-        self.dtype = None if a.get("T") is None else np.dtype(a["T"])
 
 
 class CollectiveEngine:
@@ -143,9 +85,11 @@ class CollectiveEngine:
         self.leader = GroupLeader(
             task, lambda t: system.spawn_task(self._reach(t), f"reach collective member {t}"))
         # group key -> the tasks that make up the group, where the caller knows
-        # them (MultiWorkerMirroredStrategy sets it): every join names them, and
-        # the leader watches those that have not joined (collective.group)
+        # them (see expect_tasks): every join names them, and the leader watches
+        # those that have not joined (collective.group)
         self.expected_members: dict[int, tuple[str, ...]] = {}
+        self._leader_reached = self.leader_task == task
+        self._say = Sayer()
         self.groups: dict[int, Group] = {}
         self.table = InstanceTable()
         self._counters: OrderedDict[tuple, int] = OrderedDict()
@@ -201,12 +145,32 @@ class CollectiveEngine:
     def ping(self) -> str:
         return self.task
 
+    def expect_tasks(self, group_keys: list[int] | tuple[int, ...],
+                     tasks: list[str] | tuple[str, ...]) -> None:
+        """The groups ``group_keys`` are made of ``tasks`` (``/job:J/task:T``):
+        a group that waits for one that is lost, or never starts, fails naming
+        it instead of waiting for ever (collective.group)."""
+        for gk in group_keys:
+            self.expected_members[int(gk)] = tuple(str(t) for t in tasks)
+
     # -- failure detection ---------------------------------------------------------
     async def _reach(self, task: str) -> None:
         """(Leader) connect to a named member that has not joined and hear from
         it: from then on the failure detector watches that connection."""
+        if self.system.closed:
+            raise asyncio.CancelledError
         door = CollectiveDoor.at(self.system, task_address(self.cluster, task))
         await door.ping()
+
+    async def _reach_leader(self, group_key: int) -> None:
+        """Before the first join: the group leader, which may start later than
+        this task, within the registration bound (collective.registration)."""
+        door = CollectiveDoor.at(self.system, self.leader_address)
+        await reach_until_registered(
+            door.ping, self.leader_task,
+            f"collective group {group_key} (on {self.task}, group leader)", self.task,
+            self._say)
+        self._leader_reached = True
 
     def _peer_lost(self, address: str, peer: Any) -> None:
         self.leader.lost(peer.name, peer.incarnation)
@@ -237,7 +201,7 @@ class CollectiveEngine:
         group = self.groups.get(spec.group_key)
         if group is not None and group.size == spec.group_size and group.size > 1 \
                 and spec.device in group.ranks:
-            header, data, ring, shape, dtype = self._plan(spec, value, group)
+            header, data, ring, shape, dtype = plan(spec, value, group)
             if not ring:
                 watch = Watch("header round", spec.group_key)
                 watch.group = group
@@ -287,6 +251,9 @@ class CollectiveEngine:
                                        peer=getattr(cause, "peer", None))
                 now = loop.time()
                 if deadline is not None and now >= deadline:
+                    mismatch = self.stall_check(spec, watch, final=True)
+                    if mismatch is not None:
+                        raise mismatch
                     raise DeadlineExceededError(
                         f"{spec.op} {spec.name} (group_key={spec.group_key}, instance_key="
                         f"{spec.instance_key}) on {spec.device} timed out after "
@@ -382,6 +349,8 @@ class CollectiveEngine:
             me = Member(spec.device, self.task, self.system.address, self.system.incarnation)
             if spec.group_size == 1:
                 return Group(gk, [me])
+            if not self._leader_reached:
+                await self._reach_leader(gk)
             leader = CollectiveDoor.at(self.system, self.leader_address)
             try:
                 members = await leader.join_group(gk, spec.group_size, me.as_wire(),
@@ -467,31 +436,11 @@ class CollectiveEngine:
                 logger.debug("abort_instance to %s not sent: %s", m.device, e)
         asyncio.ensure_future(tell()).add_done_callback(retrieve)
 
-    @staticmethod
-    def _plan(spec: CollectiveSpec, value: np.ndarray | None, group: Group) -> tuple:
-        """(header, the header round's data, ring?, shape, dtype) of a run."""
-        if spec.op == "CollectiveBcastRecv":
-            shape = spec.shape or ()
-            dtype = spec.dtype if spec.dtype is not None else np.dtype(np.float32)
-        else:
-            assert value is not None
-            shape, dtype = value.shape, value.dtype
-        nbytes = math.prod(shape) * dtype.itemsize
-        bcast = spec.op.startswith("CollectiveBcast")
-        ring = not bcast and (spec.hint == "ring" or nbytes > direct_max_bytes()) \
-            and group.size > 1
-        role = "send" if spec.op == "CollectiveBcastSend" else "recv" if bcast else ""
-        op = "CollectiveBcast" if bcast else spec.op
-        header = [op, spec.merge_op if op == "CollectiveReduce" else "",
-                  spec.final_op if op == "CollectiveReduce" else "", list(shape), dtype.str,
-                  "ring" if ring else "direct", role]
-        return header, None if ring or role == "recv" else value, ring, shape, dtype
-
     async def _algorithm(self, spec: CollectiveSpec, value: np.ndarray | None, ex: Exchange,
                          group: Group) -> np.ndarray:
         inst = ex.instance
         devices = [m.device for m in group.members]
-        header, data, ring, shape, dtype = self._plan(spec, value, group)
+        header, data, ring, shape, dtype = plan(spec, value, group)
         inst.phase = "header round"
         got = await exchange_headers(ex, header, data, devices)
         inst.phase = "ring" if ring else "direct"
@@ -502,8 +451,6 @@ class CollectiveEngine:
             return await ring_all_reduce(ex, value, spec.merge_op, spec.final_op,
                                          segment_bytes())
         return await ring_all_gather(ex, value, segment_bytes())
-
-
 
 
 def run_collective(node: dict[str, Any], args: list[Any], channel: Any,

@@ -24,16 +24,20 @@ at least 2 s): the survivors' step fails instead of hanging, and a restarted
 process that joins in time (a new incarnation) lets the group form again.
 
 Members that never come: where a caller knows which tasks make up a group
-(MultiWorkerMirroredStrategy does: its chief and workers; see the engine's
-``expected_members``), every join names them, and while the group waits the
-leader *watches* each named task that has not joined: it connects to it
-(the connection the failure detector then heartbeats) and asks it its name.
-A task it cannot reach within the connect deadline (``DISTRIB_CONNECT_TIMEOUT_S``:
-it never started, or died before anyone talked to it) fails the group's
-waiters at once; one whose connection is lost (killed, or silent for three
-heartbeats) departs as a joined member does, with the same grace. Without
-names (a bare ``dt.collective`` op) a group waits for its members as TF's
-does, its stall warnings naming who joined.
+(MultiWorkerMirroredStrategy does, for every group of its worker tasks; see
+the engine's ``expect_tasks``), every join names them, and while the group
+waits the leader *watches* each named task that has not joined: it connects
+to it (the connection the failure detector then heartbeats) and asks it its
+name. A task not reached yet is one that may still be starting (TF's
+workers are started by hand, in any order): the leader probes it again,
+with backoff, logging now and then whom it waits for, and fails the group's
+waiters naming it only once the registration bound
+(``DISTRIB_REGISTER_TIMEOUT_S``, 10 minutes) has passed without reaching
+it. A task that was reached and is then lost (killed, or silent for three
+heartbeats), before or while the group waits, departs as a joined member
+does: the group fails within the grace below unless a new process of it
+comes back. Without names (a bare ``dt.collective`` op) a group waits for
+its members as TF's does, its stall warnings naming who joined.
 
 Restarts: a member that joins again with a new incarnation (its process
 restarted) replaces its old entry. The list's *signature* hashes every
@@ -53,6 +57,13 @@ from typing import Callable, Iterable
 from distrib.cluster import ClusterSpec
 from distrib.errors import InvalidArgumentError, UnavailableError
 from distrib.runtime.actors.failure_detector import heartbeat_s
+from distrib.runtime.collective.registration import (
+    Sayer,
+    not_started,
+    register_timeout_s,
+    registration_error,
+    retry_delay,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +75,7 @@ def rejoin_grace_s() -> float:
     """How long a group waits for a departed member to come back."""
     return max(2.0, 3 * (heartbeat_s() or 1.0))
 
+_TASK_RE = re.compile(r"^/job:[^/]+/task:\d+$")
 _DEVICE_RE = re.compile(r"^/job:([^/]+)/replica:(\d+)/task:(\d+)/device:([A-Za-z_]+):(\d+)$")
 
 
@@ -145,7 +157,8 @@ def task_address(cluster: ClusterSpec, task: str) -> str:
 class _Forming:
     """A group on the leader: members joined so far, and who waits for the rest."""
 
-    __slots__ = ("size", "members", "waiters", "departed", "timer", "expected", "watched")
+    __slots__ = ("size", "members", "waiters", "departed", "timer", "expected", "watched",
+                 "since")
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -157,6 +170,8 @@ class _Forming:
         self.timer: asyncio.TimerHandle | None = None
         self.expected: set[str] = set()   # the tasks the joins named as the group's
         self.watched: set[str] = set()    # those being (or already) reached
+        # a named task not reached yet -> (when this wait for it began, probes so far)
+        self.since: dict[str, tuple[float, int]] = {}
 
     def joined_tasks(self) -> set[str]:
         return {m.task for m in self.members.values()}
@@ -172,6 +187,10 @@ class GroupLeader:
         # from it (see the module header), cancelled when the task's system stops
         self.reach = reach
         self._groups: dict[int, _Forming] = {}
+        # task -> the incarnation whose connection was lost, until a process of it
+        # is heard again: a group that then waits for it does not wait for it to start
+        self._gone: dict[str, int] = {}
+        self._say = Sayer()
 
     def join(self, group_key: int, group_size: int, member: Member,
              expected: Iterable[str] = ()) -> asyncio.Future:
@@ -198,6 +217,8 @@ class GroupLeader:
         forming.members[member.device] = member
         forming.departed.pop(member.device, None)
         forming.departed.pop(member.task, None)
+        forming.since.pop(member.task, None)
+        self._gone.pop(member.task, None)
         forming.expected.update(str(t) for t in expected)
         fut = asyncio.get_running_loop().create_future()
         if len(forming.members) == forming.size:
@@ -206,6 +227,7 @@ class GroupLeader:
                 if not w.done():
                     w.set_result(answer)
             forming.waiters.clear()
+            forming.since.clear()
             self._disarm(forming)
         else:
             forming.waiters.append(fut)
@@ -214,33 +236,70 @@ class GroupLeader:
         return fut
 
     def _watch(self, group_key: int, forming: _Forming) -> None:
-        """Reach every named task that has not joined (once each while it is away)."""
+        """Reach every named task that has not joined (once each while it is away);
+        one lost before (``_gone``) departs at once and has the grace to come back."""
         if self.reach is None:
             return
+        now = asyncio.get_running_loop().time()
         for task in sorted(forming.expected - forming.joined_tasks() - forming.watched
                            - {self.task}):
             forming.watched.add(task)
-            probe = self.reach(task)
-            probe.add_done_callback(
-                lambda f, t=task: self._reached(group_key, forming, t, f))
+            if task in self._gone:
+                forming.departed[task] = task
+            else:
+                forming.since.setdefault(task, (now, 0))
+            self._probe(group_key, forming, task)
+
+    def _probe(self, group_key: int, forming: _Forming, task: str) -> None:
+        assert self.reach is not None
+        if task in forming.joined_tasks() or not forming.waiters:
+            forming.watched.discard(task)   # no longer waited for: the next wait tries again
+            forming.since.pop(task, None)
+            return
+        self.reach(task).add_done_callback(
+            lambda f: self._reached(group_key, forming, task, f))
 
     def _reached(self, group_key: int, forming: _Forming, task: str,
                  probe: asyncio.Future) -> None:
-        err = None if probe.cancelled() else probe.exception()
-        if err is None:
-            return   # connected: the failure detector watches it from now on (``lost``)
-        forming.watched.discard(task)   # the next wait tries again
-        if task in forming.joined_tasks() or not forming.waiters:
+        if probe.cancelled():   # the system stops
+            forming.watched.discard(task)
             return
+        err = probe.exception()
+        if err is None:   # it runs: the failure detector watches it from now on (``lost``)
+            self._gone.pop(task, None)
+            forming.since.pop(task, None)
+            if forming.departed.get(task) == task:   # a lost connection, not a lost task
+                del forming.departed[task]
+            return
+        if task in forming.joined_tasks() or not forming.waiters or task in self._gone:
+            forming.watched.discard(task)   # joined, not waited for, or lost: not starting
+            forming.since.pop(task, None)
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        start, tries = forming.since.setdefault(task, (now, 0))
+        left = register_timeout_s() - (now - start)
+        what = f"collective group {group_key}"
+        if left > 0 and not_started(err):
+            self._say(now, task, f"{what} (leader {self.task})", now - start, err)
+            forming.since[task] = (start, tries + 1)
+            loop.call_later(retry_delay(tries, left), self._probe, group_key, forming, task)
+            return
+        forming.watched.discard(task)
+        joined = f" (joined: {', '.join(forming.members) or 'none'})"
+        self._fail(forming, registration_error(what, task, now - start, err, joined, self.task)
+                   if not_started(err) else UnavailableError(
+                       f"{what}: member task {task} cannot be reached: {err}{joined}",
+                       task=self.task, peer=task))
+
+    def _fail(self, forming: _Forming, err: Exception) -> None:
+        """Fail every waiter of the group with ``err``."""
         waiters, forming.waiters = forming.waiters, []
+        forming.since.clear()
         self._disarm(forming)
-        fail = UnavailableError(
-            f"collective group {group_key}: member task {task} did not join and cannot be "
-            f"reached ({err}); it never started or stopped before its first collective "
-            f"(joined: {', '.join(forming.members) or 'none'})", task=self.task, peer=task)
         for w in waiters:
             if not w.done():
-                w.set_exception(fail)
+                w.set_exception(err)
 
     def _arm(self, group_key: int, forming: _Forming) -> None:
         """Fail the group's waiters if a departed member is not back in time."""
@@ -265,16 +324,18 @@ class GroupLeader:
             f"heartbeats and did not come back within {rejoin_grace_s():g}s; the collective "
             "fails (a restarted process of that task joins the next one)", task=self.task,
             peer=next(iter(forming.departed.values())))
-        waiters, forming.waiters = forming.waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_exception(err)
+        self._fail(forming, err)
 
     def lost(self, task: str, incarnation: int) -> None:
         """That process of ``task`` is gone: its devices leave every group, so
         the group forms again only with the process that replaces it (the
         members that re-resolve wait for it instead of getting a dead list)."""
+        if _TASK_RE.match(task):   # (a client's name is not remembered)
+            if len(self._gone) > 4096:
+                self._gone.clear()
+            self._gone[task] = incarnation
         for gk, forming in self._groups.items():
+            forming.watched.discard(task)   # a later wait reaches it again
             gone = [d for d, m in forming.members.items()
                     if m.task == task and m.incarnation == incarnation]
             for d in gone:
@@ -284,7 +345,7 @@ class GroupLeader:
                     and task not in forming.joined_tasks():
                 gone = [task]   # named, watched, and lost before it joined
                 forming.departed[task] = task
-                forming.watched.discard(task)
+                forming.since.pop(task, None)
             if gone:
                 self._arm(gk, forming)
                 logger.info("collective group %d: %s left (its connection was lost)", gk,

@@ -18,7 +18,10 @@ or ``k'`` here (two independent collectives of one step that a slow kernel
 holds back on one worker). So the stall warning names it, and the next stall
 check fails the collective if the same cross wait is still there: the
 mismatch is an error within two stall times, never a hang, and a slow kernel
-shorter than a stall time is never mistaken for one. The error names both
+shorter than a stall time is never mistaken for one. A collective with a
+``timeout`` looks once more at its deadline: it fails there anyway, and a
+cross wait then makes the error the mismatch (``InvalidArgumentError`` on
+every side), not a ``DeadlineExceededError`` that hides it. The error names both
 members and what each issued; it fails this member's instance and P's
 (``abort_instance``), so every side of the mismatch fails.
 """
@@ -120,7 +123,9 @@ class StallCheck:
     (task path and direct path alike): ``check(spec, watch)`` is the
     mismatch's error when the same cross wait was there at the previous
     check (the peer's instance is failed too; the caller fails its own),
-    else None, with the cross wait kept in ``watch.suspect`` for the warning."""
+    else None, with the cross wait kept in ``watch.suspect`` for the warning.
+    ``final``: the collective's deadline has come, and it fails either way:
+    a cross wait there now is the mismatch it reports."""
 
     def __init__(self, task: str, table: InstanceTable, groups: dict[int, Group],
                  issued: Callable[[InstanceKey], bool],
@@ -131,13 +136,14 @@ class StallCheck:
         self.issued = issued            # (key) -> whether this engine started that run
         self.tell_abort = tell_abort    # (member, key, wire error): fail it there
 
-    def __call__(self, spec: Any, watch: Any) -> InvalidArgumentError | None:
+    def __call__(self, spec: Any, watch: Any, final: bool = False
+                 ) -> InvalidArgumentError | None:
         inst, group = watch.instance, watch.group
         if inst is None or group is None or inst.error is not None:
             return None
         found = find_cross_wait(self.table, self.groups, inst, group, self.issued)
         before, watch.suspect = watch.suspect, found
-        if found is None or before is None or before.sig != found.sig:
+        if found is None or (not final and (before is None or before.sig != found.sig)):
             return None
         err = found.error(inst, spec.device, f"{spec.op} {spec.name!r}", self.task)
         early = self.table.early.get(found.key)

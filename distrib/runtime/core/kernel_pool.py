@@ -21,7 +21,7 @@ pool too, whatever its weight (``launch_key``; the executor remembers the
 runs that finished): numba compiles a kernel on its first launch for each
 argument types, 0.1-1 s each and seconds for a step's worth, which on the
 loop's thread would hold back heartbeats until the task's peers declared it
-dead. Compiled kernels are cached on disk (``kernels/cuda_math.py``), so a
+dead. Compiled kernels are cached on disk (``kernels/cuda/math.py``), so a
 later process loads them instead; every later run is inline as before.
 
 A short wait for another task's message polls instead of sleeping while a

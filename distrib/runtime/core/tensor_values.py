@@ -25,16 +25,16 @@ Node = dict[str, Any]
 
 def host_array(x: Any) -> Any:
     """``x`` as a host array: a numpy array as it is, a device array copied
-    to the host (kernels.devices loads only when a device array may exist)."""
+    to the host (kernels.cuda.devices loads only when a device array may exist)."""
     if type(x) is np.ndarray or x is None:
         return x
-    from kernels import devices
+    from kernels.cuda import devices
     return devices.to_host(x) if devices.is_device_array(x) else np.asarray(x)
 
 
 def args_to_device(args: list[Any], dev: tuple[str, int]) -> list[Any]:
     """A GPU kernel's inputs on GPU ``dev[1]`` (host arrays are copied there)."""
-    from kernels import devices
+    from kernels.cuda import devices
     return [a if devices.is_device_array(a) else devices.to_device(np.asarray(a), dev[1])
             for a in args]
 

@@ -26,7 +26,7 @@ from distrib.errors import InvalidArgumentError
 from distrib.framework.op_def import op_defs
 from distrib.runtime.core.tensor_values import Node, host_array
 from distrib.runtime.state.variable_store import VariableStore
-from kernels import cpu_update
+from kernels.cpu import update as cpu_update
 from transports.shm import shared_empty
 
 __all__ = ["run_stateful"]
@@ -44,7 +44,7 @@ def _as_var_value(value: Any, attrs: dict[str, Any], name: str, dev: tuple[str, 
             f"cannot assign a value of shape {list(src.shape)} to variable {name} of shape "
             f"{list(shape)}; pass validate_shape=False to change its shape")
     if dev[0] == "GPU":
-        from kernels import devices
+        from kernels.cuda import devices
         return devices.to_device(np.array(src), dev[1])
     arr = shared_empty(src.shape, src.dtype)
     np.copyto(arr, src)
@@ -96,7 +96,7 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
 def _update_on_host(fn: Any, state: list[Any], args: list[Any], attrs: dict[str, Any]) -> None:
     """A GPU variable updated by a CPU kernel (an update with no GPU kernel):
     on host copies of it and its slots, written back to the device."""
-    from kernels import devices
+    from kernels.cuda import devices
     hosts = [devices.to_host(s) for s in state]
     fn([*hosts, *[host_array(a) for a in args]], attrs)
     for s, h in zip(state, hosts):

@@ -29,21 +29,21 @@ Memory and in-place kernels: :mod:`distrib.runtime.core.tensor_values`. Stateful
 ops (variables, updates): :mod:`distrib.runtime.state.stateful`.
 
 GPUs: an op on ``GPU:i`` runs with GPU i current on whichever thread runs it
-(``kernels.devices.use_gpu``, one thread-local check when it already is), so
+(``kernels.cuda.devices.use_gpu``, one thread-local check when it already is), so
 its launches, allocations (one pool per device), copies and default stream
 are that GPU's; with several GPUs an input from another GPU is copied device
 to device first. A GPU variable read in place (``PartitionGraph.read_var``)
-is held by its step until the step ends (``_GPU_READS``): an update of that
-variable from another step meanwhile writes into a copy (``_unshare``); the
+is held by its step until the step ends (``GPU_READS``): an update of that
+variable from another step meanwhile writes into a copy (``unshare``); the
 update's check and write, and the read's taking of the buffer, are ordered by
-``VariableStore.update_lock`` whenever an update runs off the loop.
+``VariableStore.update_lock`` whenever an update runs off the loop
+(:mod:`distrib.runtime.step.gpu_step`).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-import weakref
 from typing import Any, Awaitable, NoReturn
 
 import kernels
@@ -56,10 +56,20 @@ from distrib.runtime.core.tensor_values import args_to_device, exclusive, host_a
 from distrib.runtime.state.resources import run_resource_op
 from distrib.runtime.state.stateful import run_stateful
 from distrib.runtime.state.variable_store import VariableStore
+from distrib.runtime.step.gpu_step import (
+    GPU_READS,
+    device_feeds,
+    hold_reads,
+    locked_read,
+    locked_update,
+    on_gpu,
+    unshare,
+    update_done,
+)
 from distrib.runtime.step.partition_graph import UPDATE_WRITES, PartitionGraph
 from distrib.runtime.step.step_trace import StepTrace, active_trace
-from kernels import devices
-from kernels.cuda_fusion import fuse_gpu_nodes
+from kernels.cuda import devices
+from kernels.cuda.fusion import fuse_gpu_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -74,127 +84,23 @@ _UPDATES = op_types(lambda d: d.is_update)
 _GPU_KERNEL_UPDATES = _UPDATES - {"Assign"}
 
 
-def _locked_update(node: Any, args: list[Any], variables: VariableStore, wanted: bool,
-                   dev: tuple[str, int], own_reads: dict[str, int]) -> Any:
-    """A GPU variable update on the pool, one at a time (see VariableStore.update_lock),
-    its copy for other steps' reads in place (_unshare) decided and made under the lock."""
-    with variables.update_lock:
-        devices.use_gpu(dev[1])   # (the pool's thread: its own current GPU)
-        if node["op"] in UPDATE_WRITES and _GPU_READS:
-            _unshare(node, variables, own_reads)
-        return run_stateful(node, args, variables, wanted, dev)
-
-
-def _locked_read(node: Any, variables: VariableStore) -> list[Any]:
-    """The buffer a step reads in place, taken on the pool under update_lock
-    while an update may be writing it there (see _GPU_READS)."""
-    with variables.update_lock:
-        return [variables.get(node["attrs"].get("var"), node["name"])]
-
-
-def _on_gpu(index: int, fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` with GPU ``index`` current on this (a pool's) thread."""
-    devices.use_gpu(index)
-    return fn(*args)
-
-
-# Variables some running step reads in place on a GPU (PartitionGraph.read_var):
-# store -> variable name -> how many running steps hold such a read. Such a
-# step holds its reads from its start to its end; an update of the variable
-# from another step meanwhile first gives the store a copy to write into
-# (_unshare), so the step's reads stay what they were when it read them.
-#
-# One lock, one rule. While an update of a store's GPU variables runs off the
-# loop (``offloop_updates`` > 0), every change of them (updates, Assign
-# included, and their _unshare) and every taking of a buffer that a step reads
-# in place (its VariableV2: ``held_fetch``) goes to the pool and runs under
-# ``update_lock``; while none does, they all run on the loop's thread, which
-# never takes the lock (nothing else changes those variables then: the count
-# drops only once the pool's update has left the lock, see _update_done). So
-# an update's check of the holds, its copy and its write are one step for
-# every reader in place: a read takes the buffer either before it (its hold,
-# counted on the loop at its step's start, before the step takes any buffer,
-# is then seen: the update writes into a copy) or after the write is done.
-# The hold itself needs no lock (one dict entry, changed on the loop only).
-# This is TensorFlow's order for resource variables: ReadVariableOp takes the
-# tensor under the variable's mutex, an update copies it under the same mutex
-# when it is shared. A step that overlaps no off-loop update takes no lock.
-_GPU_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _hold_reads(variables: VariableStore, names: dict[str, int], sign: int) -> None:
-    held = _GPU_READS.get(variables)
-    if held is None:
-        held = _GPU_READS[variables] = {}
-    for name, k in names.items():
-        left = held.get(name, 0) + sign * k
-        if left:
-            held[name] = left
-        else:
-            held.pop(name, None)
-
-
-def _update_done(loop: asyncio.AbstractEventLoop, variables: VariableStore) -> None:
-    """An off-loop update has run (or never will: cancelled before it started),
-    on the pool's thread: counted down on the loop, where it was counted up (not
-    when its step stops waiting for it: a cancelled step's update may still run)."""
-    try:
-        loop.call_soon_threadsafe(_count_down, variables)
-    except RuntimeError:   # the loop has closed: nothing runs on it any more
-        pass
-
-
-def _count_down(variables: VariableStore) -> None:
-    variables.offloop_updates -= 1
-
-
-def _unshare(node: Any, variables: VariableStore, own_reads: dict[str, int]) -> None:
-    """Before an update writes into a GPU variable (or its slots) that a step
-    other than its own (``own_reads``: its own reads in place) reads in place,
-    give the store a copy of it to write into: that step's reads keep the
-    version they read (as the store's copy on write does for host arrays).
-    Runs where the update runs: on the loop, or under update_lock (see _GPU_READS)."""
-    held = _GPU_READS.get(variables)
-    if not held:
-        return
-    attrs = node["attrs"]
-    for key in UPDATE_WRITES[node["op"]]:
-        name = attrs.get(key)
-        if held.get(name, 0) > own_reads.get(name, 0) and name in variables:
-            cur = variables.get(name)
-            if devices.is_device_array(cur):
-                variables.set(name, kernels.get_kernel("Identity", kernels.GPU)([cur], {})[0])
-
-
-def _device_feeds(inputs: list, shape_only: list, devices: list) -> dict[str, tuple[str, int]]:
-    """Feed name -> the GPU that every node reading it (for more than its
-    shape) runs on, for feeds read only there."""
-    on: dict[str, set] = {}
-    for i, refs in enumerate(inputs):
-        for k, ref in enumerate(refs):
-            if type(ref) is str and not shape_only[i][k]:
-                on.setdefault(ref, set()).add(tuple(devices[i]))
-    return {ref: next(iter(devs)) for ref, devs in on.items()
-            if len(devs) == 1 and next(iter(devs))[0] != "CPU"}
-
-
 class CompiledPartition(PartitionGraph):
     """A compiled partition that runs steps (the dataflow loop)."""
 
     def __init__(self, nodes: list, fetches: list[str], **kwargs: Any) -> None:
-        # on a task with GPUs, GPU patterns fused into one kernel (kernels.cuda_fusion)
+        # on a task with GPUs, GPU patterns fused into one kernel (kernels.cuda.fusion)
         nodes = fuse_gpu_nodes(nodes, fetches, kwargs.get("gpu_count", 0), kwargs.get("feeds", ()))
         super().__init__(nodes, fetches, **kwargs)
         # (GPU node, argument dtypes and shapes) that have run once: the first
         # such run may compile its kernels and goes to the pool (kernel_pool.launch_key)
         self.gpu_warm: set[tuple] = set()
         # fed tensors whose every consumer runs on one GPU: copied there once a step
-        self.device_feeds = _device_feeds(self.inputs, self.shape_only, self.devices)
+        self.device_feeds = device_feeds(self.inputs, self.shape_only, self.devices)
         # several GPUs: a device array from another GPU is copied to the op's (device to device)
         self.multi_gpu = len({d for d in self.devices if d[0] != "CPU"}) > 1
         # the variables this partition reads in place on a GPU, and how many times
         self.gpu_reads: dict[str, int] = {}
-        # the VariableV2 nodes whose buffer such a read takes (see _GPU_READS)
+        # the VariableV2 nodes whose buffer such a read takes (see GPU_READS)
         self.held_fetch = [False] * len(self.nodes)
         for i, var in enumerate(self.read_var):
             if var is not None:
@@ -206,7 +112,7 @@ class CompiledPartition(PartitionGraph):
         """A GPU node's inputs on its device; a fed tensor that only this
         device reads is copied once per step: the copy replaces it in the
         step's own feeds dict for its other consumers."""
-        if self.multi_gpu:   # (kernels.devices.to_device: host arrays in, other GPUs' across)
+        if self.multi_gpu:   # (kernels.cuda.devices.to_device: host arrays in, other GPUs' across)
             args = [devices.to_device(a, dev[1]) for a in args]
         else:
             args = args_to_device(args, dev)
@@ -262,8 +168,8 @@ class CompiledPartition(PartitionGraph):
         on_pool: list[Any] = []   # this step's kernels on the pool (concurrent futures)
         pooled = [0]              # how many went there
         collectives: list[asyncio.Future] = []   # this step's collectives, started
-        if self.gpu_reads:   # held until the step ends (see _GPU_READS)
-            _hold_reads(variables, self.gpu_reads, 1)
+        if self.gpu_reads:   # held until the step ends (see GPU_READS)
+            hold_reads(variables, self.gpu_reads, 1)
         try:
             while done < n:
                 while ready or heavy_ready:
@@ -349,7 +255,7 @@ class CompiledPartition(PartitionGraph):
                 self._priorities()
         finally:
             if self.gpu_reads:
-                _hold_reads(variables, self.gpu_reads, -1)
+                hold_reads(variables, self.gpu_reads, -1)
             for fut in pending.futs:
                 fut.cancel()
             if stats is not None:
@@ -486,7 +392,7 @@ class CompiledPartition(PartitionGraph):
                         and kernel_pool.may_offload(on_pool)):
                     fut = (self._to_pool(cold, kernel_pool.timed_kernel, fn, args, attrs, clock)
                            if dev[0] == "CPU" else
-                           self._to_pool(cold, _on_gpu, dev[1], kernel_pool.timed_kernel, fn,
+                           self._to_pool(cold, on_gpu, dev[1], kernel_pool.timed_kernel, fn,
                                          args, attrs, clock))
                     if on_pool is not None:
                         on_pool.append(fut)
@@ -533,18 +439,18 @@ class CompiledPartition(PartitionGraph):
                 if cold is not None or variables.offloop_updates:
                     # its kernel may compile now: off the loop, and every GPU update
                     # behind it too until it is done (updates never overlap; and
-                    # see _GPU_READS)
+                    # see GPU_READS)
                     variables.offloop_updates += 1
-                    fut = self._to_pool(cold, _locked_update, node, args, variables,
+                    fut = self._to_pool(cold, locked_update, node, args, variables,
                                         self.wanted[i], dev, self.gpu_reads)
                     loop = asyncio.get_running_loop()
-                    fut.add_done_callback(lambda _f: _update_done(loop, variables))
+                    fut.add_done_callback(lambda _f: update_done(loop, variables))
                     return asyncio.wrap_future(fut)
             elif self.held_fetch[i] and variables.offloop_updates:
                 # a buffer this step reads in place, which an update may be writing
-                return asyncio.wrap_future(self._to_pool(None, _locked_read, node, variables))
-            if op in UPDATE_WRITES and _GPU_READS:   # (on the loop: no update is off it now)
-                _unshare(node, variables, self.gpu_reads)
+                return asyncio.wrap_future(self._to_pool(None, locked_read, node, variables))
+            if op in UPDATE_WRITES and GPU_READS:   # (on the loop: no update is off it now)
+                unshare(node, variables, self.gpu_reads)
             t0 = time.perf_counter()
             out = run_stateful(node, args, variables, self.wanted[i], dev)
             t1 = time.perf_counter()

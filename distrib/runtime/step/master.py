@@ -17,6 +17,10 @@ A traced step (run option ``trace_level``, ``output_partition_graphs``)
 asks each task for its record and returns the fetches and then the step's
 metadata (``step_trace.metadata_record``), which the session takes off.
 
+What the master keeps per session and per task, and the checks on what a
+client sends (its GraphDef, config, a run's arguments), are
+:mod:`distrib.runtime.step.sessions`.
+
 Counters for benchmarks (``stats`` / ``reset_stats``): steps run, partition
 calls to other tasks (each one request and one reply message), bytes fed and
 fetched.
@@ -29,16 +33,12 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from distrib import errors
-from distrib.client.fetches import check_feed
 from distrib.client.run_metadata import PARTITION_GRAPHS_OPTION, TRACE_OPTION
 from distrib.errors import (
     AbortedError,
-    InvalidArgumentError,
-    NotFoundError,
     OpError,
     PartitionUnregisteredError,
     PeerRestartedError,
@@ -49,7 +49,17 @@ from distrib.runtime.actors.system import ActorSystem, caller_key, session_gc_s
 from distrib.runtime.core.kernel_pool import spin_until
 from distrib.runtime.step.doors import RegisterPartition, WorkerDoor
 from distrib.runtime.step.graph_optimizer import optimize_partitions
-from distrib.runtime.step.plan import Partition, partition, place, prune, tensor_op
+from distrib.runtime.step.plan import partition, place, prune, tensor_op
+from distrib.runtime.step.sessions import (
+    SessionState,
+    StepPlan,
+    TaskState,
+    check_options,
+    check_run,
+    find_session,
+    index_graph,
+    split_task,
+)
 from distrib.runtime.step.step_trace import metadata_record
 
 logger = logging.getLogger(__name__)
@@ -58,44 +68,6 @@ _WAIT_LOG_S = 1.0  # a task slower than this to answer is named in a warning
 # how long closing a session waits for its aborted steps to end (a client's
 # close_session call gives up after 5 s)
 _CLOSE_WAIT_S = 2.0
-
-
-@dataclass
-class _StepPlan:
-    key: str
-    parts: dict[str, Partition]
-    fetches: list[str]
-    peers: dict[str, str] = field(default_factory=dict)   # task -> address
-    # how long the other tasks took to answer after this one's part ended, last
-    # step (see kernel_pool.spin_until)
-    tail_s: float | None = None
-
-    @property
-    def tasks(self) -> list[str]:
-        return list(self.parts)
-
-
-@dataclass
-class _SessionState:
-    handle: str
-    nodes: dict[str, dict[str, Any]]
-    version: int
-    config: dict[str, Any]
-    plans: dict[tuple, _StepPlan] = field(default_factory=dict)
-    owner: tuple[str, int] | None = None        # the remote client that opened it
-    collect: asyncio.TimerHandle | None = None  # set while that client is gone
-    # steps in flight (step id -> their tasks) and runs in flight, so that
-    # closing the session ends them instead of leaving them waiting forever
-    steps: dict[int, list[str]] = field(default_factory=dict)
-    runs: int = 0
-    closed: bool = False
-    drained: asyncio.Event | None = None
-
-
-@dataclass
-class _TaskState:
-    incarnation: int
-    registered: set[str] = field(default_factory=set)
 
 
 class MasterService:
@@ -107,8 +79,8 @@ class MasterService:
         self.job = job
         self.task_index = task_index
         self.task = f"/job:{job}/task:{task_index}"
-        self._sessions: dict[str, _SessionState] = {}
-        self._tasks: dict[str, _TaskState] = {}
+        self._sessions: dict[str, SessionState] = {}
+        self._tasks: dict[str, TaskState] = {}
         self._status_locks: dict[str, asyncio.Lock] = {}
         self._workers: dict[str, WorkerDoor] = {}   # task -> the door of its worker
         self._plan_ids = itertools.count(1)
@@ -136,7 +108,7 @@ class MasterService:
     def add_task(self, task: str, address: str) -> None:
         """``task`` joined after this master started (an elastic launch): steps
         may be placed on it, at ``address`` (a task known already keeps its own)."""
-        job, idx = _split_task(task)
+        job, idx = split_task(task)
         if idx not in self._valid.setdefault(job, []):
             self._valid[job].append(idx)
             self._joined[task] = address
@@ -146,7 +118,7 @@ class MasterService:
             return self.system.address
         if task in self._joined:
             return self._joined[task]
-        job, idx = _split_task(task)
+        job, idx = split_task(task)
         return self.cluster.task_address(job, idx)
 
     def worker(self, task: str) -> WorkerDoor:
@@ -177,16 +149,15 @@ class MasterService:
 
     # -- sessions --------------------------------------------------------------
     def create_session(self, graph_def: dict[str, Any], config: dict[str, Any] | None = None) -> str:
-        _check_options(config, "config")
+        check_options(config, "config")
         handle = os.urandom(8).hex()
-        self._sessions[handle] = _SessionState(handle, _index(graph_def), graph_def.get("version", 0),
+        self._sessions[handle] = SessionState(handle, index_graph(graph_def), graph_def.get("version", 0),
                                                dict(config or {}), owner=caller_key())
         return handle
 
     def extend_session(self, handle: str, graph_def: dict[str, Any]) -> int:
-        s = self._session(handle)
-        _index(graph_def)   # checked before anything changes
-        s.nodes = _index(graph_def)
+        s = find_session(self._sessions, handle, self.task)
+        s.nodes = index_graph(graph_def)   # checked before anything changes
         s.version = graph_def.get("version", s.version + 1)
         s.plans.clear()
         return s.version
@@ -209,7 +180,7 @@ class MasterService:
                 logger.debug("could not deregister on %s: %s", task, e)
         return True
 
-    async def _end_steps(self, s: _SessionState) -> None:
+    async def _end_steps(self, s: SessionState) -> None:
         """Abort the steps of a closing session (a step blocked in a queue or
         accumulator wait would otherwise wait forever, and take the next token
         or gradient sum with it), then wait a little for their runs to end, so
@@ -228,19 +199,6 @@ class MasterService:
         except asyncio.TimeoutError:
             logger.warning("%s: %d step(s) of closed session %s still running after %gs",
                            self.task, s.runs, s.handle, _CLOSE_WAIT_S)
-
-    def _session(self, handle: str) -> _SessionState:
-        if not isinstance(handle, str):
-            raise InvalidArgumentError(f"session handle must be a string, not {type(handle).__name__}")
-        s = self._sessions.get(handle)
-        if s is None:
-            raise NotFoundError(f"session {handle} is not open on {self.task} (closed, its "
-                                "client was gone too long, or the server restarted): open a "
-                                "new Session", task=self.task)
-        if s.collect is not None and s.owner == caller_key():
-            s.collect.cancel()   # its client is back
-            s.collect = None
-        return s
 
     async def list_devices(self) -> list[dict[str, Any]]:
         tasks = [(job, idx) for job in self.cluster.jobs for idx in self.cluster.task_indices(job)]
@@ -266,15 +224,9 @@ class MasterService:
     # -- steps -----------------------------------------------------------------
     async def run(self, handle: str, fetches: list[str], targets: list[str],
                   feeds: dict[str, Any], options: dict[str, Any] | None = None) -> list[Any]:
-        s = self._session(handle)
-        for what, names in (("fetches", fetches), ("targets", targets)):
-            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                raise InvalidArgumentError(f"run: {what} must be a list of tensor or op names")
-        if not isinstance(feeds, dict) or not all(isinstance(k, str) for k in feeds):
-            raise InvalidArgumentError("run: feeds must map tensor names ('x:0') to values")
-        _check_options(options, "options")
+        s = find_session(self._sessions, handle, self.task)
+        feeds = check_run(s.nodes, fetches, targets, feeds, options)
         opts = {**s.config, **(options or {})}
-        feeds = self._check_feeds(s, feeds)
         plan = self._plan(s, fetches, targets, feeds)
         c = self.counters
         c["steps"] += 1
@@ -294,7 +246,7 @@ class MasterService:
             if s.runs == 0 and s.drained is not None:
                 s.drained.set()
 
-    async def _run_attempts(self, s: _SessionState, plan: _StepPlan, feeds: dict[str, Any],
+    async def _run_attempts(self, s: SessionState, plan: StepPlan, feeds: dict[str, Any],
                             opts: dict[str, Any]) -> list[Any]:
         c = self.counters
         for attempt in range(2):
@@ -315,20 +267,8 @@ class MasterService:
                 raise
         raise AssertionError("unreachable")
 
-    def _check_feeds(self, s: _SessionState, feeds: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for name, value in feeds.items():
-            op, idx = tensor_op(name)
-            node = s.nodes.get(op)
-            if node is None:
-                raise NotFoundError(f"cannot feed {name!r}: the graph has no such tensor")
-            dts, shapes = node.get("output_dtypes") or [], node.get("output_shapes") or []
-            out[f"{op}:{idx}"] = check_feed(name, value, dts[idx] if idx < len(dts) else None,
-                                            shapes[idx] if idx < len(shapes) else None)
-        return out
-
-    def _plan(self, s: _SessionState, fetches: list[str], targets: list[str],
-              feeds: dict[str, Any]) -> _StepPlan:
+    def _plan(self, s: SessionState, fetches: list[str], targets: list[str],
+              feeds: dict[str, Any]) -> StepPlan:
         key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
         plan = s.plans.get(key)
         if plan is None:
@@ -339,12 +279,12 @@ class MasterService:
             parts = partition(s.nodes, order, placed, full, feeds, targets)
             # each partition rewritten once, here, before it is registered and cached
             optimize_partitions(parts, s.nodes, targets, s.config.get("graph_options"))
-            plan = _StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full,
+            plan = StepPlan(f"{s.handle}/{next(self._plan_ids)}", parts, full,
                              {t: self.address_of(t) for t in parts})
             s.plans[key] = plan
         return plan
 
-    async def _ensure_task(self, task: str, limit: float | None) -> _TaskState:
+    async def _ensure_task(self, task: str, limit: float | None) -> TaskState:
         st = self._tasks.get(task)
         if st is not None:
             return st
@@ -353,7 +293,7 @@ class MasterService:
             st = self._tasks.get(task)
             if st is None:
                 status = await self._contact(task, limit)
-                st = self._tasks[task] = _TaskState(int(status["incarnation"]))
+                st = self._tasks[task] = TaskState(int(status["incarnation"]))
         return st
 
     async def _contact(self, task: str, limit: float | None) -> dict[str, Any]:
@@ -369,7 +309,7 @@ class MasterService:
             raise UnavailableError(f"{task} is unavailable: {e.message}",
                                    task=self.task, peer=task) from None
 
-    async def _prepare(self, task: str, plan: _StepPlan, soft: bool, limit: float | None) -> int:
+    async def _prepare(self, task: str, plan: StepPlan, soft: bool, limit: float | None) -> int:
         st = await self._ensure_task(task, limit)
         if plan.key not in st.registered:
             part = plan.parts[task]
@@ -385,7 +325,7 @@ class MasterService:
             st.registered.add(plan.key)
         return st.incarnation
 
-    async def _run_step(self, s: _SessionState, plan: _StepPlan, feeds: dict[str, Any],
+    async def _run_step(self, s: SessionState, plan: StepPlan, feeds: dict[str, Any],
                         opts: dict[str, Any]) -> list[Any]:
         soft = bool(opts.get("allow_soft_placement", False))
         timeout = opts.get("operation_timeout_s")
@@ -414,7 +354,7 @@ class MasterService:
         finally:
             s.steps.pop(step, None)
 
-    async def _traced(self, plan: _StepPlan, feeds: dict[str, Any], step: int,
+    async def _traced(self, plan: StepPlan, feeds: dict[str, Any], step: int,
                       incarnations: dict[str, int], timeout: float | None, term: Any,
                       trace: bool, graphs: bool) -> list[Any]:
         records: dict[str, Any] = {}
@@ -423,7 +363,7 @@ class MasterService:
         parts = {t: p.nodes for t, p in plan.parts.items()} if graphs else None
         return [*values, metadata_record(records, parts)]
 
-    async def _dispatch(self, plan: _StepPlan, feeds: dict[str, Any], step: int,
+    async def _dispatch(self, plan: StepPlan, feeds: dict[str, Any], step: int,
                         incarnations: dict[str, int], timeout: float | None,
                         term: Any, records: dict[str, Any] | None = None) -> list[Any]:
         """The step's fetched values; ``records`` (a traced step): each
@@ -465,7 +405,7 @@ class MasterService:
     def _local_worker(self) -> Any:
         return self.system.actor("worker")
 
-    def _ready_incarnations(self, plan: _StepPlan) -> dict[str, int] | None:
+    def _ready_incarnations(self, plan: StepPlan) -> dict[str, int] | None:
         """The incarnations of the step's tasks when all are known and hold the
         plan already (every step after the first), else None."""
         out = {}
@@ -477,7 +417,7 @@ class MasterService:
         return out
 
     @staticmethod
-    def _collect(plan: _StepPlan, feeds: dict[str, Any], results: dict[str, list],
+    def _collect(plan: StepPlan, feeds: dict[str, Any], results: dict[str, list],
                  records: dict[str, Any] | None = None) -> list[Any]:
         values: dict[str, Any] = dict(feeds)
         for t, out in results.items():
@@ -487,7 +427,7 @@ class MasterService:
         return [values[f] for f in plan.fetches]
 
     async def _gather_step(self, step: int, calls: dict[str, asyncio.Future],
-                           plan: _StepPlan) -> dict[str, list]:
+                           plan: StepPlan) -> dict[str, list]:
         pending = set(calls.values())
         local = calls.get(self.task)
         tail_from = None   # when this task's part ended, with others still to answer
@@ -552,48 +492,3 @@ def _primary_error(failed: list[asyncio.Future]) -> BaseException:
         if not isinstance(e, AbortedError):
             return e  # type: ignore[return-value]
     return excs[0]  # type: ignore[return-value]
-
-
-def _check_options(options: Any, what: str) -> None:
-    """A session's config or a run's options: None, or a dict of known types."""
-    if options is None:
-        return
-    if not isinstance(options, dict):
-        raise InvalidArgumentError(f"{what} must be a dict (see dt.ConfigProto), "
-                                   f"not {type(options).__name__}")
-    timeout = options.get("operation_timeout_s")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not timeout > 0):
-        raise InvalidArgumentError(f"{what}: operation_timeout_s must be a positive number of "
-                                   f"seconds or None, not {timeout!r}")
-    term = options.get("fencing_term")
-    if term is not None and (isinstance(term, bool) or not isinstance(term, int) or term < 0):
-        raise InvalidArgumentError(f"{what}: fencing_term must be a chief term (an int >= 0) "
-                                   f"or None, not {term!r}")
-
-
-def _index(graph_def: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    if not isinstance(graph_def, dict):
-        raise InvalidArgumentError(f"a GraphDef must be a dict with a 'nodes' list, "
-                                   f"not {type(graph_def).__name__}")
-    nodes = graph_def.get("nodes")
-    if not isinstance(nodes, list):
-        raise InvalidArgumentError("malformed GraphDef: 'nodes' must be a list")
-    out = {}
-    for n in nodes:
-        if not isinstance(n, dict) or not isinstance(n.get("name"), str) or "op" not in n:
-            raise InvalidArgumentError(f"malformed GraphDef node: {str(n)[:200]}")
-        if isinstance(n["op"], str) and n["op"].startswith("_"):
-            # the runtime's own ops (sends, receives, fused kernels) are written
-            # by the master and the optimizer, never taken from a client
-            raise InvalidArgumentError(f"op {n['name']!r}: op type {n['op']!r} is internal to "
-                                       "the runtime; a client graph cannot use it")
-        n.setdefault("inputs", [])
-        n.setdefault("attrs", {})
-        out[n["name"]] = n
-    return out
-
-
-def _split_task(task: str) -> tuple[str, int]:
-    parts = dict(p.split(":", 1) for p in task.strip("/").split("/"))
-    return parts["job"], int(parts["task"])

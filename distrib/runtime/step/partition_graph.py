@@ -25,7 +25,7 @@ from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework.op_def import op_defs, op_types
 from distrib.runtime.core.tensor_values import shape_stand_in
 from distrib.runtime.step.plan import Node, tensor_op
-from kernels import cpu as cpu_kernels
+from kernels.cpu import math as cpu_math
 from transports.shm import shared_empty
 
 logger = logging.getLogger(__name__)
@@ -69,8 +69,8 @@ class PartitionGraph:
         # ``generators`` (the worker passes one dict to all the partitions of a
         # session); its node here is a copy: the caller's graph stays as it was
         gens: dict = {} if generators is None else generators
-        self.nodes = [{**node, "attrs": cpu_kernels.rng_attrs(node["attrs"], node["name"], gens)}
-                      if node["op"] in cpu_kernels.RANDOM_OPS else node for node in nodes]
+        self.nodes = [{**node, "attrs": cpu_math.rng_attrs(node["attrs"], node["name"], gens)}
+                      if node["op"] in cpu_math.RANDOM_OPS else node for node in nodes]
         self.fetches = list(fetches)
         fed = {"{}:{}".format(*tensor_op(t)) for t in feeds}
         index = {n["name"]: i for i, n in enumerate(nodes)}
@@ -96,7 +96,7 @@ class PartitionGraph:
         self.devices = [self._resolve_device(node, soft_placement, gpu_count) for node in nodes]
         self.kernels = [self._kernel(node, dev) for node, dev in zip(nodes, self.devices)]
         # CPU ops that may write their result into a dead input (see exclusive)
-        self.in_place = [cpu_kernels.IN_PLACE.get(node["op"]) if dev[0] == "CPU" else None
+        self.in_place = [cpu_math.IN_PLACE.get(node["op"]) if dev[0] == "CPU" else None
                          for node, dev in zip(nodes, self.devices)]
         self.recv_nodes = [i for i, node in enumerate(nodes) if node["op"] == "_Recv"]
         self.is_recv = [node["op"] == "_Recv" for node in nodes]
@@ -238,7 +238,7 @@ class PartitionGraph:
         runs before every update of this partition that writes into the
         variable (by the graph's edges, the read-before-update ones included);
         else it copies, as ``Identity`` does, ordered before those updates.
-        (Another step's update meanwhile: the executor's ``_unshare``.)"""
+        (Another step's update meanwhile: ``gpu_step.unshare``.)"""
         if not candidates:
             return
         writers: dict[str, list[int]] = {}

@@ -1,10 +1,10 @@
 """Fusion (TF's "remapping"): trees of elementwise float ops on the CPU
 become one ``_FusedElementwise`` node, run by one compiled kernel
-(:mod:`kernels.cpu_fused`).
+(:mod:`kernels.cpu.fused`).
 
 A group is a tree: an op joins the group of the op that reads it when that
 op is its only reader, nothing waits for it, it is not fetched or a target,
-and both are fusible (an op of ``kernels.cpu_fused.OPCODES`` on the CPU
+and both are fusible (an op of ``kernels.cpu.fused.OPCODES`` on the CPU
 whose inputs and output have one float dtype). The fused node takes the
 name of the tree's root, so its readers and fetches are unchanged, and the
 control inputs of all its ops. Scalar constants of the group's dtype that
@@ -22,7 +22,7 @@ import numpy as np
 
 from distrib.runtime.step.graph_optimizer.graph import View, control_inputs, data_inputs, on_cpu
 from distrib.runtime.step.plan import Node, tensor_op
-from kernels.cpu_fused import FUSIBLE_DTYPES, INEXACT_OPS, OPCODES
+from kernels.cpu.fused import FUSIBLE_DTYPES, INEXACT_OPS, OPCODES
 
 __all__ = ["fuse_elementwise"]
 

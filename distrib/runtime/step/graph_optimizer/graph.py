@@ -16,7 +16,7 @@ import numpy as np
 import kernels
 from distrib.framework.op_def import find_op_def
 from distrib.runtime.step.plan import Node, tensor_op
-from kernels.cpu import RANDOM_OPS
+from kernels.cpu.math import RANDOM_OPS
 
 __all__ = ["View", "is_pure", "on_cpu", "attrs_key", "dtype_name", "MAX_CONSTANT_BYTES"]
 
