@@ -8,6 +8,9 @@ reaches a task; the real-process tests are in tests/test_mwms.py.
 - A task that was reached and then lost before the group waits for it (a
   worker that exited before the chief's save) fails the group within the
   rejoin grace, naming it.
+- A member waiting for its group leader to start stops waiting, with the
+  reason, once the leader it had heard is lost (it is not starting) or its
+  own system stopped: not after the registration bound.
 - Every fixed group key of distrib/distribute (a group of the strategy's
   worker tasks: its all-reduces, the preemption agreement, a save's) is one
   that MultiWorkerMirroredStrategy names its tasks for.
@@ -23,6 +26,7 @@ import pytest
 from distrib.distribute.strategies.collective import WORKER_GROUP_KEYS
 from distrib.errors import UnavailableError
 from distrib.runtime.collective.group import GroupLeader, Member
+from distrib.runtime.collective.registration import Sayer, reach_until_registered
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ["/job:worker/task:0", "/job:worker/task:1"]
@@ -97,6 +101,24 @@ async def test_a_task_lost_before_the_group_waits_for_it_fails_it_within_the_gra
             p.cancel()
     assert info.value.peer == TASKS[1]
     assert loop.time() - started < 5.0
+
+
+async def test_waiting_for_a_leader_ends_once_it_is_known_gone(monkeypatch) -> None:
+    monkeypatch.setenv("DISTRIB_REGISTER_TIMEOUT_S", "600")
+    tries: list[int] = []
+    lost = UnavailableError("the collective group leader /job:worker/task:0 stopped or "
+                            "crashed", peer=TASKS[0])
+
+    async def ping() -> None:
+        tries.append(1)
+        raise UnavailableError(f"could not reach {TASKS[0]}: connection refused")
+
+    def gone() -> UnavailableError | None:
+        return lost if len(tries) >= 2 else None   # heard, then lost, after two tries
+    with pytest.raises(UnavailableError, match="stopped or crashed") as raised:
+        await asyncio.wait_for(reach_until_registered(ping, TASKS[0], "group 7", TASKS[1],
+                                                      Sayer(), gone), 30)
+    assert raised.value is lost and len(tries) == 2
 
 
 def test_every_fixed_group_key_of_the_strategys_steps_names_its_tasks() -> None:

@@ -89,6 +89,7 @@ class CollectiveEngine:
         # those that have not joined (collective.group)
         self.expected_members: dict[int, tuple[str, ...]] = {}
         self._leader_reached = self.leader_task == task
+        self._leader_lost = False   # this system heard the leader, then lost it
         self._say = Sayer()
         self.groups: dict[int, Group] = {}
         self.table = InstanceTable()
@@ -169,10 +170,27 @@ class CollectiveEngine:
         await reach_until_registered(
             door.ping, self.leader_task,
             f"collective group {group_key} (on {self.task}, group leader)", self.task,
-            self._say)
+            self._say, self._leader_gone)
         self._leader_reached = True
 
+    def _leader_gone(self) -> UnavailableError | None:
+        """Why waiting for the leader to start is pointless: this system stopped, or
+        it had a connection to the leader and lost it (a leader that ran is not starting)."""
+        if self.system.closed:
+            return UnavailableError(f"{self.task}: its actor system shut down while it "
+                                    f"waited for the group leader {self.leader_task}",
+                                    task=self.task)
+        if self._leader_lost:
+            return UnavailableError(
+                f"the collective group leader {self.leader_task} at {self.leader_address} "
+                "stopped or crashed (its connection to this task was lost) before this "
+                "task's first collective; restart the job", task=self.task,
+                peer=self.leader_task)
+        return None
+
     def _peer_lost(self, address: str, peer: Any) -> None:
+        if peer.name == self.leader_task and not self._leader_reached:
+            self._leader_lost = True
         self.leader.lost(peer.name, peer.incarnation)
         for gk, group in list(self.groups.items()):
             if group.has(peer.name, peer.incarnation):

@@ -78,9 +78,12 @@ def registration_error(what: str, task: str, waited: float, err: object, joined:
 
 
 async def reach_until_registered(ping: Callable[[], Awaitable[Any]], task: str, what: str,
-                                 me: str, say: Sayer) -> None:
+                                 me: str, say: Sayer,
+                                 gone: Callable[[], BaseException | None] = lambda: None) -> None:
     """``ping()`` until it answers; retried while ``task`` has not started,
-    within the registration bound (see the module header)."""
+    within the registration bound (see the module header). ``gone()``, asked
+    before each retry, ends the wait with its error (the task was reached
+    and then lost: not starting; or the caller's own system stopped)."""
     loop = asyncio.get_running_loop()
     start, tries = loop.time(), 0
     while True:
@@ -90,6 +93,9 @@ async def reach_until_registered(ping: Callable[[], Awaitable[Any]], task: str, 
         except Exception as e:
             if not not_started(e):
                 raise
+            stop = gone()
+            if stop is not None:
+                raise stop from e
             now = loop.time()
             left = register_timeout_s() - (now - start)
             if left <= 0:
