@@ -71,6 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--log_every", type=int, default=200)
     p.add_argument("--wait_workers_secs", type=float, default=120,
                    help="how long the chief waits for the other workers to finish")
+    p.add_argument("--min_step_ms", type=float, default=0,
+                   help="each step takes at least this long (a test's way to make the "
+                        "training outlast a chief election on any machine)")
     p.add_argument("--save_model_secs", type=float, default=600,
                    help="seconds between the chief's checkpoints")
     p.add_argument("--save_checkpoint_steps", type=int, default=None,
@@ -192,6 +195,7 @@ async def train(args: argparse.Namespace, server: dt.Server,
         step, t0, seen, own_steps = 0, time.perf_counter(), 0, 0
         progress = Progress(args.log_every)
         while not sv.should_stop() and step < args.train_steps:
+            began = time.perf_counter()
             idx = rng.integers(0, len(X), args.batch_size)
             fetches = [model.train_op, model.loss, model.global_step]
             write = sv.is_chief and sv.summary_writer is not None and own_steps % args.log_every == 0
@@ -206,6 +210,9 @@ async def train(args: argparse.Namespace, server: dt.Server,
                 rate = seen / (time.perf_counter() - t0)
                 log.info("worker %d: global step %d, loss %.4f, %.0f examples/s",
                          args.task_index, step, loss, rate)
+            if args.min_step_ms:   # a floor on a step's time, whatever the machine's speed
+                await asyncio.sleep(max(0.0, args.min_step_ms / 1000 - (time.perf_counter()
+                                                                         - began)))
         own = cluster.task_address(args.job_name, args.task_index)
         membership = await membership_of(members, own)
         if membership is not None and membership.has_left(f"/job:worker/task:{args.task_index}"):

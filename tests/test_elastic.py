@@ -533,9 +533,11 @@ def test_trainer_shrinks_when_its_chief_is_killed_and_the_survivor_is_elected(lo
     so worker:0's logged steps plus worker:1's own add up to the final global
     step, give or take the one step worker:0 may have had in flight when it
     died (applied at the ps, never logged)."""
+    # each step >= 10 ms: the survivor's remaining steps (>= 500: the kill comes by
+    # step ~1000) outlast the election (2 x 3 heartbeats = 3 s) on any machine
     launch = Launch("--ps", "1", "--workers", "1:3", "--logdir", logdir, "--stop_timeout", "15",
                     "--", sys.executable, TRAINER, f"--train_steps={KILL_STEPS}", "--log_every=1",
-                    "--wait_workers_secs=30",
+                    "--wait_workers_secs=30", "--min_step_ms=10",
                     env=child_env(OPENBLAS_NUM_THREADS="1", DISTRIB_HEARTBEAT_S="0.5"))
     try:
         launch.wait_for(r"^\[worker:0\] .*/job:worker/task:0: became chief \(term 1\)$", timeout=40)
