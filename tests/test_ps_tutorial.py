@@ -342,6 +342,24 @@ async def test_a_dataset_fn_returning_no_dataset_is_refused(tutorial_strategy) -
         coord.create_per_worker_dataset(lambda: [1, 2, 3])
 
 
+async def train_linear(strategy, steps: int):
+    """The linear model trained by ``steps`` closures of a coordinator of ``strategy``
+    (a per-worker dataset): (the losses, the weight read on the coordinator's server,
+    the step function)."""
+    coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
+    (w, b), step = linear_model(strategy)
+    x, y = linear_data()
+    it = iter(coord.create_per_worker_dataset(
+        lambda: dt.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()))
+    async with asyncio.timeout(BOUND_S):
+        results = [coord.schedule(step, args=(it,)) for _ in range(steps)]
+        await coord.join()
+        losses = [float(await r.fetch()) for r in results]
+        got = await read_variable(strategy, w)   # read on the coordinator's own server
+    await coord.shutdown()
+    return losses, got, step
+
+
 @pytest.mark.parametrize("task", [None, "chief"])
 async def test_a_coordinator_that_is_no_task_of_the_cluster_runs_it(task) -> None:
     """The tutorial's cluster: workers and ps only, the coordinator a client of it
@@ -357,20 +375,10 @@ async def test_a_coordinator_that_is_no_task_of_the_cluster_runs_it(task) -> Non
         strategy = dt.distribute.ParameterServerStrategy(
             dt.distribute.cluster_resolver.SimpleClusterResolver(dt.ClusterSpec(spec), **kwargs))
         assert strategy.cluster == dt.ClusterSpec(spec)   # the user's cluster, as given
-        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
-        (w, b), step = linear_model(strategy)
-        x, y = linear_data()
-        it = iter(coord.create_per_worker_dataset(
-            lambda: dt.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()))
-        async with asyncio.timeout(BOUND_S):
-            results = [coord.schedule(step, args=(it,)) for _ in range(60)]
-            await coord.join()
-            losses = [float(await r.fetch()) for r in results]
-            got = await read_variable(strategy, w)   # read on the coordinator's own server
+        losses, got, step = await train_linear(strategy, 60)
         assert losses[-1] < losses[0]
         assert got.shape == (4, 1) and np.abs(got).sum() > 0
         assert step.experimental_get_tracing_count() == 2
-        await coord.shutdown()
     finally:
         try:
             if strategy is not None:
@@ -393,19 +401,9 @@ async def test_a_client_coordinates_server_processes_that_do_not_know_it(tmp_pat
             procs.append(cli_task(cfg, job, index))
         strategy = dt.distribute.ParameterServerStrategy(
             dt.distribute.cluster_resolver.SimpleClusterResolver(dt.ClusterSpec(spec)))
-        coord = dt.distribute.coordinator.ClusterCoordinator(strategy)
-        (w, b), step = linear_model(strategy)
-        x, y = linear_data()
-        it = iter(coord.create_per_worker_dataset(
-            lambda: dt.data.Dataset.from_tensor_slices((x, y)).batch(32).repeat()))
-        async with asyncio.timeout(BOUND_S):
-            results = [coord.schedule(step, args=(it,)) for _ in range(120)]
-            await coord.join()
-            losses = [float(await r.fetch()) for r in results]
-            got = await read_variable(strategy, w)
+        losses, got, _ = await train_linear(strategy, 120)
         assert losses[-1] < 1e-2 < losses[0]
         np.testing.assert_allclose(got.ravel(), [1.0, 2.0, -1.0, 0.5], atol=0.1)
-        await coord.shutdown()
     finally:
         try:
             if strategy is not None:
