@@ -136,11 +136,16 @@ def linear_data(n: int = 64, seed: int = 0) -> tuple:
     return x, y
 
 
-async def shut_down_strategy(strategy: Any) -> None:
+async def shut_down_strategy(strategy: Any, *then_stop: Any) -> None:
     """Close this loop's ``dt.function`` sessions, then stop the server that
     ``strategy`` (a ParameterServerStrategy, or None) started in this process,
-    by its public ``shutdown()``."""
+    by its public ``shutdown()``; then, whatever happened, ``stop()`` each of
+    ``then_stop`` (the cluster's servers or task processes)."""
     from distrib.distribute.functions import def_function
-    await def_function.close_sessions()
-    if strategy is not None:
-        strategy.shutdown()
+    try:
+        await def_function.close_sessions()
+        if strategy is not None:
+            strategy.shutdown()
+    finally:
+        for each in then_stop:
+            each.stop()

@@ -272,12 +272,7 @@ async def tutorial_strategy():
         strategy = dt.distribute.experimental.ParameterServerStrategy(resolver)
         yield strategy
     finally:
-        try:
-            if strategy is not None:
-                await shut_down_strategy(strategy)
-        finally:
-            for s in servers:
-                s.stop()
+        await shut_down_strategy(strategy, *servers)
 
 
 async def read_variable(strategy, var) -> np.ndarray:
@@ -380,12 +375,7 @@ async def test_a_coordinator_that_is_no_task_of_the_cluster_runs_it(task) -> Non
         assert got.shape == (4, 1) and np.abs(got).sum() > 0
         assert step.experimental_get_tracing_count() == 2
     finally:
-        try:
-            if strategy is not None:
-                await shut_down_strategy(strategy)
-        finally:
-            for s in servers:
-                s.stop()
+        await shut_down_strategy(strategy, *servers)
 
 
 @pytest.mark.slow
@@ -405,12 +395,7 @@ async def test_a_client_coordinates_server_processes_that_do_not_know_it(tmp_pat
         assert losses[-1] < 1e-2 < losses[0]
         np.testing.assert_allclose(got.ravel(), [1.0, 2.0, -1.0, 0.5], atol=0.1)
     finally:
-        try:
-            if strategy is not None:
-                await shut_down_strategy(strategy)
-        finally:
-            for p in procs:
-                p.stop()
+        await shut_down_strategy(strategy, *procs)
 
 
 
