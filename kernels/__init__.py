@@ -4,9 +4,9 @@ numba.cuda kernels for GPUs (docs/ops.md).
 Two wings over shared modules (kernels/README.md): ``kernels.cpu`` (numpy)
 and ``kernels.cuda`` (numba.cuda, and the GPU's device handling); the
 registry, dtypes, counters and constants at this level serve both.
-``import kernels`` imports numpy and registers the CPU kernels (the modules
-of ``kernels.cpu`` imported below), never numba: the GPU kernels load on the
-first GPU lookup (``kernels.cuda.loader``). This package knows nothing of
+``import kernels`` imports the registry only and registers nothing: a wing's
+kernels load on the first lookup for its device type (``kernels.cpu.loader``,
+``kernels.cuda.loader``), so numba is imported only when a GPU kernel is asked for. This package knows nothing of
 networks or of the runtime: it raises :class:`KernelError` (a ``ValueError``) or plain
 ``ValueError``/``TypeError`` for bad inputs and :class:`KernelNotFound` (a
 ``KeyError``) for a missing kernel; the runtime maps them to its own typed
@@ -14,13 +14,6 @@ errors. Re-exports only.
 """
 from __future__ import annotations
 
-# registered by importing them (bound to private names: this package re-exports the registry only)
-from kernels.cpu import array as _cpu_array  # noqa: F401
-from kernels.cpu import fused as _cpu_fused  # noqa: F401
-from kernels.cpu import math as _cpu_math  # noqa: F401
-from kernels.cpu import nn as _cpu_nn  # noqa: F401
-from kernels.cpu import update as _cpu_update  # noqa: F401
-from kernels.cuda import loader as _gpu_loader  # noqa: F401  (registers the GPU kernels' loader)
 from kernels.registry import (
     CPU,
     GPU,

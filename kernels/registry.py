@@ -1,10 +1,10 @@
 """The kernel registry: (op type, device type) -> function.
 
 A kernel is ``fn(inputs: list, attrs: dict) -> list`` (see docs/ops.md). CPU
-kernels are numpy and register when ``kernels`` is imported; GPU kernels are
-numba.cuda and load only when something first asks for a GPU kernel (a
-loader, see ``register_loader``), because importing numba costs about half a
-second and most tasks never touch a GPU.
+kernels are numpy, GPU kernels numba.cuda; each wing's modules load when
+something first asks for a kernel of its device type (the wing's loader,
+named in ``LOADERS``), so ``import kernels`` defines and registers nothing
+and a task that never touches a GPU never pays numba's half-second import.
 
 This package knows nothing of the runtime: it raises :class:`KernelError`
 (a ``ValueError``) or plain ``ValueError``/``TypeError`` for bad inputs and
@@ -13,6 +13,7 @@ them to its own typed errors.
 """
 from __future__ import annotations
 
+import importlib
 import logging
 import threading
 from typing import Callable
@@ -30,9 +31,11 @@ GPU = "GPU"
 
 Kernel = Callable[[list, dict], list]
 
-# Device type -> what registers its kernels, called on the first lookup for
-# that device type (the GPU kernels, see kernels.cuda.loader; the CPU kernels
-# register when the package is imported).
+# Device type -> the module whose ``load()`` imports the wing's kernel modules
+# (their ``@register`` decorators fill the table), run on the first lookup for
+# that device type.
+LOADERS = {CPU: "kernels.cpu.loader", GPU: "kernels.cuda.loader"}
+# Loaders added at run time (``register_loader``), ahead of ``LOADERS``.
 _LOADERS: dict[str, Callable[[], None]] = {}
 
 _registry: dict[str, dict[str, Kernel]] = {}
@@ -87,13 +90,16 @@ def register_loader(device_type: str, loader: Callable[[], None]) -> None:
 
 def _ensure_loaded(device_type: str) -> None:
     """Run the loader of ``device_type``'s kernels, once."""
-    if device_type in _loaded or device_type not in _LOADERS:
+    if device_type in _loaded or (device_type not in _LOADERS and device_type not in LOADERS):
         return
     with _load_lock:
         if device_type in _loaded:
             return
         try:
-            _LOADERS[device_type]()
+            loader = _LOADERS.get(device_type)
+            if loader is None:
+                loader = importlib.import_module(LOADERS[device_type]).load
+            loader()
         except ImportError as exc:
             # A broken numba install must not take the CPU path down with it:
             # the device type then simply has no kernels (KernelNotFound).
@@ -120,9 +126,9 @@ def get_kernel(op_type: str, device_type: str) -> Kernel:
 
 
 def _not_found_message(op_type: str, device_type: str) -> str:
-    if device_type not in _LOADERS and device_type not in _registry:
+    if device_type not in _LOADERS and device_type not in LOADERS and device_type not in _registry:
         return (f"no kernels for device type {device_type!r} (op {op_type}); "
-                f"known device types: {sorted(set(_LOADERS) | set(_registry))}")
+                f"known device types: {device_types()}")
     having = sorted(d for d, table in _registry.items() if op_type in table)
     if having:
         return (f"no {device_type} kernel for op {op_type}; it has kernels on {having}: "
@@ -145,4 +151,4 @@ def registered_ops(device_type: str) -> list[str]:
 
 def device_types() -> list[str]:
     """Device types this package knows how to load kernels for."""
-    return sorted(set(_LOADERS) | set(_registry))
+    return sorted(set(_LOADERS) | set(LOADERS) | set(_registry))

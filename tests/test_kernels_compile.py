@@ -280,7 +280,7 @@ def record() -> tuple[dict, list[str], dict]:
     launches: dict = {}
     label = [""]
     _install_fakes(launches, label)
-    from kernels.cuda.loader import load_gpu_kernels
+    from kernels.cuda.loader import load as load_gpu_kernels
     from kernels.registry import GPU, registered_ops
     load_gpu_kernels()   # raises what the registry would only log (it falls back to CPU)
     no_case, served = [], {}

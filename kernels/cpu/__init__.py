@@ -11,7 +11,7 @@ stateful ones and ``_Send/_Recv``.
 - ``fused`` (+ ``fused_jit``, numba): ``_FusedElementwise``, a chain the graph
   optimizer fused.
 
-Imports nothing: ``import kernels`` imports the modules that register (never
-numba); this wing imports only the shared modules at the top of ``kernels``,
+Imports nothing: ``loader`` imports the modules that register, on the first
+CPU lookup (``kernels.registry.LOADERS``); this wing imports only the shared modules at the top of ``kernels``,
 never the CUDA wing (tests/test_layout.py).
 """
