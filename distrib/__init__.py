@@ -5,7 +5,8 @@
     sess = dt.SyncSession(server.target)
     sess.run(dt.constant("Hello, distributed world!"))
 
-The package namespace only re-exports; each idea lives in a module of its
+The package namespace only re-exports (and makes the process runtime,
+``distrib/process.py``, once); each idea lives in a module of its
 subpackage (docs/ARCHITECTURE.md): ``errors``, ``cluster`` (ClusterSpec,
 TF_CONFIG), ``framework`` (the graph's data model),
 ``ops`` (op builders, nn, variables, gradients), ``client`` (sessions),
@@ -16,7 +17,7 @@ only inside the ``dt`` namespace, as in TF.
 """
 from __future__ import annotations
 
-from distrib import client, data, errors, summary  # summary: its kernels register in every task
+from distrib import client, data, errors, process, summary
 from distrib.client.graph_options import GraphOptions, OptimizerOptions, RewriterConfig
 from distrib.client.run_metadata import RunMetadata, RunOptions
 from distrib.client.session import ConfigProto, GPUOptions, Session, SyncSession
@@ -199,6 +200,10 @@ def __getattr__(name: str):
         return fn
     raise AttributeError(f"module 'distrib' has no attribute {name!r}")
 
+
+# The package's one statement that is not a definition: the process runtime makes
+# the registrations between layers and owns the client actor system (distrib/process.py).
+process.runtime()
 
 __all__ = ["errors", "config", "data", "distribute", "function", "summary", "merge_all_summaries",
            "ClusterSpec", "Server",

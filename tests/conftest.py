@@ -66,14 +66,14 @@ def two_cpus():
     """This process's CPU as two logical devices (two replicas on one host, as
     TF's tests do), reset afterwards; a fresh default graph."""
     import distrib as dt
-    from distrib.framework import config
-    config._reset_for_tests()
+    from tests.helpers import reset_device_config
+    reset_device_config()
     cpu = dt.config.list_physical_devices("CPU")[0]
     dt.config.set_logical_device_configuration(
         cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
     dt.reset_default_graph()
     yield
-    config._reset_for_tests()
+    reset_device_config()
     dt.reset_default_graph()
 
 

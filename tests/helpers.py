@@ -149,3 +149,14 @@ async def shut_down_strategy(strategy: Any, *then_stop: Any) -> None:
     finally:
         for each in then_stop:
             each.stop()
+
+
+def reset_device_config() -> None:
+    """``dt.config`` back to one CPU, every device visible, no memory growth set,
+    unfrozen (the GPUs a process's CUDA driver started with stay): the state a
+    test that configures logical devices found, for the next test."""
+    from distrib.framework import config
+    with config._lock:
+        config._logical_cpus, config._frozen, config._visible, config._gpus_frozen = \
+            None, False, None, False
+        config._growth.clear()

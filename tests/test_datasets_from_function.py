@@ -23,18 +23,18 @@ import pytest
 
 import distrib as dt
 from distrib.distribute.core.input_lib import DistributedDatasetsFromFunction
-from distrib.framework import config
+from tests.helpers import reset_device_config
 
 
 @pytest.fixture
 def two_replicas():
-    config._reset_for_tests()
+    reset_device_config()
     cpu = dt.config.list_physical_devices("CPU")[0]
     dt.config.set_logical_device_configuration(
         cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
     dt.reset_default_graph()
     yield dt.distribute.MirroredStrategy()
-    config._reset_for_tests()
+    reset_device_config()
     dt.reset_default_graph()
 
 

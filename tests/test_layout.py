@@ -52,7 +52,7 @@ WINGS = {
 # kernels' wings, bottom first (kernels/README.md); its top-level modules are shared
 # by both and sit below them, and ``kernels/__init__`` stands above everything
 KERNEL_WINGS = ("cpu", "cuda")
-TOP = ("__init__", "demo")   # distrib's own modules that stand above every layer
+TOP = ("__init__", "demo", "process")   # distrib's own modules that stand above every layer
 MAX_LINES = 500   # issue 37: split by concern, before a module holds two ideas
 
 

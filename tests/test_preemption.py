@@ -50,9 +50,8 @@ from distrib.distribute.functions import def_function
 from distrib.distribute.preemption import handler as preemption
 from distrib.distribute.preemption import signals as preemption_signals
 from distrib.errors import AbortedError, FailedPreconditionError, InvalidArgumentError
-from distrib.framework import config
 from distrib.server.control import PreemptionNotices
-from tests.helpers import ROOT, child_env
+from tests.helpers import ROOT, child_env, reset_device_config
 
 experimental = dt.distribute.experimental
 EPOCHS, STEPS = 3, 5      # TF's test loop, smaller: epochs of STEPS runs
@@ -65,14 +64,14 @@ LAUNCH_BOUND_S = 100
 async def fresh():
     dt.reset_default_graph()
     previous = signal.getsignal(signal.SIGTERM)
-    config._reset_for_tests()
+    reset_device_config()
     cpu = dt.config.list_physical_devices("CPU")[0]
     dt.config.set_logical_device_configuration(cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
     yield
     signal.signal(signal.SIGTERM, previous)   # whatever a test's handler left
     await def_function.close_sessions()
     dt.reset_default_graph()
-    config._reset_for_tests()
+    reset_device_config()
 
 
 class Trainer:

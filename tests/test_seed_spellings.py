@@ -34,7 +34,7 @@ from distrib.client.session import parse_target
 from distrib.errors import AlreadyExistsError, InvalidArgumentError
 from distrib.framework import config
 from distrib.launch import free_ports
-from tests.helpers import ROOT, child_env, simulated_json
+from tests.helpers import ROOT, child_env, reset_device_config, simulated_json
 
 # --- the names -------------------------------------------------------------
 
@@ -369,7 +369,7 @@ def test_gpu_options_are_accepted_and_recorded():
 def two_gpus(monkeypatch):
     """This process as if it had two GPUs (no driver is touched: the GPU
     listing a server would do is recorded instead)."""
-    config._reset_for_tests()
+    reset_device_config()
     monkeypatch.setattr(config, "_gpu_count", lambda: 2)
     asked = []
 
@@ -379,7 +379,7 @@ def two_gpus(monkeypatch):
                 for i, p in enumerate(order)]
     monkeypatch.setattr(kdev, "gpu_devices", fake_gpu_devices)
     yield asked
-    config._reset_for_tests()
+    reset_device_config()
 
 
 def test_set_visible_devices_follows_tf(two_gpus):
@@ -425,7 +425,7 @@ def test_memory_growth_follows_tf(two_gpus):
     # TF: growth must agree across the visible GPUs when the devices start
     with pytest.raises(ValueError, match="Memory growth cannot differ between GPU devices"):
         config.task_gpus()
-    config._reset_for_tests()
+    reset_device_config()
     exp.set_memory_growth(gpus[0], True)
     dt.config.set_visible_devices(gpus[0], "GPU")
     assert [d["name"] for d in config.task_gpus()] == ["GPU:0"] and two_gpus == [[0]]
@@ -462,7 +462,7 @@ def test_a_servers_gpu_options_reach_its_device_list(two_gpus):
 
 def test_a_second_gpu_order_in_one_process_is_refused(monkeypatch):
     # TF: "TensorFlow device (GPU:0) is being mapped to multiple CUDA devices"
-    config._reset_for_tests()
+    reset_device_config()
     monkeypatch.setattr(config, "_gpu_count", lambda: 2)
     monkeypatch.setattr(kdev, "_order_fixed", True)
     monkeypatch.setattr(kdev, "_order", (1,))
@@ -472,7 +472,7 @@ def test_a_second_gpu_order_in_one_process_is_refused(monkeypatch):
         with pytest.raises(kdev.GpuOrderError, match="GPU:1"):
             kdev.gpu_devices([1, 0])   # GPU:1 was never started in this process
     finally:
-        config._reset_for_tests()
+        reset_device_config()
 
 
 def test_the_first_order_narrows_cuda_visible_devices_for_the_drivers_start(monkeypatch):

@@ -381,8 +381,8 @@ async def test_get_variable_under_mirrored_strategy():
     import asyncio
 
     from distrib.distribute.functions import def_function
-    from distrib.framework import config
-    config._reset_for_tests()
+    from tests.helpers import reset_device_config
+    reset_device_config()
     cpu = dt.config.list_physical_devices("CPU")[0]
     dt.config.set_logical_device_configuration(
         cpu, [dt.config.LogicalDeviceConfiguration()] * 2)
@@ -426,7 +426,7 @@ async def test_get_variable_under_mirrored_strategy():
             np.testing.assert_allclose(copy, np.full((3, 1), 0.5 - 0.1 * 4.0), rtol=1e-6)
     finally:
         await def_function.close_sessions()
-        config._reset_for_tests()
+        reset_device_config()
         dt.reset_default_graph()
 
 

@@ -62,5 +62,6 @@ def register_channel_factory(factory: ChannelFactory) -> None:
 async def open_master_channel(address: str) -> MasterChannel:
     """A channel to the master at ``address`` (``host:port``)."""
     if not _FACTORY:
-        raise RuntimeError("no runtime to reach a master with: import distrib first")
+        raise RuntimeError("no runtime to reach a master with: `import distrib` makes the "
+                           "process runtime that registers it")
     return await _FACTORY[0](address)

@@ -3,12 +3,13 @@
 and the REPL, where no loop runs, by handing coroutines to this thread.
 
 Every loop still running when the interpreter exits is stopped, and its thread
-joined (bounded), by an exit hook: a uvloop loop left running on a daemon
+joined (bounded), by the process runtime's exit hook (``distrib.process``,
+through :func:`stop_loops_at_exit`): a uvloop loop left running on a daemon
 thread can crash a finished program with SIGSEGV while the interpreter
 finalizes, when an event (a peer closing its connection, say) wakes it and
 libuv calls back into an interpreter that is gone (uvloop #706; xpra and
 uvicorn users hit the same). Owners with more to close (``Server``) stop
-theirs first, from their own exit hook.
+theirs first, earlier in the same hook.
 
 Stopping a loop first cancels the tasks still pending on it and waits for
 them (bounded), as ``asyncio.run`` does when its main coroutine ends: a task
@@ -30,7 +31,7 @@ import time
 import weakref
 from typing import Any, Coroutine
 
-__all__ = ["LoopThread", "client_loop", "EXIT_JOIN_S"]
+__all__ = ["LoopThread", "client_loop", "EXIT_JOIN_S", "stop_loops_at_exit"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +92,9 @@ async def _cancel_pending(grace: float) -> None:
         await asyncio.wait(pending, timeout=grace)
 
 
-@atexit.register
-def _stop_all_at_exit() -> None:
-    """Stop every loop thread still running (registered first, so it runs
-    after the exit hooks of the modules that own loops: see the module doc)."""
+def stop_loops_at_exit() -> None:
+    """Stop every loop thread still running (the process runtime's exit hook
+    calls it last, after whatever owns loops stopped them: see the module doc)."""
     for loop_thread in list(_live):
         if loop_thread.pid == os.getpid():
             loop_thread.stop()

@@ -293,12 +293,3 @@ class experimental:  # noqa: N801 - TF's namespace
     @staticmethod
     def list_physical_devices(device_type: str | None = None) -> list[PhysicalDevice]:
         return list_physical_devices(device_type)
-
-
-def _reset_for_tests() -> Any:
-    """Back to one CPU, every device visible, no memory growth set, unfrozen
-    (tests only; the GPUs a process's CUDA driver started with stay)."""
-    global _logical_cpus, _frozen, _visible, _gpus_frozen
-    with _lock:
-        _logical_cpus, _frozen, _visible, _gpus_frozen = None, False, None, False
-        _growth.clear()

@@ -80,8 +80,8 @@ def bind_operators(builders: Any) -> None:
 
 def _ops() -> Any:
     if not _OPERATORS:
-        raise RuntimeError("tensor operators need the op builders: import distrib "
-                           "(or distrib.ops.math_ops) first")
+        raise RuntimeError("tensor operators need the op builders: `import distrib` "
+                           "makes the process runtime that binds them")
     return _OPERATORS[0]
 
 

@@ -443,5 +443,19 @@ def serialize(layer: Layer) -> dict[str, Any]:
 def deserialize(config: Any, custom_objects: dict[str, Any] | None = None) -> Any:
     """The layer (or model) Keras' dict ``config`` describes; a user's class is found
     in ``custom_objects`` or among those registered (``register_keras_serializable``)."""
-    return serialization.deserialize_keras_object(config, _LAYERS, custom_objects,
-                                                  printable_module_name="layer")
+    return serialization.deserialize_keras_object(config, {**distrib_models(), **_LAYERS},
+                                                  custom_objects, printable_module_name="layer")
+
+
+def distrib_models() -> dict[str, Any]:
+    """distrib's own model classes (``Sequential``, ...) by name: the subclasses of
+    ``Layer`` defined in ``distrib.keras`` outside this module's table (their module
+    imports this one, so they are looked up, not imported or registered)."""
+    found: dict[str, Any] = {}
+    todo = [Layer]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.__module__.startswith("distrib.keras.") and not sub.__name__.startswith("_"):
+                found.setdefault(sub.__name__, sub)
+    return found

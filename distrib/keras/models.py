@@ -18,7 +18,6 @@ import sys
 from typing import Any, Callable, Sequence
 
 from distrib.keras import layers as layers_mod
-from distrib.keras import serialization
 from distrib.keras.layers import Layer
 from distrib.keras.model_saving import load_model, model_from_config, model_from_json, save_model
 from distrib.keras.training import Model
@@ -131,6 +130,3 @@ class Sequential(Model):
         write(f" Total params: {self.count_params()}")
         write(f" Trainable params: {trainable}")
         write(f" Non-trainable params: {self.count_params() - trainable}")
-
-
-serialization.register_builtin(Sequential)

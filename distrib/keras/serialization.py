@@ -12,8 +12,8 @@ first in the open ``custom_object_scope``\\ s (``load_model(custom_objects=...)`
 opens one for the whole load, so a layer's ``from_config`` finds a user's
 activation by name too), then among the classes registered with
 ``@register_keras_serializable(package)`` (``"package>Name"``, as Keras keys
-them), then among distrib's own (the module's table given by the caller, and
-the model classes registered with :func:`register_builtin`). A name found
+them), then among distrib's own (the module's table given by the caller: for a
+layer or model, ``distrib.keras.layers``' table and distrib's model classes). A name found
 nowhere is Keras' ``ValueError("Unknown layer: 'Name'. ...")``, naming
 ``custom_objects`` as the way to give it.
 
@@ -29,14 +29,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["register_keras_serializable", "register_builtin", "get_registered_object",
+__all__ = ["register_keras_serializable", "get_registered_object",
            "get_registered_name", "custom_object_scope", "CustomObjectScope",
            "serialize_keras_object", "deserialize_keras_object", "serialize_function",
            "resolve_function", "constructor_config", "to_json_value", "unknown_error"]
 
 _GLOBAL: dict[str, Any] = {}          # "package>Name" -> class or function (the user's)
 _NAMES: dict[Any, str] = {}           # class or function -> its registered name
-_BUILTIN: dict[str, Any] = {}         # distrib's own classes found by plain name (models)
 _local = threading.local()            # the stack of open custom object scopes
 
 
@@ -54,12 +53,6 @@ def register_keras_serializable(package: str = "Custom", name: str | None = None
         _NAMES[arg] = key
         return arg
     return decorator
-
-
-def register_builtin(cls: Any) -> Any:
-    """Make one of distrib's own classes (a model class) found by its plain name."""
-    _BUILTIN[cls.__name__] = cls
-    return cls
 
 
 def get_registered_name(obj: Any) -> str:
@@ -106,7 +99,7 @@ def get_registered_object(name: str, custom_objects: Mapping[str, Any] | None = 
         return _GLOBAL[name]
     if module_objects and name in module_objects:
         return module_objects[name]
-    return _BUILTIN.get(name)
+    return None
 
 
 def unknown_error(kind: str, name: str) -> ValueError:

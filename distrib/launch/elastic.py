@@ -76,8 +76,9 @@ from distrib.cluster import ClusterSpec, task_string
 from distrib.errors import OpError
 from distrib.launch.control import ControlSocket, ScaleRefusedError
 from distrib.launch.tasks import LOOPBACK, free_ports
+from distrib.runtime.actors.clients import client_systems
 from distrib.runtime.actors.failure_detector import heartbeat_s
-from distrib.runtime.actors.system import ActorSystem, client_name, default_transport_config
+from distrib.runtime.actors.system import ActorSystem, default_transport_config
 from distrib.runtime.chief.doors import MembershipDoor
 from distrib.runtime.chief.membership import WORKER_JOBS, Membership, membership_source, push_membership
 from distrib.server.doors import ServerDoor
@@ -253,12 +254,11 @@ class Elastic:
         """Before any task starts: the control socket (OSError when another
         launcher answers there), cluster.json, version 1."""
         await self._control.open()
-        self._system = await ActorSystem(client_name(), listen=False).start()
+        self._system = await client_systems().acquire()
         if self.source is not None:
             config = dataclasses.replace(default_transport_config(),
                                          connect_timeout_s=_KEEP_CONNECT_S)
-            self._keeper_system = await ActorSystem(client_name(), listen=False,
-                                                    config=config).start()
+            self._keeper_system = await client_systems().acquire(config)
         self.version = 1
         write_cluster(os.path.join(self.logdir, CLUSTER_FILE), self.live())
         self._keeper = asyncio.ensure_future(self._keep())
@@ -277,7 +277,7 @@ class Elastic:
         self._system = self._keeper_system = None
         for system in systems:
             if system is not None:
-                await system.shutdown()
+                await client_systems().release(system)
 
     # -- a change ------------------------------------------------------------
     async def scale(self, n: int) -> str:

@@ -9,8 +9,9 @@ ordinary ops. It lives in its op type's entry of the op catalogue
 ones are defined by family, beside nothing else, in ``math_grad``,
 ``nn_grad``, ``array_grad`` and ``state_grad``: each exposes a table
 (``GRADIENTS``: op type -> function; ``NOT_DIFFERENTIABLE``: op types
-gradients stop at), and :func:`install_builtin_gradients`, at the end of this
-module, is the one place that writes them into the catalogue. Users add or
+gradients stop at), and :func:`install_builtin_gradients` is the one place
+that writes them into the catalogue (the process runtime, ``distrib.process``,
+calls it before anything can build a gradient). Users add or
 replace one with TF's decorator, ``@dt.register_gradient("MatMul")``, or
 stop gradients at a type with ``dt.no_gradient``.
 
@@ -212,9 +213,3 @@ def install_builtin_gradients() -> None:
     gradient a user registered for a built-in op type is replaced)."""
     for family in BUILTIN_FAMILIES:
         install_gradients(family.GRADIENTS, family.NOT_DIFFERENTIABLE)
-
-
-# The one registration this module makes, here in sight: the walk above reads the
-# catalogue, so the built-in gradients are in it before anyone can call the walk or
-# register a gradient of their own over a built-in one.
-install_builtin_gradients()

@@ -356,5 +356,8 @@ def group(*inputs: Any, name: str | None = None) -> Operation:
         return make_op("NoOp", [], None, name or "group_deps", graph=graph)
 
 
-# a + b, x @ w, -t ... on any tensor build the ops of this module
-bind_operators(sys.modules[__name__])
+def bind_tensor_operators() -> None:
+    """Make ``a + b``, ``x @ w``, ``-t`` ... on any tensor build this module's
+    ops (the process runtime calls it: the graph's tensors cannot import the
+    ops built on them)."""
+    bind_operators(sys.modules[__name__])

@@ -9,7 +9,6 @@ scripts, and ``join()`` blocks like TF's.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import logging
@@ -24,13 +23,13 @@ from distrib.client.session import SCHEME, ConfigProto, parse_target
 from distrib.cluster.cluster_spec import ClusterSpec, task_string
 from distrib.errors import InvalidArgumentError, UnavailableError
 from distrib.framework import config
-from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.actors.clients import client_systems
+from distrib.runtime.actors.system import ActorSystem
 from distrib.runtime.chief.doors import ChiefLeaseDoor, MembershipDoor
 from distrib.runtime.chief.lease import ChiefLease
 from distrib.runtime.chief.membership import Membership, MembershipService
 from distrib.runtime.collective.doors import CollectiveDoor
 from distrib.runtime.collective.engine import CollectiveEngine
-from distrib.runtime.step import master_channel  # noqa: F401  (sessions reach masters through it)
 from distrib.runtime.step.doors import MasterDoor, WorkerDoor
 from distrib.runtime.step.master import MasterService
 from distrib.runtime.step.worker import WorkerService
@@ -205,11 +204,8 @@ async def request_stop(target: str, timeout: float = 10.0) -> None:
     """Tell the server at ``target`` ('distrib://host:port' or 'host:port') that
     training is over: its ``join()`` returns and the CLI exits 0. This is how a
     chief worker releases the ps tasks, which otherwise serve forever."""
-    system = await ActorSystem(client_name(), listen=False).start()
-    try:
+    async with client_systems().lease() as system:
         await ServerDoor.at(system, parse_target(target)).request_stop(timeout=timeout)
-    finally:
-        await system.shutdown()
 
 
 @contextlib.asynccontextmanager
@@ -442,9 +438,9 @@ class Server:
 _running: weakref.WeakSet[Server] = weakref.WeakSet()
 
 
-@atexit.register
-def _stop_at_exit() -> None:
-    """At interpreter exit, stop every server still running in this process (one
+def stop_servers_at_exit() -> None:
+    """At interpreter exit (the process runtime's exit hook), stop every server
+    still running in this process (one
     a strategy started, say): its loop thread must not outlive the interpreter
     (``loop_thread``'s module doc says why: a SIGSEGV after the program's end)."""
     for server in list(_running):

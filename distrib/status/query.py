@@ -42,7 +42,8 @@ from typing import Any
 
 from distrib.cluster import ClusterSpec
 from distrib.errors import DeadlineExceededError, NotFoundError, UnauthenticatedError, UnavailableError
-from distrib.runtime.actors.system import ActorSystem, client_name, default_transport_config
+from distrib.runtime.actors.clients import client_systems
+from distrib.runtime.actors.system import ActorSystem
 from distrib.server.doors import ServerDoor
 
 __all__ = ["TaskStatus", "StatusClient", "query_cluster", "DEFAULT_TIMEOUT_S"]
@@ -102,10 +103,7 @@ class StatusClient:
         self.cluster = cluster
         self.timeout = float(timeout)
         self.checkpoint_dir = checkpoint_dir
-        config = dataclasses.replace(default_transport_config(), mode="tcp",
-                                     connect_timeout_s=self.timeout)
-        self._system = ActorSystem(client_name(), listen=False, config=config)
-        self._started = False
+        self._system: ActorSystem | None = None   # a lease, from the first query to close
         self._calls: set[asyncio.Future] = set()
 
     async def __aenter__(self) -> StatusClient:
@@ -115,13 +113,14 @@ class StatusClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._system.shutdown()
+        system, self._system = self._system, None
+        if system is not None:
+            await client_systems().release(system)
 
     async def query(self) -> list[TaskStatus]:
         """Every task's row, in the cluster's order (job, then index)."""
-        if not self._started:
-            await self._system.start()
-            self._started = True
+        if self._system is None:
+            self._system = await client_systems().acquire()
         rows = [TaskStatus(job, i, self.cluster.task_address(job, i))
                 for job in self.cluster.jobs for i in self.cluster.task_indices(job)]
         await asyncio.gather(*(self._ask(row) for row in rows))

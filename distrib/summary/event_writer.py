@@ -20,7 +20,6 @@ finalizer has it write what waits and close the file.
 """
 from __future__ import annotations
 
-import atexit
 import collections
 import itertools
 import os
@@ -34,7 +33,8 @@ from distrib.errors import InvalidArgumentError, UnavailableError
 from distrib.server import training_stats
 from distrib.summary import proto, records
 
-__all__ = ["EventFileWriter", "event_file_name", "as_summary", "note_scalars"]
+__all__ = ["EventFileWriter", "event_file_name", "as_summary", "note_scalars",
+           "close_writers_at_exit"]
 
 _uid = itertools.count()
 # the run folders of evaluation (Keras' TensorBoard "validation", Estimator's "eval"):
@@ -68,7 +68,7 @@ class EventFileWriter:
         self._thread = threading.Thread(target=_write_loop, args=(self._sink,),
                                         name=f"summary-writer-{self.path}", daemon=True)
         self._finalizer = weakref.finalize(self, _stop, self._sink)
-        self._finalizer.atexit = False   # _flush_all closes (and waits for) what is open at exit
+        self._finalizer.atexit = False   # close_writers_at_exit closes (and awaits) what is open
         self._thread.start()
         m = proto.messages()
         self.add_event(m.Event(wall_time=time.time(), file_version="brain.Event:2"))
@@ -118,7 +118,7 @@ class EventFileWriter:
         self._closed = True
         # the thread's stop marker, after everything queued: put here, not by calling the
         # finalizer, which does nothing once weakref's own exit hook has run (at exit,
-        # _flush_all would then wait out the join below for every open writer)
+        # close_writers_at_exit would then wait out the join below for every open writer)
         self._finalizer.detach()
         _stop(self._sink)
         self._thread.join(timeout=30)
@@ -253,9 +253,9 @@ def note_scalars(summary: Any, step: int | None, prefix: str = "") -> None:
                 training_stats.record_scalar(prefix + v.tag, vals[0], step)
 
 
-@atexit.register
-def _flush_all() -> None:
-    """At the process's exit, every open writer's events reach the disk."""
+def close_writers_at_exit() -> None:
+    """At the process's exit (the process runtime's exit hook calls it first),
+    every open writer's events reach the disk."""
     for writer in list(_open):
         try:
             writer.close()

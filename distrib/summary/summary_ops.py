@@ -10,8 +10,8 @@ chief's Supervisor, a ``SummarySaverHook``). The op joins the graph's
 its siblings call these when no default writer is set (see
 ``distrib.summary.writer``).
 
-The kernels register in the CPU kernel registry when this module is
-imported (``distrib`` imports it, so every task's process has them); their
+The kernels go into the CPU kernel registry by :func:`register_kernels`,
+which the process runtime (``distrib.process``) calls in every process; their
 ``form`` attr picks TF1's value forms (``v1``) or TF2's tensor forms
 (``v2``, what a traced ``dt.function`` writes through a writer), see
 ``distrib.summary.values``.
@@ -31,7 +31,7 @@ from distrib.ops.gradients import no_gradient
 from distrib.summary import proto, values
 
 __all__ = ["scalar_op", "histogram_op", "image_op", "text_op", "merge", "merge_all",
-           "summary_bytes", "SUMMARY_OP_TYPES"]
+           "summary_bytes", "SUMMARY_OP_TYPES", "KERNELS", "register_kernels"]
 
 SUMMARY_OP_TYPES = ("ScalarSummary", "HistogramSummary", "ImageSummary", "TextSummary", "MergeSummary")
 
@@ -54,29 +54,24 @@ def _out(data: bytes) -> list:
     return [np.array(data, dtype=np.bytes_)]
 
 
-@kernels.register("ScalarSummary", kernels.CPU)
 def _scalar_kernel(inputs: list, attrs: dict) -> list:
     return _out(values.serialize([values.scalar_value(attrs["tag"], inputs[0], attrs.get("form", "v1"))]))
 
 
-@kernels.register("HistogramSummary", kernels.CPU)
 def _histogram_kernel(inputs: list, attrs: dict) -> list:
     return _out(values.serialize([values.histogram_value(attrs["tag"], inputs[0], attrs.get("form", "v1"),
                                                          attrs.get("buckets"))]))
 
 
-@kernels.register("ImageSummary", kernels.CPU)
 def _image_kernel(inputs: list, attrs: dict) -> list:
     return _out(values.serialize(values.image_values(attrs["tag"], inputs[0], attrs.get("form", "v1"),
                                                      int(attrs.get("max_images", 3)))))
 
 
-@kernels.register("TextSummary", kernels.CPU)
 def _text_kernel(inputs: list, attrs: dict) -> list:
     return _out(values.serialize([values.text_value(attrs["tag"], inputs[0])]))
 
 
-@kernels.register("MergeSummary", kernels.CPU)
 def _merge_kernel(inputs: list, attrs: dict) -> list:
     m = proto.messages()
     merged = m.Summary()
@@ -91,8 +86,18 @@ def _merge_kernel(inputs: list, attrs: dict) -> list:
     return _out(merged.SerializeToString())
 
 
-for _t in SUMMARY_OP_TYPES:
-    no_gradient(_t)
+KERNELS = {"ScalarSummary": _scalar_kernel, "HistogramSummary": _histogram_kernel,
+           "ImageSummary": _image_kernel, "TextSummary": _text_kernel, "MergeSummary": _merge_kernel}
+
+
+def register_kernels() -> None:
+    """Register the summary ops' CPU kernels and declare the ops not
+    differentiable (the process runtime calls it, so every task's process
+    has them; the kernels package cannot import distrib)."""
+    for op_type, kernel in KERNELS.items():
+        kernels.register(op_type, kernels.CPU)(kernel)
+    for op_type in SUMMARY_OP_TYPES:
+        no_gradient(op_type)
 
 
 # -- builders -------------------------------------------------------------------------------

@@ -70,7 +70,8 @@ from distrib.errors import (
     OutOfRangeError,
     UnavailableError,
 )
-from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.actors.clients import client_systems
+from distrib.runtime.actors.system import ActorSystem
 from distrib.runtime.step.doors import WorkerDoor
 from distrib.settings import ELASTIC
 from distrib.train.chief.ps_recovery import recoverable
@@ -123,8 +124,7 @@ class ClusterCoordinator(ElasticPool):
         self._datasets: weakref.WeakSet[PerWorkerDataset] = weakref.WeakSet()   # (rebuilt
         # when a worker comes back, grown when one joins; one nobody holds is let go)
         self._values: weakref.WeakSet[PerWorkerValues] = weakref.WeakSet()
-        self._system: ActorSystem | None = None
-        self._system_started: asyncio.Future | None = None
+        self._system: asyncio.Future | None = None   # a lease on the client actor system
         self._ps_lock: asyncio.Lock | None = None
         self._wrapped: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._incarnations: dict[str, int] = {}   # a worker's, when it was last taken back
@@ -206,7 +206,8 @@ class ClusterCoordinator(ElasticPool):
         self._cancel_queued("the coordinator was shut down")
         system, self._system = self._system, None
         if system is not None:
-            await system.shutdown()
+            with contextlib.suppress(BaseException):
+                await client_systems().release(await system)
 
     # -- the worker loops -----------------------------------------------------------------
     def _start(self) -> None:
@@ -372,14 +373,11 @@ class ClusterCoordinator(ElasticPool):
 
     # -- failures -------------------------------------------------------------------------
     async def _client(self) -> ActorSystem:
-        """The coordinator's client actor system (probes, the membership), started
-        once however many slots ask for it at once."""
+        """The coordinator's lease on the process's client actor system (probes,
+        the membership), taken once however many slots ask for it at once."""
         if self._system is None:
-            self._system = ActorSystem(client_name(), listen=False)
-            self._system_started = asyncio.ensure_future(self._system.start())
-        system = self._system
-        await asyncio.shield(self._system_started)
-        return system
+            self._system = asyncio.ensure_future(client_systems().acquire())
+        return await asyncio.shield(self._system)
 
     def _address(self, task: str) -> str:
         if task in self._addresses:

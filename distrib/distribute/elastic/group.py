@@ -28,7 +28,8 @@ import time
 from typing import Any
 
 from distrib.errors import FailedPreconditionError, OpError
-from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.actors.clients import client_systems
+from distrib.runtime.actors.system import ActorSystem
 from distrib.runtime.chief.doors import MembershipDoor
 from distrib.runtime.chief.membership import Membership, MembershipReader
 
@@ -77,8 +78,8 @@ def task_of(device: str) -> str:
 
 
 class SourceReader:
-    """Reads records from the membership source through one client actor
-    system (started at its first read; ``close`` ends it)."""
+    """Reads records from the membership source through the process's client
+    actor system (a lease taken at its first read; ``close`` gives it back)."""
 
     def __init__(self, source: str | None) -> None:
         self.source = source
@@ -90,7 +91,7 @@ class SourceReader:
             return None
         try:
             if self.system is None:
-                self.system = await ActorSystem(client_name(), listen=False).start()
+                self.system = await client_systems().acquire()
             # (bounded here too: reaching a task that is gone waits the connect deadline)
             record = await asyncio.wait_for(MembershipDoor.at(self.system, self.source).get(
                 version, timeout=timeout), timeout)
@@ -101,7 +102,7 @@ class SourceReader:
     async def close(self) -> None:
         system, self.system = self.system, None
         if system is not None:
-            await system.shutdown()
+            await client_systems().release(system)
 
 
 def _lists(record: Membership | None, task: str) -> bool:

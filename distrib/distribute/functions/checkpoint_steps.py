@@ -28,7 +28,6 @@ from distrib.distribute.functions.def_function import Function, function
 from distrib.framework import distribution_context
 from distrib.framework.graph import get_default_graph
 from distrib.ops import collective_ops
-from distrib.train.checkpoints import trackable
 
 __all__ = ["FunctionSteps", "SAVE_AGREEMENT_GROUP_KEY"]
 
@@ -140,6 +139,3 @@ def _as_dtype(value: Any, variable: Any) -> np.ndarray:
     want = np.dtype(variable.dtype.as_numpy_dtype)
     array = np.asarray(value)
     return array if want.kind == "O" else array.astype(want, copy=False)
-
-
-trackable.register_step_runner(FunctionSteps)

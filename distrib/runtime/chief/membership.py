@@ -47,8 +47,9 @@ from typing import Any
 
 from distrib.cluster import ClusterSpec, task_string
 from distrib.errors import InvalidArgumentError, OpError
+from distrib.runtime.actors.clients import client_systems
 from distrib.runtime.actors.failure_detector import heartbeat_s
-from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.actors.system import ActorSystem
 from distrib.runtime.chief.doors import MembershipDoor
 
 logger = logging.getLogger(__name__)
@@ -201,9 +202,9 @@ class MembershipService:
 
 class MembershipReader:
     """A client that reads the records tasks hold, again and again, through
-    one actor system (started at its first read, ended by :meth:`close` or
-    ``async with``): for a caller that polls, a chief waiting for the live
-    workers, rather than an actor system started and shut down per read."""
+    the process's client actor system (a lease taken at its first read, given
+    back by :meth:`close` or ``async with``): for a caller that polls, a
+    chief waiting for the live workers."""
 
     def __init__(self) -> None:
         self.system: ActorSystem | None = None
@@ -211,14 +212,14 @@ class MembershipReader:
     async def read(self, address: str, timeout: float = 5.0) -> Membership | None:
         """The record the task at ``address`` holds (None: none)."""
         if self.system is None:
-            self.system = await ActorSystem(client_name(), listen=False).start()
+            self.system = await client_systems().acquire()
         record = await MembershipDoor.at(self.system, address).get(timeout=timeout)
         return None if record is None else Membership.from_wire(record)
 
     async def close(self) -> None:
         system, self.system = self.system, None
         if system is not None:
-            await system.shutdown()
+            await client_systems().release(system)
 
     async def __aenter__(self) -> MembershipReader:
         return self

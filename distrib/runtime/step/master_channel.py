@@ -1,7 +1,9 @@
 """The runtime's side of ``distrib.client.channel``: a session's master
-channel is an actor system of the client's own (no listening socket) and the
-door of the ``master`` actor at the target address (``MasterDoor``, whose
-methods are the channel's). A master in this process is called directly,
+channel is a lease on the process's client actor system (no listening
+socket; :mod:`distrib.runtime.actors.clients`) and the door of the
+``master`` actor at the target address (``MasterDoor``, whose methods are
+the channel's). The process runtime (``distrib.process``) hands
+:meth:`ActorMasterChannel.open` to the client layer. A master in this process is called directly,
 with no serialization or socket: on the caller's loop, or on the loop of the
 process's local server or a strategy's own server (``DirectRef``; see
 :mod:`distrib.runtime.actors.in_process`). On those paths a fed array that
@@ -13,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from distrib.client.channel import register_channel_factory
+from distrib.runtime.actors.clients import client_systems
 from distrib.runtime.actors.in_process import DirectRef
-from distrib.runtime.actors.system import DEFAULT_TIMEOUT_S, ActorSystem, client_name
+from distrib.runtime.actors.system import DEFAULT_TIMEOUT_S, ActorSystem
 from distrib.runtime.step.doors import MasterDoor
 
 __all__ = ["ActorMasterChannel"]
@@ -23,7 +25,7 @@ __all__ = ["ActorMasterChannel"]
 
 class ActorMasterChannel(MasterDoor):
     """A ``MasterChannel`` over the actor runtime: the master's door, and the
-    actor system it owns."""
+    lease on the client actor system it holds."""
 
     __slots__ = ("_system",)
 
@@ -33,8 +35,7 @@ class ActorMasterChannel(MasterDoor):
 
     @classmethod
     async def open(cls, address: str) -> ActorMasterChannel:
-        system = ActorSystem(client_name(), listen=False)
-        await system.start()
+        system = await client_systems().acquire()
         return cls(system, DirectRef(system.ref(address, cls.actor)))
 
     async def run(self, handle: str, fetches: list[str], targets: list[str],
@@ -45,10 +46,7 @@ class ActorMasterChannel(MasterDoor):
         return await super().run(handle, fetches, targets, feeds, options, timeout=timeout)
 
     async def close(self) -> None:
-        await self._system.shutdown()
-
-
-register_channel_factory(ActorMasterChannel.open)
+        await client_systems().release(self._system)
 
 
 def _owned(value: Any) -> Any:

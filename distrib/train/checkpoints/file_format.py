@@ -16,7 +16,7 @@ a msgpack list. Reading checks the header checksum, the file size and every
 tensor's checksum, and a mismatch is a ``DataLossError`` naming the file.
 
 Every file of a checkpoint folder (checkpoints here, the state file in
-``state.py``) is written by :func:`atomic_write`: to a temporary file in the
+``state_file.py``) is written by :func:`atomic_write`: to a temporary file in the
 same folder, flushed, fsynced, renamed over the target and the folder
 fsynced; a crash leaves the old file or the new one, never half of one.
 :func:`write_error` turns a failed write into a typed error that says what to do.

@@ -35,8 +35,9 @@ optional:
 
 Values move through steps run by a *step runner* (reads and assigns of plain
 variables, on the right target, with TF2's first-use initialization): that is
-``dt.function``'s business, one layer up, which registers one with
-:func:`register_step_runner` when ``distrib.distribute`` is imported.
+``dt.function``'s business, one layer up: the process runtime
+(``distrib.process``) hands its runner to ``distrib.client.step_runner``,
+whose names this module re-exports.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from distrib.errors import FailedPreconditionError
+from distrib.client.step_runner import StepRunner, register_step_runner, step_runner
 
 __all__ = ["is_value", "is_trackable", "children", "identity", "SlotValue", "MirroredValue",
            "Restoration", "defer", "deferred_value", "forget", "watch", "children_changed",
@@ -234,24 +235,6 @@ def children_changed(owner: Any) -> None:
 
 # -- the steps that move values ------------------------------------------------------------
 
-class StepRunner(Protocol):
-    """Reads and assigns plain variables in steps on their target."""
-
-    async def read(self, variables: Sequence[Any], strategy: Any = None,
-                   bump: Any = None) -> list[np.ndarray]:
-        """The variables' values in one step per graph; ``bump`` (one of them)
-        is incremented by one first, in the same step."""
-
-    async def assign(self, pairs: Sequence[tuple[Any, np.ndarray]],
-                     strategy: Any = None) -> None:
-        """Assign each variable its value, one step per graph."""
-
-    async def agree(self, values: Sequence[int], strategy: Any) -> np.ndarray:
-        """The element-wise max of ``values`` (int64) over ``strategy``'s workers,
-        in one step every worker runs: it returns once all of them have called
-        it (``worker_saves``: a save returns once the chief's copy is whole)."""
-
-
 async def read_values(runner: StepRunner, values: Sequence[Any], strategy: Any = None,
                       bump: Any = None) -> list[np.ndarray]:
     """The saved form of each value object in ``values``, read in one step per graph."""
@@ -268,18 +251,3 @@ async def read_values(runner: StepRunner, values: Sequence[Any], strategy: Any =
             for value, group in zip(values, parts)]
 
 
-_runner_factory: Callable[[], StepRunner] | None = None
-
-
-def register_step_runner(factory: Callable[[], StepRunner]) -> None:
-    """Where checkpoints get their steps (``distrib.distribute`` registers ``dt.function``'s)."""
-    global _runner_factory
-    _runner_factory = factory
-
-
-def step_runner() -> StepRunner:
-    if _runner_factory is None:
-        raise FailedPreconditionError(
-            "dt.train.Checkpoint moves values with dt.function steps, and none are "
-            "registered: import distrib.distribute (or use dt.function) first")
-    return _runner_factory()

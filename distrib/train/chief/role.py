@@ -32,8 +32,9 @@ from typing import Any, Awaitable, Callable
 
 from distrib.client.session import parse_target
 from distrib.errors import OpError
+from distrib.runtime.actors.clients import client_systems
 from distrib.runtime.actors.failure_detector import heartbeat_s
-from distrib.runtime.actors.system import ActorSystem, client_name
+from distrib.runtime.actors.system import ActorSystem
 from distrib.runtime.chief.doors import MembershipDoor
 from distrib.runtime.chief.election import ChiefElection
 from distrib.runtime.chief.lease import lease_seconds
@@ -85,7 +86,7 @@ class ChiefRole:
         known (or ``decide_within`` seconds passed, default two leases)."""
         if self._system is not None:
             return self.is_chief
-        self._system = await ActorSystem(client_name(), listen=False).start()
+        self._system = await client_systems().acquire()
         address = parse_target(target)
         info = await MasterDoor.at(self._system, address).cluster_info(timeout=30.0)
         self.task = info["task"]
@@ -135,7 +136,7 @@ class ChiefRole:
             await asyncio.gather(watch, return_exceptions=True)
         system, self._system = self._system, None
         if system is not None:
-            await system.shutdown()
+            await client_systems().release(system)
 
     async def _changed(self, chief: bool, term: int) -> None:
         if self.on_change is not None:
