@@ -1,6 +1,7 @@
 """Kernel benchmarks: matmul GFLOP/s and elementwise bandwidth.
 
     python bench/kernels.py [--sizes 256,512,1024,2048,4096] [--json PATH]
+                            [--intra-op-threads N]
 
 CPU: numpy (BLAS) float32 matmul for each n. GPU (only where a real CUDA
 device exists): our two matmul kernels (the 128x128 register-blocked one and
@@ -9,7 +10,11 @@ the 64x64 one, kernels/cuda/matmul.py) beside cuBLAS FP32 of the same run
 importable; none is a dependency), and our elementwise Add against a
 device-to-device copy of the same bytes, which is the bandwidth ceiling an
 elementwise kernel can reach. The targets
-are in kernels/README.md. Without a GPU it says so and runs the CPU part only;
+are in kernels/README.md. CPU convolution (kernels/cpu/conv.py) on the
+CIFAR-10 tutorial's layers at batch 128: forward, input and filter gradient,
+each in GFLOP/s beside numpy matmul's for the same multiply-adds (the
+im2col-shaped product, one call; target >= 60%), and torch's CPU convolution
+where torch imports (reference only). Without a GPU it says so and runs the CPU part only;
 each measurement stops after ``--seconds`` (default 1 s) of repeats, so the
 whole run stays bounded. Prints a table; never asserts anything.
 """
@@ -56,6 +61,74 @@ def cpu_matmul(sizes: list[int], budget_s: float) -> list[dict]:
         t = _best_seconds(lambda: np.matmul(a, b, out=c), budget_s, lambda: None)
         rows.append({"device": "CPU", "kernel": "numpy matmul", "n": n, "seconds": t,
                      "gflops": 2 * n ** 3 / t / 1e9})
+    return rows
+
+
+# the CIFAR-10 tutorial's convolutions (cifar10.py) at batch 128: input, filter
+CONV_LAYERS = (("conv1", (128, 24, 24, 3), (5, 5, 3, 64)),
+               ("conv2", (128, 12, 12, 64), (5, 5, 64, 64)))
+
+
+def cpu_conv(budget_s: float) -> list[dict]:
+    """Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter (SAME, stride 1,
+    float32) per CIFAR-10 layer, each beside numpy matmul of the im2col shape
+    ``(n*oh*ow, kh*kw*c) @ (kh*kw*c, out_c)`` measured in the same run."""
+    import kernels
+    from kernels.cpu import conv_gemm
+    conv_gemm.JIT.prepare(np.float32)   # the numba col2im, as a warm task has it
+    attrs = {"strides": [1, 1, 1, 1], "padding": "SAME"}
+    rows = []
+    for layer, xs, ws in CONV_LAYERS:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(xs, dtype=np.float32)
+        w = rng.standard_normal(ws, dtype=np.float32)
+        dy = rng.standard_normal(xs[:3] + ws[3:], dtype=np.float32)
+        m, k, o = xs[0] * xs[1] * xs[2], ws[0] * ws[1] * ws[2], ws[3]
+        flops = 2 * m * k * o
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, o), dtype=np.float32)
+        ops = (("Conv2D", [x, w]),
+               ("Conv2DBackpropInput", [np.array(xs, np.int32), w, dy]),
+               ("Conv2DBackpropFilter", [x, np.array(ws, np.int32), dy]))
+        ref = _best_seconds(lambda: np.matmul(a, b), budget_s, lambda: None)
+        for op, inputs in ops:
+            fn = kernels.get_kernel(op, kernels.CPU)
+            t = _best_seconds(lambda fn=fn, inputs=inputs: fn(inputs, attrs), budget_s,
+                              lambda: None)
+            rows.append({"device": "CPU", "kernel": op, "n": layer, "seconds": t,
+                         "gflops": flops / t / 1e9, "input": list(xs), "filter": list(ws)})
+        ref = min(ref, _best_seconds(lambda: np.matmul(a, b), budget_s, lambda: None))
+        for row in rows[-3:]:
+            row["matmul_gflops"] = flops / ref / 1e9
+            row["fraction_of_matmul"] = row["gflops"] / row["matmul_gflops"]
+        rows += _torch_conv(layer, x, w, dy, flops, budget_s)
+    return rows
+
+
+def _torch_conv(layer: str, x: np.ndarray, w: np.ndarray, dy: np.ndarray, flops: int,
+                budget_s: float) -> list[dict]:
+    """torch's CPU convolution and its two gradients on the same operands, when
+    torch imports (a reference row; never a dependency)."""
+    try:
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+    except ImportError:
+        return []
+    tx = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
+    tw = torch.from_numpy(np.ascontiguousarray(w.transpose(3, 2, 0, 1)))
+    tdy = torch.from_numpy(np.ascontiguousarray(dy.transpose(0, 3, 1, 2)))
+    pad = w.shape[0] // 2
+    runs = (("torch conv2d", lambda: F.conv2d(tx, tw, padding=pad)),
+            ("torch grad input", lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy,
+                                                                   padding=pad)),
+            ("torch grad filter", lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tdy,
+                                                                     padding=pad)))
+    rows = []
+    with torch.no_grad():
+        for name, fn in runs:
+            t = _best_seconds(fn, budget_s, lambda: None)
+            rows.append({"device": "CPU", "kernel": name, "n": layer, "seconds": t,
+                         "gflops": flops / t / 1e9})
     return rows
 
 
@@ -152,16 +225,18 @@ def _cupy() -> Any:
 
 
 def _print_table(rows: list[dict]) -> None:
-    print(f"{'device':6} {'kernel':18} {'n':>10} {'ms':>9} {'result':>14} {'reference':>22}")
+    print(f"{'device':6} {'kernel':20} {'n':>10} {'ms':>9} {'result':>14} {'reference':>22}")
     for r in rows:
         if "gflops" in r:
             result = f"{r['gflops']:.1f} GFLOP/s"
             ref = (f"cuBLAS {r['cublas_gflops']:.0f} ({r['fraction_of_cublas']:.0%})"
                    if "cublas_gflops" in r else "")
+            if "matmul_gflops" in r:
+                ref = f"matmul {r['matmul_gflops']:.1f} ({r['fraction_of_matmul']:.0%})"
         else:
             result = f"{r['gbytes_per_s']:.0f} GB/s"
             ref = f"copy {r['copy_gbytes_per_s']:.0f} GB/s ({r['fraction_of_copy']:.0%})"
-        print(f"{r['device']:6} {r['kernel']:18} {r['n']:>10} {r['seconds'] * 1e3:>9.2f} "
+        print(f"{r['device']:6} {r['kernel']:20} {r['n']:>10} {r['seconds'] * 1e3:>9.2f} "
               f"{result:>14} {ref:>22}")
 
 
@@ -171,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=1.0, help="time budget per measurement")
     parser.add_argument("--elementwise-n", type=int, default=1 << 26)
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--intra-op-threads", type=int, default=1,
+                        help="threads one CPU convolution may use (kernels.cpu.jit_loader)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -178,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     from kernels.cuda.devices import backend, gpu_devices
     kind = backend()
     rows = cpu_matmul(sizes, args.seconds)
+    from kernels.cpu.jit_loader import set_intra_op_threads
+    set_intra_op_threads(args.intra_op_threads)
+    rows += cpu_conv(args.seconds)
     if kind == "cuda":
         logger.info("GPU: %s", gpu_devices()[0]["description"])
         rows += gpu_matmul(sizes, args.seconds)

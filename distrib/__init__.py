@@ -56,7 +56,7 @@ from distrib.framework.graph import (
     reset_default_graph,
 )
 from distrib.framework.graph_def import import_graph_def
-from distrib.framework.tensor_shape import TensorShape
+from distrib.framework.tensor_shape import Dimension, TensorShape, dimension_value
 from distrib.ops import collective_ops as collective
 from distrib.ops import nn
 from distrib.ops.array_ops import concat
@@ -166,7 +166,7 @@ _graph_all = [
     "no_op", "not_equal", "ones", "ones_like", "placeholder", "pow", "random_normal",
     "random_uniform", "reduce_max", "reduce_mean", "reduce_min", "reduce_prod", "reduce_sum",
     "reshape", "set_random_seed", "shape", "sigmoid", "sign", "sqrt", "square", "stop_gradient", "subtract",
-    "tanh", "transpose", "truediv", "zeros", "zeros_like", "TensorShape", "Variable", "VariableAggregation", "VariableSynchronization",
+    "tanh", "transpose", "truediv", "zeros", "zeros_like", "TensorShape", "Dimension", "dimension_value", "Variable", "VariableAggregation", "VariableSynchronization",
     "global_variables", "global_variables_initializer", "initialize_all_variables",
     "is_variable_initialized", "local_variables", "local_variables_initializer",
     "trainable_variables", "variables_initializer",

@@ -37,6 +37,7 @@ from distrib.ops.gradients import install_builtin_gradients
 from distrib.ops.math_ops import bind_tensor_operators
 from distrib.runtime.actors import clients
 from distrib.runtime.step.master_channel import ActorMasterChannel
+from distrib.server.local_session import open_local_channel
 from distrib.server.server_lib import stop_servers_at_exit
 from distrib.summary.event_writer import close_writers_at_exit
 from distrib.summary.summary_ops import register_kernels as register_summary_kernels
@@ -59,7 +60,7 @@ class ProcessRuntime:
         self.clients = clients.ClientSystems()
         # every join of a layer to one above it, here and nowhere else
         clients.install(self.clients)
-        register_channel_factory(ActorMasterChannel.open)
+        register_channel_factory(ActorMasterChannel.open, open_local_channel)
         register_step_runner(_function_steps)
         install_builtin_gradients()
         register_summary_kernels()   # after the gradients: it marks its ops not differentiable

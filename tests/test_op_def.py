@@ -131,7 +131,22 @@ def _build_everything() -> Graph:
         summary_ops.image_op("img", ops.reshape(h, [1, 4, -1, 1]))
         summary_ops.text_op("note", ops.constant("text"))
         summary_ops.merge_all()
+        _build_conv_family(h)
     return g
+
+
+def _build_conv_family(h: object) -> None:
+    """The convolution, pooling, normalization and top-k ops, and their
+    gradients (distrib.ops.nn_conv ... conv_grad)."""
+    img = ops.reshape(h, [1, 2, 2, 2])
+    f = ops.constant(np.ones((1, 1, 2, 2), np.float32))
+    y = nn.conv2d_transpose(nn.conv2d(img, f, 1, "SAME"), f, [1, 2, 2, 2], 1)
+    y = nn.depthwise_conv2d(y, ops.constant(np.ones((1, 1, 2, 1), np.float32)), 1, "SAME")
+    y = nn.lrn(nn.avg_pool(nn.max_pool(y, 1, 1, "SAME"), 1, 1, "SAME"))
+    y, _, _ = nn.fused_batch_norm(y, np.ones(2, np.float32), np.zeros(2, np.float32))
+    values, _ = nn.top_k(ops.reshape(y, [4, 2]), 1)
+    gradients(ops.reduce_sum(values), [h])   # every gradient op of the chain above
+    nn.in_top_k(ops.reshape(h, [4, 2]), ops.constant([0, 1, 1, 0]), 1)
 
 
 def test_every_op_the_builders_and_the_partitioner_make_has_an_entry_of_its_arity():

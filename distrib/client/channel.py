@@ -5,15 +5,17 @@ it knows graphs, fetches and feeds, never actors or connections. So a session
 asks for a channel by address and sends the master's messages as its typed
 methods (one per message, declared here once), as
 TensorFlow's Python session reaches its C++ runtime through one narrow
-interface. ``distrib.runtime.step.master_channel`` registers the implementation
-(an actor system of the client's own) when it loads, which ``import distrib``
-always does.
+interface. The process runtime (``distrib.process``) hands in the
+implementation, ``distrib.runtime.step.master_channel`` (a lease on the
+process's client actor system), and the server layer's local channel (a
+server of the session's own, for a session with no target).
 """
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Protocol
 
-__all__ = ["MasterChannel", "register_channel_factory", "open_master_channel"]
+__all__ = ["MasterChannel", "register_channel_factory", "open_master_channel",
+           "open_local_channel"]
 
 
 class MasterChannel(Protocol):
@@ -51,12 +53,17 @@ class MasterChannel(Protocol):
 
 
 ChannelFactory = Callable[[str], Awaitable[MasterChannel]]
+LocalChannelFactory = Callable[[Any], Awaitable[MasterChannel]]
 _FACTORY: list[ChannelFactory] = []
+_LOCAL: list[LocalChannelFactory] = []
 
 
-def register_channel_factory(factory: ChannelFactory) -> None:
-    """Make ``factory(address)`` the way sessions open their master channel."""
+def register_channel_factory(factory: ChannelFactory, local: LocalChannelFactory) -> None:
+    """Make ``factory(address)`` the way sessions open their master channel, and
+    ``local(config)`` the way a session with no target opens one to a server of
+    its own (the process runtime hands both in)."""
     _FACTORY[:] = [factory]
+    _LOCAL[:] = [local]
 
 
 async def open_master_channel(address: str) -> MasterChannel:
@@ -65,3 +72,14 @@ async def open_master_channel(address: str) -> MasterChannel:
         raise RuntimeError("no runtime to reach a master with: `import distrib` makes the "
                            "process runtime that registers it")
     return await _FACTORY[0](address)
+
+
+async def open_local_channel(config: Any) -> MasterChannel:
+    """TF's ``tf.Session()`` with no target: a channel to a server of the
+    session's own, in this process, made with the session's ``config`` (its
+    ``device_count``), which closing the channel stops: the session's
+    variables live as long as it, as a DirectSession's do."""
+    if not _LOCAL:
+        raise RuntimeError("no runtime to run a local session with: `import distrib` makes "
+                           "the process runtime that registers it")
+    return await _LOCAL[0](config)

@@ -15,7 +15,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from distrib.client.channel import MasterChannel, open_master_channel
+from distrib.client.channel import MasterChannel, open_local_channel, open_master_channel
 from distrib.client.fetches import FetchPlan, feed_name
 from distrib.client.graph_options import GraphOptions
 from distrib.client.loop_thread import client_loop
@@ -79,6 +79,12 @@ class ConfigProto:
     operation_timeout_s: float | None = None
     log_device_placement: bool = False
     gpu_options: GPUOptions = field(default_factory=GPUOptions)
+    # TF's {"CPU": n, "GPU": m}: a server made with this config has n CPU devices
+    # (/cpu:0 .. /cpu:n-1, for in-graph towers) and at most m of its GPUs
+    device_count: dict = field(default_factory=dict)
+    # TF1 programs set these; the kernels' threads are the task's (DISTRIB_THREADS)
+    intra_op_parallelism_threads: int = 0
+    inter_op_parallelism_threads: int = 0
     # the graph optimizer's passes (distrib.client.graph_options), sent to the master
     graph_options: GraphOptions = field(default_factory=GraphOptions)
 
@@ -88,6 +94,13 @@ class ConfigProto:
         if not isinstance(self.gpu_options, GPUOptions):
             raise TypeError(f"gpu_options is a dt.GPUOptions, not {self.gpu_options!r}")
         self.graph_options = GraphOptions.coerce(self.graph_options)
+        if not isinstance(self.device_count, dict) or not all(
+                isinstance(k, str) and k.upper() in ("CPU", "GPU") and isinstance(v, int)
+                and not isinstance(v, bool) and v >= 0 for k, v in self.device_count.items()):
+            raise TypeError(f"device_count maps 'CPU' and 'GPU' to counts >= 0, as TF's "
+                            f"ConfigProto(device_count={{'CPU': 2, 'GPU': 0}}); got "
+                            f"{self.device_count!r}")
+        self.device_count = {k.upper(): v for k, v in self.device_count.items()}
 
     def as_dict(self) -> dict[str, Any]:
         """The options a session sends its master (its gpu_options stay here)."""
@@ -130,7 +143,8 @@ class Session:
         self.target = target
         self.graph = graph if graph is not None else _default_graph()
         self.config = config or ConfigProto()
-        self._address = parse_target(target)
+        # no target: TF's in-process session, on a server of the session's own
+        self._address = parse_target(target) if target != "" else ""
         self._master: MasterChannel | None = None
         self._handle: str | None = None
         self._version: int | None = None
@@ -154,7 +168,8 @@ class Session:
             return
         if self._closed:
             raise InvalidArgumentError("this session is closed: open a new one")
-        self._master = await open_master_channel(self._address)
+        self._master = await (open_master_channel(self._address) if self._address
+                              else open_local_channel(self.config))
         self._lock = asyncio.Lock()
 
     async def _sync_graph(self) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from distrib.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from distrib.framework import op_shapes
+from distrib.framework import conv_shapes, nn_shapes, op_shapes
 from distrib.framework.op_shapes import ShapeFn, Spec
 
 __all__ = ["OpDef", "register_op", "op_def", "find_op_def", "op_defs", "op_types",
@@ -239,6 +239,38 @@ register_op("SoftmaxCrossEntropyWithLogits", inputs=("logits", "labels"),
             shape_fn=op_shapes.cross_entropy)
 register_op("SparseSoftmaxCrossEntropyWithLogits", inputs=("logits", "labels"),
             shape_fn=op_shapes.cross_entropy)
+
+# convolution, pooling, normalization and top-k (TF's names, input order and
+# attrs; shapes and costs in distrib.framework.conv_shapes and nn_shapes)
+register_op("Conv2D", inputs=("input", "filter"), shape_fn=conv_shapes.conv2d,
+            heavy=conv_shapes.conv2d_flops)
+register_op("Conv2DBackpropInput", inputs=("input_sizes", "filter", "out_backprop"),
+            shape_fn=conv_shapes.conv2d_backprop_input, heavy=conv_shapes.conv2d_backprop_flops)
+register_op("Conv2DBackpropFilter", inputs=("input", "filter_sizes", "out_backprop"),
+            shape_fn=conv_shapes.conv2d_backprop_filter, heavy=conv_shapes.conv2d_backprop_flops)
+register_op("DepthwiseConv2dNative", inputs=("input", "filter"),
+            shape_fn=conv_shapes.depthwise_conv2d, heavy=conv_shapes.depthwise_flops)
+register_op("DepthwiseConv2dNativeBackpropInput",
+            inputs=("input_sizes", "filter", "out_backprop"),
+            shape_fn=conv_shapes.conv2d_backprop_input, heavy=conv_shapes.conv2d_backprop_flops)
+register_op("DepthwiseConv2dNativeBackpropFilter",
+            inputs=("input", "filter_sizes", "out_backprop"),
+            shape_fn=conv_shapes.conv2d_backprop_filter, heavy=conv_shapes.conv2d_backprop_flops)
+register_op("MaxPool", inputs=("input",), shape_fn=conv_shapes.pool)
+register_op("AvgPool", inputs=("value",), shape_fn=conv_shapes.pool)
+register_op("MaxPoolGrad", inputs=("orig_input", "orig_output", "grad"),
+            shape_fn=conv_shapes.max_pool_grad)
+register_op("AvgPoolGrad", inputs=("orig_input_shape", "grad"), shape_fn=conv_shapes.avg_pool_grad)
+register_op("LRN", inputs=("input",), shape_fn=nn_shapes.lrn)
+register_op("LRNGrad", inputs=("input_grads", "input_image", "output_image"),
+            shape_fn=nn_shapes.lrn_grad)
+register_op("FusedBatchNormV3", inputs=("x", "scale", "offset", "mean", "variance"),
+            shape_fn=nn_shapes.fused_batch_norm)
+register_op("FusedBatchNormGradV3", inputs=("y_backprop", "x", "scale", "reserve_space_1",
+                                            "reserve_space_2", "reserve_space_3"),
+            shape_fn=nn_shapes.fused_batch_norm_grad)
+register_op("TopKV2", inputs=("input", "k"), shape_fn=nn_shapes.top_k)
+register_op("InTopKV2", inputs=("predictions", "targets", "k"), shape_fn=nn_shapes.in_top_k)
 
 # reductions
 for _t in ("Sum", "Mean", "Min", "Max", "Prod"):

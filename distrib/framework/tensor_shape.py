@@ -4,12 +4,38 @@ A shape is known only partly while a graph is built: the rank may be unknown
 (``TensorShape(None)``) and any dimension may be unknown (``None``, e.g. the
 batch dimension of a placeholder). Shape inference works on these partial
 shapes and reports a mismatch only when two *known* dimensions disagree.
+
+Indexing a shape gives a known dimension as a :class:`Dimension`: an ``int``
+(TF2 code does arithmetic on it) that also has TF1's ``.value``
+(``x.get_shape()[1].value``, as the CIFAR-10 tutorial reads it); an unknown
+one is None, as TF2 gives it.
 """
 from __future__ import annotations
 
 from typing import Any, Iterator
 
-__all__ = ["TensorShape", "as_shape", "unknown_shape"]
+__all__ = ["TensorShape", "Dimension", "as_shape", "unknown_shape", "dimension_value"]
+
+
+class Dimension(int):
+    """A known dimension: an ``int`` with TF1's ``.value``."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"Dimension({int(self)})"
+
+
+def dimension_value(dim: Any) -> int | None:
+    """TF's ``tf.compat.dimension_value``: the int of a dimension (None if unknown)."""
+    if dim is None:
+        return None
+    return int(dim.value) if hasattr(dim, "value") and dim.value is not None else \
+        (None if hasattr(dim, "value") else int(dim))
 
 
 class TensorShape:
@@ -96,7 +122,8 @@ class TensorShape:
             return TensorShape(None) if isinstance(key, slice) else None
         if isinstance(key, slice):
             return TensorShape(self._dims[key])
-        return self._dims[key]
+        d = self._dims[key]
+        return None if d is None else Dimension(d)
 
     def __eq__(self, other: object) -> bool:
         try:

@@ -1,6 +1,10 @@
 """Neural-network ops: ``dt.nn.relu``, ``dt.nn.softmax_cross_entropy_with_logits`` ...
 
 Thin builders over the op catalogue (docs/ops.md) with TF1 signatures. The
+convolutional families live in their own modules and are re-exported here,
+so ``dt.nn`` is one namespace: convolutions (:mod:`distrib.ops.nn_conv`),
+pooling (``nn_pool``), normalization (``nn_norm``) and the classifier's
+helpers (``nn_classification``). The
 cross-entropy ops compute the loss and its gradient (``softmax - labels``) in
 one kernel; the builders return the loss (output 0) and the gradient function
 uses output 1, so backprop costs no second softmax. As in
@@ -24,11 +28,49 @@ from distrib.framework.graph import Tensor, get_default_graph, name_scope
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
 from distrib.ops.math_ops import sigmoid, tanh  # noqa: F401 - dt.nn.sigmoid, dt.nn.tanh
+from distrib.ops.nn_classification import (  # noqa: F401 - re-exported
+    in_top_k,
+    sigmoid_cross_entropy_with_logits,
+    softmax_cross_entropy_with_logits_v2,
+    top_k,
+    xw_plus_b,
+    zero_fraction,
+)
+from distrib.ops.nn_conv import (  # noqa: F401 - re-exported
+    NNArgumentError,
+    conv2d,
+    conv2d_backprop_filter,
+    conv2d_backprop_input,
+    conv2d_transpose,
+    depthwise_conv2d,
+    depthwise_conv2d_native,
+    depthwise_conv2d_native_backprop_filter,
+    depthwise_conv2d_native_backprop_input,
+    separable_conv2d,
+)
+from distrib.ops.nn_norm import (  # noqa: F401 - re-exported
+    batch_normalization,
+    fused_batch_norm,
+    l2_normalize,
+    local_response_normalization,
+    lrn,
+    moments,
+)
+from distrib.ops.nn_pool import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401
 
 __all__ = [
     "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
     "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits",
     "l2_loss", "compute_average_loss", "dropout", "DropoutArgumentError",
+    # nn_conv, nn_pool, nn_norm, nn_classification
+    "conv2d", "conv2d_transpose", "conv2d_backprop_input", "conv2d_backprop_filter",
+    "depthwise_conv2d", "depthwise_conv2d_native", "depthwise_conv2d_native_backprop_input",
+    "depthwise_conv2d_native_backprop_filter", "separable_conv2d", "NNArgumentError",
+    "max_pool", "max_pool2d", "avg_pool", "avg_pool2d",
+    "lrn", "local_response_normalization", "fused_batch_norm", "moments",
+    "batch_normalization", "l2_normalize",
+    "top_k", "in_top_k", "sigmoid_cross_entropy_with_logits",
+    "softmax_cross_entropy_with_logits_v2", "xw_plus_b", "zero_fraction",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,6 +132,8 @@ def softmax_cross_entropy_with_logits(_sentinel: Any = None, labels: Any = None,
     _last_axis_only(fn, logits, dim if axis is None else axis)
     with logits.graph.as_default():
         labels = ops.convert_to_tensor(labels, dtype=logits.dtype)
+        if labels.op.type != "Const":   # TF1: the labels get no gradient
+            labels = ops.stop_gradient(labels)
     op = ops.make_op("SoftmaxCrossEntropyWithLogits", [logits, labels], None,
                    name or "SoftmaxCrossEntropyWithLogits")
     return op.outputs[0]

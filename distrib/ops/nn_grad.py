@@ -5,7 +5,7 @@ gradients emit (``ReluGrad``, ``BiasAddGrad``), for second order.
 A gradient family, as :mod:`distrib.ops.math_grad` describes: ``GRADIENTS``
 and ``NOT_DIFFERENTIABLE`` are defined here and installed into the op
 catalogue by :mod:`distrib.ops.gradients`; importing this writes nothing.
-Convolution, pooling and normalization gradients belong here.
+Convolution, pooling and normalization gradients are :mod:`distrib.ops.conv_grad`'s.
 """
 from __future__ import annotations
 
@@ -51,8 +51,19 @@ def _log_softmax_grad(op: Operation, g: Tensor) -> list:
 
 
 def _xent_grad(op: Operation, g_loss: Tensor | None, g_backprop: Tensor | None) -> list:
-    # labels get no gradient (tf.compat.v1 semantics); the backprop output's own
-    # gradient (second order) is not supported and ignored, as TF1 does.
+    # the labels' gradient is -log_softmax(logits), as TF's op has it (the v1
+    # builder stops it with a StopGradient on the labels, as TF's does); the
+    # backprop output's own gradient (second order) is not supported and ignored
+    if g_loss is None:
+        return [None, None]
+    column = ops.reshape(g_loss, [-1, 1])
+    labels_grad = ops.multiply(column, ops.negative(ops.op_output(
+        "LogSoftmax", [op.inputs[0]], None, "LogSoftmax")))
+    return [ops.multiply(column, op.outputs[1]), labels_grad]
+
+
+def _sparse_xent_grad(op: Operation, g_loss: Tensor | None, g_backprop: Tensor | None) -> list:
+    # integer labels: no gradient
     if g_loss is None:
         return [None, None]
     column = ops.reshape(g_loss, [-1, 1])
@@ -65,7 +76,7 @@ GRADIENTS: dict[str, Callable[..., list]] = {
     "BiasAdd": _bias_add_grad, "BiasAddGrad": _bias_add_grad_grad,
     "Softmax": _softmax_grad, "LogSoftmax": _log_softmax_grad,
     "SoftmaxCrossEntropyWithLogits": _xent_grad,
-    "SparseSoftmaxCrossEntropyWithLogits": _xent_grad,
+    "SparseSoftmaxCrossEntropyWithLogits": _sparse_xent_grad,
 }
 
 NOT_DIFFERENTIABLE: tuple[str, ...] = ()

@@ -68,16 +68,22 @@ def _dialed_host(host: str) -> str:
     return "127.0.0.1" if host in ("localhost", "") else host
 
 
-def task_devices(gpu_options: Any = None) -> list[dict[str, Any]]:
-    """CPU:i for each logical CPU (dt.config; one by default), and GPU:i
-    for each CUDA device that CUDA_VISIBLE_DEVICES leaves visible, narrowed by
+def task_devices(gpu_options: Any = None, device_count: dict | None = None) -> list[dict[str, Any]]:
+    """CPU:i for each logical CPU (dt.config; one by default, or ConfigProto's
+    ``device_count["CPU"]``, as TF), and GPU:i for each CUDA device that
+    CUDA_VISIBLE_DEVICES leaves visible, narrowed by
     ``gpu_options.visible_device_list`` (else by dt.config.set_visible_devices):
-    see ``config.task_gpus``. numba is imported only when a GPU may exist (a
-    driver node or the simulator), so CPU-only hosts start fast."""
+    see ``config.task_gpus``, and to at most ``device_count["GPU"]``. numba is
+    imported only when a GPU may exist (a driver node or the simulator), so
+    CPU-only hosts start fast."""
+    counts = device_count or {}
+    cpus = int(counts.get("CPU", 0)) or config.logical_cpu_count(freeze=False)
     devices = [{"name": f"CPU:{i}", "memory_bytes": 0,
-                "description": "host CPU" if i == 0 else "logical CPU (dt.config)"}
-               for i in range(config.logical_cpu_count(freeze=False))]
-    return devices + config.task_gpus(getattr(gpu_options, "visible_device_list", ""))
+                "description": "host CPU" if i == 0 else "logical CPU"} for i in range(cpus)]
+    if counts.get("GPU") == 0:
+        return devices   # TF: GPU 0 in device_count hides the GPUs (and never starts CUDA)
+    gpus = config.task_gpus(getattr(gpu_options, "visible_device_list", ""))
+    return devices + (gpus[:counts["GPU"]] if "GPU" in counts else gpus)
 
 
 class ServerCore:
@@ -119,7 +125,8 @@ class ServerCore:
         if self.started:
             return self
         # listed first: a config naming GPUs this host lacks fails before anything listens
-        devices = task_devices(getattr(self.config, "gpu_options", None))
+        devices = task_devices(getattr(self.config, "gpu_options", None),
+                               getattr(self.config, "device_count", None))
         await self._listen()
         if self.system.port != int(self.cluster.task_address(self.job_name, self.task_index)
                                    .rpartition(":")[2]):

@@ -7,7 +7,7 @@ import importlib
 
 __all__ = ["MODULES", "load"]
 
-MODULES = ("array", "math", "nn", "update", "fused")
+MODULES = ("array", "math", "nn", "update", "fused", "pooling", "normalization", "topk", "conv")
 
 
 def load() -> None:

@@ -37,6 +37,7 @@ class RegisterPartition:
     fetches: list                 # the tensor names the partition returns
     soft_placement: bool = False  # a missing device falls back to one there is
     feeds: list | None = None     # the fed tensors it reads ("op:k"), producer present or not
+    log_placement: bool = False   # log each node's device (ConfigProto.log_device_placement)
 
 
 class WorkerDoor(FenceDoor):

@@ -309,14 +309,16 @@ class MasterService:
             raise UnavailableError(f"{task} is unavailable: {e.message}",
                                    task=self.task, peer=task) from None
 
-    async def _prepare(self, task: str, plan: StepPlan, soft: bool, limit: float | None) -> int:
+    async def _prepare(self, task: str, plan: StepPlan, soft: bool, limit: float | None,
+                       log_placement: bool = False) -> int:
         st = await self._ensure_task(task, limit)
         if plan.key not in st.registered:
             part = plan.parts[task]
             try:
                 await self.worker(task).register_partition(
                     RegisterPartition(key=plan.key, nodes=part.nodes, fetches=part.fetches,
-                                      soft_placement=soft, feeds=part.feeds),
+                                      soft_placement=soft, feeds=part.feeds,
+                                      log_placement=log_placement),
                     timeout=limit or 60.0)
             except OpError as e:
                 if task != self.task:
@@ -335,7 +337,9 @@ class MasterService:
         if incarnations is None:
             # operation_timeout_s bounds the control calls too: a stuck task must not hold
             # a step for the 30-60 s defaults of get_status/register_partition
-            incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout) for t in tasks))
+            placement = bool(opts.get("log_device_placement", False))
+            incs = await asyncio.gather(*(self._prepare(t, plan, soft, timeout, placement)
+                                          for t in tasks))
             incarnations = dict(zip(tasks, incs))
         if s.closed:   # closed while this step was being prepared: nobody would end it
             raise SessionClosedError("the session was closed while the step waited "

@@ -29,8 +29,9 @@ from kernels.cpu import math as cpu_math
 from transports.shm import shared_empty
 
 logger = logging.getLogger(__name__)
+placement_logger = logging.getLogger("distrib.placement")
 
-__all__ = ["PartitionGraph"]
+__all__ = ["PartitionGraph", "log_device_placement"]
 
 # The op catalogue's facts this module tests per node (distrib.framework.op_def),
 # derived once: ops the runtime runs itself (no kernel here), updates of a
@@ -49,6 +50,20 @@ UPDATE_WRITES = {d.name: ("var", *d.slot_attrs) for d in op_defs() if d.is_updat
 _GPU_VIEW_OPS = frozenset({"Reshape", "ExpandDims", "Squeeze", "SumToShapeOf"})
 
 
+def log_device_placement(task: str, nodes: list[Node], devices: list[tuple[str, int]]) -> None:
+    """TF's ``log_device_placement`` lines, ``name: (Op): /job:J/replica:0/task:T/device:CPU:0``,
+    one per node as the task places it, on the ``distrib.placement`` logger (to
+    stderr at INFO where nothing else is configured: the user asked to see them)."""
+    if not placement_logger.handlers and not logging.getLogger().handlers:
+        placement_logger.addHandler(logging.StreamHandler())
+        placement_logger.setLevel(logging.INFO)
+    job, _, index = task.partition("/task:")
+    prefix = f"{job}/replica:0/task:{index}" if task else ""
+    for node, (dtype, idx) in zip(nodes, devices):
+        placement_logger.info("%s: (%s): %s/device:%s:%d", node["name"], node["op"], prefix,
+                              dtype, idx)
+
+
 def _device_of(node: Node) -> tuple[str, int]:
     dev = node.get("device") or ""
     _, sep, local = dev.rpartition("/device:")
@@ -62,8 +77,9 @@ class PartitionGraph:
     """A partition turned into index arrays, ready to run many steps."""
 
     def __init__(self, nodes: list[Node], fetches: list[str], *, task: str = "",
-                 soft_placement: bool = False, gpu_count: int = 0,
-                 generators: dict | None = None, feeds: Iterable[str] = ()) -> None:
+                 soft_placement: bool = False, gpu_count: int = 0, cpu_count: int = 1,
+                 generators: dict | None = None, feeds: Iterable[str] = (),
+                 log_placement: bool = False) -> None:
         self.task = task
         # a seeded random op keeps its generator from step to step, in
         # ``generators`` (the worker passes one dict to all the partitions of a
@@ -93,7 +109,10 @@ class PartitionGraph:
                     # its producer runs too: a target, a control input)
                     self.inputs[i].append(inp if ":" in inp else f"{inp}:0")
         self.fetch_refs = [(index[tensor_op(t)[0]], tensor_op(t)[1]) for t in self.fetches]
-        self.devices = [self._resolve_device(node, soft_placement, gpu_count) for node in nodes]
+        self.devices = [self._resolve_device(node, soft_placement, gpu_count, cpu_count)
+                        for node in nodes]
+        if log_placement:   # ConfigProto(log_device_placement=True): TF's lines, here where it places
+            log_device_placement(task, nodes, self.devices)
         self.kernels = [self._kernel(node, dev) for node, dev in zip(nodes, self.devices)]
         # CPU ops that may write their result into a dead input (see exclusive)
         self.in_place = [cpu_math.IN_PLACE.get(node["op"]) if dev[0] == "CPU" else None
@@ -373,15 +392,14 @@ class PartitionGraph:
         self.preds[dst].append(src)
         self.indegree[dst] += 1
 
-    def _resolve_device(self, node: Node, soft: bool, gpu_count: int) -> tuple[str, int]:
+    def _resolve_device(self, node: Node, soft: bool, gpu_count: int,
+                        cpu_count: int = 1) -> tuple[str, int]:
         dtype, idx = _device_of(node)
-        if dtype == "CPU":
-            return dtype, idx
-        if dtype == "GPU" and idx < gpu_count:
+        if (dtype == "CPU" and idx < cpu_count) or (dtype == "GPU" and idx < gpu_count):
             return dtype, idx
         if soft:
             return "CPU", 0
-        have = ["CPU:0"] + [f"GPU:{i}" for i in range(gpu_count)]
+        have = [f"CPU:{i}" for i in range(cpu_count)] + [f"GPU:{i}" for i in range(gpu_count)]
         raise InvalidArgumentError(
             f"op {node['name']!r} is pinned to {dtype}:{idx}, which this task does not have "
             f"(devices: {', '.join(have)}); pin it to an existing device or pass "

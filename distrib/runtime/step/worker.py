@@ -202,6 +202,10 @@ class WorkerService:
         return value
 
     @property
+    def cpu_count(self) -> int:
+        return sum(1 for d in self.devices if d["name"].startswith("CPU:"))
+
+    @property
     def gpu_count(self) -> int:
         return sum(1 for d in self.devices if d["name"].startswith("GPU:"))
 
@@ -232,7 +236,8 @@ class WorkerService:
         return self.fencing.admit(term)
 
     def register_partition(self, key: str, nodes: list, fetches: list,
-                           soft_placement: bool = False, feeds: list | None = None) -> bool:
+                           soft_placement: bool = False, feeds: list | None = None,
+                           log_placement: bool = False) -> bool:
         feeds = [] if feeds is None else feeds
         if not isinstance(key, str) or not isinstance(fetches, list) \
                 or not all(isinstance(f, str) for f in fetches) or not isinstance(nodes, list) \
@@ -255,8 +260,9 @@ class WorkerService:
             session = key.rpartition("/")[0]
             self._partitions[key] = CompiledPartition(
                 nodes, fetches, task=self.task, soft_placement=soft_placement,
-                gpu_count=self.gpu_count, generators=self._generators.setdefault(session, {}),
-                feeds=feeds)
+                gpu_count=self.gpu_count, cpu_count=self.cpu_count,
+                generators=self._generators.setdefault(session, {}), feeds=feeds,
+                log_placement=bool(log_placement))
             self.counters["partitions_registered"] += 1
         return True
 

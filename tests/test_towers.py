@@ -1,0 +1,87 @@
+"""In-graph towers as TF1 programs build them (issue 38, item 4): a session
+with no target runs on a server of its own, ``ConfigProto(device_count=...)``
+gives it CPU devices for the towers, ``log_device_placement`` logs where each
+node runs, and a shape's known dimension has TF1's ``.value``.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+import distrib as dt
+from distrib.errors import FailedPreconditionError, InvalidArgumentError
+
+
+def towers(n: int):
+    """Each tower's matmul on ``/cpu:i`` with a variable of its own, summed on /cpu:0."""
+    with dt.device("/cpu:0"):
+        x = dt.constant([[1.0, 2.0]])
+    outs, variables = [], []
+    for i in range(n):
+        with dt.device(f"/cpu:{i}"), dt.name_scope(f"tower_{i}"):
+            w = dt.Variable(np.full((2, 2), i + 1.0, np.float32), name="w")
+            variables.append(w)
+            outs.append(dt.matmul(x, w))
+    with dt.device("/cpu:0"):
+        return dt.add_n(outs), variables
+
+
+async def test_a_session_without_target_has_the_cpu_devices_its_config_asks_for(fresh_graph, caplog):
+    total, _ = towers(2)
+    init = dt.global_variables_initializer()
+    config = dt.ConfigProto(device_count={"CPU": 2}, log_device_placement=True)
+    with caplog.at_level(logging.INFO, logger="distrib.placement"):
+        async with dt.Session(config=config) as sess:
+            await sess.run(init)
+            assert (await sess.run(total)).tolist() == [[9.0, 9.0]]   # 1*3 + 2*3
+            names = [d.name for d in await sess.list_devices()]
+    assert names == ["/job:localhost/replica:0/task:0/device:CPU:0",
+                     "/job:localhost/replica:0/task:0/device:CPU:1"]
+    placed = {r.getMessage() for r in caplog.records if r.name == "distrib.placement"}
+    # TF's line: "name: (Op): /job:J/replica:0/task:T/device:CPU:i", as the task places it
+    assert "tower_1/MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:1" in placed
+    assert "tower_0/MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0" in placed
+
+
+async def test_a_device_the_server_lacks_is_refused_unless_placement_is_soft(fresh_graph):
+    total, _ = towers(2)
+    init = dt.global_variables_initializer()
+    async with dt.Session() as sess:   # one CPU
+        with pytest.raises(InvalidArgumentError, match="pinned to CPU:1, which this task does "
+                                                       "not have .devices: CPU:0."):
+            await sess.run(init)
+    async with dt.Session(config=dt.ConfigProto(allow_soft_placement=True)) as sess:
+        await sess.run(init)
+        assert (await sess.run(total)).tolist() == [[9.0, 9.0]]
+
+
+async def test_each_session_without_target_has_variables_of_its_own(fresh_graph):
+    total, (w0,) = towers(1)
+    async with dt.Session() as first:
+        await first.run(dt.global_variables_initializer())
+        await first.run(w0.assign(np.zeros((2, 2), np.float32)))
+        assert (await first.run(total)).tolist() == [[0.0, 0.0]]
+        async with dt.Session() as second:   # a DirectSession of its own: nothing initialized
+            with pytest.raises(FailedPreconditionError):
+                await second.run(total)
+
+
+def test_device_count_takes_cpu_and_gpu_counts_only():
+    assert dt.ConfigProto(device_count={"cpu": 4}).device_count == {"CPU": 4}
+    for bad in ({"TPU": 1}, {"CPU": -1}, {"CPU": 1.5}, ["CPU"]):
+        with pytest.raises(TypeError, match="device_count maps 'CPU' and 'GPU'"):
+            dt.ConfigProto(device_count=bad)
+
+
+def test_a_known_dimension_is_an_int_with_tf1s_value(fresh_graph):
+    x = dt.placeholder(dt.float32, [None, 24, 24, 3])
+    shape = x.get_shape()
+    assert shape[1].value == 24 and shape[1] == 24 and shape[1] * 2 == 48
+    assert isinstance(shape[1], int) and repr(shape[1]) == "Dimension(24)"
+    assert shape[0] is None   # unknown: TF2's None
+    assert dt.dimension_value(shape[3]) == 3 and dt.dimension_value(shape[0]) is None
+    assert dt.dimension_value(7) == 7
+    reshaped = dt.reshape(x, [-1, shape[1].value * shape[2].value * shape[3].value])
+    assert reshaped.get_shape().as_list() == [None, 1728]
