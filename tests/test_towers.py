@@ -85,3 +85,19 @@ def test_a_known_dimension_is_an_int_with_tf1s_value(fresh_graph):
     assert dt.dimension_value(7) == 7
     reshaped = dt.reshape(x, [-1, shape[1].value * shape[2].value * shape[3].value])
     assert reshaped.get_shape().as_list() == [None, 1728]
+
+
+async def test_a_servers_kernels_use_its_intra_op_threads(fresh_graph, monkeypatch):
+    from kernels.cpu import jit_loader
+    before = jit_loader.intra_op_threads()
+    x = dt.constant(1.0) + 1.0
+    try:
+        async with dt.Session(config=dt.ConfigProto(intra_op_parallelism_threads=3)) as sess:
+            await sess.run(x)
+            assert jit_loader.intra_op_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")   # the launcher's threads per task
+        async with dt.Session() as sess:
+            await sess.run(x)
+            assert jit_loader.intra_op_threads() == 1
+    finally:
+        jit_loader.set_intra_op_threads(before)

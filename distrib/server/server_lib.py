@@ -36,6 +36,7 @@ from distrib.runtime.step.worker import WorkerService
 from distrib.server.bind_address import bind_error_reason, bind_override, choose_bind_host, fallback_host
 from distrib.server.control import PreemptionNotices, ServerControl
 from distrib.server.doors import ServerDoor
+from kernels.cpu.jit_loader import set_intra_op_threads
 from transports.shm import ARENA
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,18 @@ def task_devices(gpu_options: Any = None, device_count: dict | None = None) -> l
     return devices + (gpus[:counts["GPU"]] if "GPU" in counts else gpus)
 
 
+def intra_op_threads(config: Any) -> int:
+    """The threads one kernel of this task may use: ConfigProto's
+    ``intra_op_parallelism_threads``, else the task's BLAS threads
+    (``OMP_NUM_THREADS``, which the launcher sets per task), else the cores,
+    as TF's 0 means."""
+    n = int(getattr(config, "intra_op_parallelism_threads", 0) or 0)
+    if n <= 0:
+        env = os.environ.get("OMP_NUM_THREADS", "")
+        n = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
+    return n
+
+
 class ServerCore:
     """A task's server on the current event loop.
 
@@ -127,6 +140,7 @@ class ServerCore:
         # listed first: a config naming GPUs this host lacks fails before anything listens
         devices = task_devices(getattr(self.config, "gpu_options", None),
                                getattr(self.config, "device_count", None))
+        set_intra_op_threads(intra_op_threads(self.config))
         await self._listen()
         if self.system.port != int(self.cluster.task_address(self.job_name, self.task_index)
                                    .rpartition(":")[2]):
