@@ -40,14 +40,14 @@ RESTORED = re.compile(r"restored /job:ps/task:0 from .*model\.ckpt-(\d+)")
 class Run:
     """One launch of the trainer cluster, its output read line by line."""
 
-    def __init__(self, tmp_path) -> None:
+    def __init__(self, tmp_path, *trainer_flags: str) -> None:
         self.logdir = str(tmp_path / "logs")
         self.out = open(tmp_path / "launch.log", "w+")
         self.p = subprocess.Popen(
             [sys.executable, "-m", "distrib.launch", "--ps", "1", "--workers", "3",
              "--max_restarts", "3", "--", sys.executable, "examples/trainer.py",
              f"--train_steps={STEPS}", f"--logdir={self.logdir}", "--save_model_secs=1",
-             "--log_every=250"],
+             "--log_every=250", *trainer_flags],
             stdout=self.out, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
             env=child_env(DISTRIB_HEARTBEAT_S="0.5"), start_new_session=True)
         self.lines: list[str] = []
@@ -167,8 +167,14 @@ def test_kill_9_of_a_non_chief(tmp_path, baseline_accuracy, no_shm_left) -> None
     assert abs(accuracy - baseline_accuracy) <= 0.01
 
 
+# A survivor's remaining steps must outlast the election (a lease of 1.5 s here) on any
+# machine, or training ends before another worker becomes chief: each step takes >= 4 ms
+# (1000 steps a survivor, >= 4 s), however fast the machine.
+OUTLAST_ELECTION = "--min_step_ms=4"
+
+
 def test_kill_9_of_the_chief(tmp_path, baseline_accuracy, no_shm_left) -> None:
-    run = Run(tmp_path)
+    run = Run(tmp_path, OUTLAST_ELECTION)
     run.wait_step(FAULT_AT)
     os.kill(run.pid("worker", 0), signal.SIGKILL)
     accuracy = check(run, run.finish())
@@ -186,7 +192,7 @@ def test_kill_9_of_the_ps(tmp_path, baseline_accuracy, no_shm_left) -> None:
 
 
 def test_sigstop_then_sigcont_of_the_chief(tmp_path, baseline_accuracy, no_shm_left) -> None:
-    run = Run(tmp_path)
+    run = Run(tmp_path, OUTLAST_ELECTION)
     run.wait_step(FAULT_AT)
     chief = run.pid("worker", 0)
     os.kill(chief, signal.SIGSTOP)
