@@ -14,7 +14,9 @@ are in kernels/README.md. CPU convolution (kernels/cpu/conv.py) on the
 CIFAR-10 tutorial's layers at batch 128: forward, input and filter gradient,
 each in GFLOP/s beside numpy matmul's for the same multiply-adds (the
 im2col-shaped product, one call; target >= 60%), and torch's CPU convolution
-where torch imports (reference only). Without a GPU it says so and runs the CPU part only;
+where torch imports (reference only). GPU convolution (kernels/cuda/conv.py,
+implicit GEMMs) on the same layers beside cuDNN's through torch (target >= 30%;
+rows of n/a without a GPU). Without a GPU it says so and runs the CPU part only;
 each measurement stops after ``--seconds`` (default 1 s) of repeats, so the
 whole run stays bounded. Prints a table; never asserts anything.
 """
@@ -224,6 +226,95 @@ def _cupy() -> Any:
     return cupy
 
 
+def gpu_conv(budget_s: float, reason: str | None = None) -> list[dict]:
+    """Our GPU Conv2D and its two gradients (kernels/cuda/conv.py: implicit GEMMs,
+    float32, NHWC) on the CIFAR-10 layers (``CONV_LAYERS``), each beside cuDNN's
+    (torch, NHWC tensors, TF32 off) of the same run when torch sees the GPU
+    (reference only, never a dependency). ``reason``: no GPU here, every row
+    says n/a and why."""
+    ops = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+    if reason is not None:
+        return [{"device": "GPU", "kernel": op, "n": layer, "seconds": None, "gflops": None,
+                 "na": reason} for layer, _, _ in CONV_LAYERS for op in ops]
+    from numba import cuda
+
+    import kernels
+    attrs = {"strides": [1, 1, 1, 1], "padding": "SAME"}
+    rows = []
+    for layer, xs, ws in CONV_LAYERS:
+        rng = np.random.default_rng(0)
+        x_h = rng.standard_normal(xs, dtype=np.float32)
+        w_h = rng.standard_normal(ws, dtype=np.float32)
+        dy_h = rng.standard_normal(xs[:3] + ws[3:], dtype=np.float32)
+        x, w, dy = cuda.to_device(x_h), cuda.to_device(w_h), cuda.to_device(dy_h)
+        flops = 2 * xs[0] * xs[1] * xs[2] * ws[0] * ws[1] * ws[2] * ws[3]
+        inputs = {"Conv2D": [x, w],
+                  "Conv2DBackpropInput": [np.array(xs, np.int32), w, dy],
+                  "Conv2DBackpropFilter": [x, np.array(ws, np.int32), dy]}
+        ref = _cudnn_conv_seconds(x_h, w_h, dy_h, budget_s)
+        for op in ops:
+            fn = kernels.get_kernel(op, kernels.GPU)
+            t = _best_seconds(lambda fn=fn, op=op: fn(inputs[op], attrs), budget_s,
+                              cuda.synchronize)
+            row = {"device": "GPU", "kernel": op, "n": layer, "seconds": t,
+                   "gflops": flops / t / 1e9, "input": list(xs), "filter": list(ws)}
+            if ref is not None:
+                row["cudnn_gflops"] = flops / ref[op] / 1e9
+                row["fraction_of_cudnn"] = row["gflops"] / row["cudnn_gflops"]
+            rows.append(row)
+    return rows
+
+
+def _cudnn_conv_seconds(x: np.ndarray, w: np.ndarray, dy: np.ndarray,
+                        budget_s: float) -> dict[str, float] | None:
+    """cuDNN's best seconds for the forward and both gradients (SAME, stride 1),
+    through torch on the GPU in channels-last layout, FP32; None without it."""
+    try:
+        import torch
+        import torch.nn.functional as F  # noqa: N812
+    except ImportError:
+        logger.info("torch is not importable: the GPU conv rows carry no cuDNN reference")
+        return None
+    if not torch.cuda.is_available():
+        return None
+    last = torch.channels_last
+    tx = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).cuda().to(memory_format=last)
+    tw = torch.from_numpy(np.ascontiguousarray(w.transpose(3, 2, 0, 1))).cuda().to(memory_format=last)
+    tdy = torch.from_numpy(np.ascontiguousarray(dy.transpose(0, 3, 1, 2))).cuda().to(memory_format=last)
+    pad = w.shape[0] // 2
+    tf32 = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False   # FP32, as our kernels
+    try:
+        with torch.no_grad():
+            sync = torch.cuda.synchronize
+            return {
+                "Conv2D": _best_seconds(lambda: F.conv2d(tx, tw, padding=pad), budget_s, sync),
+                "Conv2DBackpropInput": _best_seconds(
+                    lambda: torch.nn.grad.conv2d_input(tx.shape, tw, tdy, padding=pad), budget_s, sync),
+                "Conv2DBackpropFilter": _best_seconds(
+                    lambda: torch.nn.grad.conv2d_weight(tx, tw.shape, tdy, padding=pad), budget_s, sync)}
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+
+
+def _print_gpu_conv(rows: list[dict]) -> None:
+    """The GPU convolution rows: GFLOP/s and the fraction of cuDNN's (target >= 30%)."""
+    print(f"{'device':6} {'kernel':20} {'layer':>10} {'ms':>9} {'result':>14} {'reference':>22}")
+    for r in rows:
+        if r["seconds"] is None:
+            print(f"{r['device']:6} {r['kernel']:20} {r['n']:>10} {'n/a':>9} {'n/a':>14} "
+                  f"{'n/a':>22}")
+            continue
+        ref = (f"cuDNN {r['cudnn_gflops']:.0f} ({r['fraction_of_cudnn']:.0%})"
+               if "cudnn_gflops" in r else "")
+        result = f"{r['gflops']:.1f} GFLOP/s"
+        print(f"{r['device']:6} {r['kernel']:20} {r['n']:>10} {r['seconds'] * 1e3:>9.2f} "
+              f"{result:>14} {ref:>22}")
+    if rows and rows[0]["seconds"] is None:
+        print(f"GPU conv rows (ours and cuDNN's through torch) need a real CUDA GPU: "
+              f"{rows[0]['na']}")
+
+
 def _print_table(rows: list[dict]) -> None:
     print(f"{'device':6} {'kernel':20} {'n':>10} {'ms':>9} {'result':>14} {'reference':>22}")
     for r in rows:
@@ -262,10 +353,14 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("GPU: %s", gpu_devices()[0]["description"])
         rows += gpu_matmul(sizes, args.seconds)
         rows += gpu_elementwise(args.elementwise_n, args.seconds)
+        conv_rows = gpu_conv(args.seconds)
     else:
         reason = "the CUDA simulator is not a GPU" if kind == "cudasim" else "no CUDA GPU visible"
         logger.info("%s: GPU benchmarks skipped, CPU only", reason)
+        conv_rows = gpu_conv(args.seconds, reason)
     _print_table(rows)
+    _print_gpu_conv(conv_rows)
+    rows += conv_rows
     if kind != "cuda":
         print(f"GPU rows ({', '.join(name for name, _ in MATMUL_KERNELS)} GFLOP/s and % of cuBLAS "
               f"FP32, elementwise Add against a device copy) need a real CUDA GPU: {reason}")

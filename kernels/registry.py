@@ -101,11 +101,15 @@ def _ensure_loaded(device_type: str) -> None:
                 loader = importlib.import_module(LOADERS[device_type]).load
             loader()
         except ImportError as exc:
+            if device_type == CPU:
+                raise   # no CPU kernels is no runtime: say so, and try again next lookup
             # A broken numba install must not take the CPU path down with it:
             # the device type then simply has no kernels (KernelNotFound).
             logger.warning("cannot load %s kernels (%s); %s ops will run on CPU",
                            device_type, exc, device_type)
         except Exception as exc:   # e.g. a CUDA library that fails as numba-cuda loads it
+            if device_type == CPU:
+                raise
             logger.error("loading the %s kernels failed (%s: %s); %s ops will run on CPU",
                          device_type, type(exc).__name__, exc, device_type, exc_info=exc)
         _loaded.add(device_type)

@@ -81,6 +81,78 @@ def _labels(dtype: str) -> list:
     return [([_x(dtype), np.eye(6, dtype=dtype)[[0, 3, 5, 1]]], {})]
 
 
+# the convolutional ops (kernels.cuda.conv, pooling, normalization): NHWC x (2, 5, 6, 3)
+_CONV = ({"strides": [1, 1, 1, 1], "padding": "SAME"},
+         {"strides": [1, 2, 1, 1], "padding": "VALID", "dilations": [1, 1, 2, 1]},
+         {"strides": [1, 1, 2, 1], "padding": "EXPLICIT", "explicit_paddings": [0, 0, 1, 0, 2, 1, 0, 0]})
+_POOL = ({"ksize": [1, 3, 3, 1], "strides": [1, 2, 2, 1], "padding": "SAME"},
+         {"ksize": [1, 1, 3, 3], "strides": [1, 1, 2, 2], "padding": "VALID", "data_format": "NCHW"})
+
+
+def _cpu_shape(op: str, inputs: list, attrs: dict) -> tuple:
+    from kernels.registry import CPU, get_kernel
+    return get_kernel(op, CPU)([np.array(x) for x in inputs], dict(attrs))[0].shape
+
+
+def _conv(op: str, d: str) -> list:
+    out = []
+    for attrs in _CONV + ({**_CONV[0], "data_format": "NCHW", "strides": [1, 1, 1, 2]},):
+        nchw = attrs.get("data_format") == "NCHW"
+        x, w = _x(d, *((2, 3, 5, 6) if nchw else (2, 5, 6, 3))), _x(d, 3, 3, 3, 4)
+        try:
+            dy = _x(d, *_cpu_shape("Conv2D", [x, w], attrs))
+        except (ValueError, TypeError):   # a dtype Conv2D does not serve
+            dy = _x(d, 2, 5, 6, 4)
+        ins = {"Conv2D": [x, w], "Conv2DBackpropInput": [np.array(x.shape, np.int32), w, dy],
+               "Conv2DBackpropFilter": [x, np.array(w.shape, np.int32), dy]}[op]
+        out.append((ins, attrs))
+    if op == "Conv2DBackpropFilter":   # k = 4 * 16 * 16: split over the grid, then summed
+        x, dy = _x(d, 4, 16, 16, 3), _x(d, 4, 16, 16, 4)
+        out.append(([x, np.array([3, 3, 3, 4], np.int32), dy], _CONV[0]))
+    return out
+
+
+def _depthwise(op: str, d: str) -> list:
+    x, w, dy = _x(d, 2, 5, 6, 3), _x(d, 3, 3, 3, 2), _x(d, 2, 5, 6, 6)
+    ins = {"DepthwiseConv2dNative": [x, w],
+           "DepthwiseConv2dNativeBackpropInput": [np.array(x.shape, np.int32), w, dy],
+           "DepthwiseConv2dNativeBackpropFilter": [x, np.array(w.shape, np.int32), dy]}[op]
+    return [(ins, _CONV[0])]
+
+
+def _pool(op: str, d: str) -> list:
+    out = []
+    for attrs in _POOL:
+        x = _x(d, *((2, 3, 5, 6) if attrs.get("data_format") == "NCHW" else (2, 5, 6, 3)))
+        if op in ("MaxPool", "AvgPool"):
+            out.append(([x], attrs))
+            continue
+        try:
+            y = _x(d, *_cpu_shape("MaxPool", [x], attrs))
+        except (ValueError, TypeError):
+            y = _x(d, 2, 3, 3, 3)
+        out.append(([x, y, y] if op == "MaxPoolGrad" else [np.array(x.shape, np.int32), y], attrs))
+    return out
+
+
+def _lrn(op: str, d: str) -> list:
+    x = _x(d, 2, 5, 6, 3)
+    return [([x] if op == "LRN" else [x, x, x], {"depth_radius": 2, "alpha": 0.1, "beta": b})
+            for b in (0.75, 0.5, 1.0, 0.6)]
+
+
+def _batch_norm(op: str, d: str) -> list:
+    u = "float64" if d == "float64" else "float32"
+    out = []
+    for attrs in ({"is_training": True}, {"is_training": False},
+                  {"is_training": True, "exponential_avg_factor": 0.5},
+                  {"is_training": True, "data_format": "NCHW"}):
+        x = _x(d, *((2, 3, 5, 6) if attrs.get("data_format") == "NCHW" else (2, 5, 6, 3)))
+        vecs = [_x(u, 3) for _ in range(4 if op == "FusedBatchNormV3" else 3)]
+        out.append(([x] + vecs if op == "FusedBatchNormV3" else [x, x] + vecs, attrs))
+    return out
+
+
 CASES: dict[str, Callable[[str], list]] = {
     "Const": lambda d: [([], {"value": _x(d), "dtype": d})],
     "Zeros": lambda d: [([], {"shape": [4, 6], "dtype": d})],
@@ -103,6 +175,16 @@ CASES: dict[str, Callable[[str], list]] = {
     "SoftmaxCrossEntropyWithLogits": _labels,
     "SparseSoftmaxCrossEntropyWithLogits": lambda d: [
         ([_x(d), np.array([0, 3, 5, 1], t)], {}) for t in ("int32", "int64")],
+    **{op: (lambda d, op=op: _conv(op, d))
+       for op in ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")},
+    **{op: (lambda d, op=op: _depthwise(op, d))
+       for op in ("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
+                  "DepthwiseConv2dNativeBackpropFilter")},
+    **{op: (lambda d, op=op: _pool(op, d))
+       for op in ("MaxPool", "AvgPool", "MaxPoolGrad", "AvgPoolGrad")},
+    **{op: (lambda d, op=op: _lrn(op, d)) for op in ("LRN", "LRNGrad")},
+    **{op: (lambda d, op=op: _batch_norm(op, d))
+       for op in ("FusedBatchNormV3", "FusedBatchNormGradV3")},
 }
 # an update op's inputs that are tensors shaped like the variable; the others are scalars
 _TENSOR_INPUTS = {"grad", "delta", "value"}

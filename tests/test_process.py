@@ -123,25 +123,31 @@ async def test_one_client_actor_system_however_many_clients_run_at_once():
     address = spec["worker"][0]
     with cli_flags_task(spec, "ps", 0), cli_flags_task(spec, "worker", 0):
         channel = await open_master_channel(address)
+        ps_channel = await open_master_channel(spec["ps"][0])
         reader = MembershipReader()
         await reader.read(address)
-        status = StatusClient(dt.ClusterSpec(spec))
-        rows = await status.query()
+        assert await ps_channel.list_devices()   # a channel dials on its first call
         try:
-            assert [row.reason for row in rows] == [None, None], rows
             live = clients.live()
             assert len(live) == 1, live
             # every client holds the one system, which dialed each task once
-            assert channel._system is live[0] and reader.system is live[0] \
-                and status._system is live[0]
+            assert channel._system is live[0] and ps_channel._system is live[0] \
+                and reader.system is live[0]
             peers = sorted(c.peer.name for c in live[0].connections())
             assert peers == ["/job:ps/task:0", "/job:worker/task:0"], peers
-            await request_stop(address)   # a fourth, for one exchange
+            # distrib status dials by tcp with its own deadline: a system of that config
+            status = StatusClient(dt.ClusterSpec(spec))
+            rows = await status.query()
+            assert [row.reason for row in rows] == [None, None], rows
+            assert len(clients.live()) == 2 and status._system.config.mode == "tcp"
+            await status.close()
+            assert clients.live() == live
+            await request_stop(address)   # one more, for one exchange
             assert clients.live() == live
         finally:
             await channel.close()
+            await ps_channel.close()
+            assert len(clients.live()) == 1   # the reader still holds it
             await reader.close()
-            assert len(clients.live()) == 1   # the status client still holds it
-            await status.close()
         assert clients.live() == []   # the last lease shut it down
         assert live[0].connections() == []

@@ -6,12 +6,15 @@ node runs, and a shape's known dimension has TF1's ``.value``.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 import distrib as dt
 from distrib.errors import FailedPreconditionError, InvalidArgumentError
+from tests.helpers import ROOT, child_env
 
 
 def towers(n: int):
@@ -45,15 +48,19 @@ async def test_a_session_without_target_has_the_cpu_devices_its_config_asks_for(
     assert "tower_0/MatMul: (MatMul): /job:localhost/replica:0/task:0/device:CPU:0" in placed
 
 
-async def test_a_device_the_server_lacks_is_refused_unless_placement_is_soft(fresh_graph):
-    total, _ = towers(2)
-    init = dt.global_variables_initializer()
-    async with dt.Session() as sess:   # one CPU
-        with pytest.raises(InvalidArgumentError, match="pinned to CPU:1, which this task does "
+async def test_a_gpu_the_server_lacks_is_refused_unless_placement_is_soft(fresh_graph):
+    with dt.device("/gpu:0"):
+        x = dt.constant(2.0) * 3.0
+    async with dt.Session(config=dt.ConfigProto(device_count={"GPU": 0})) as sess:
+        with pytest.raises(InvalidArgumentError, match="pinned to GPU:0, which this task does "
                                                        "not have .devices: CPU:0."):
-            await sess.run(init)
-    async with dt.Session(config=dt.ConfigProto(allow_soft_placement=True)) as sess:
-        await sess.run(init)
+            await sess.run(x)
+    config = dt.ConfigProto(device_count={"GPU": 0}, allow_soft_placement=True)
+    async with dt.Session(config=config) as sess:
+        assert await sess.run(x) == 6.0
+    total, _ = towers(2)   # a CPU it lacks: the host's CPU runs it (TF would refuse)
+    async with dt.Session() as sess:
+        await sess.run(dt.global_variables_initializer())
         assert (await sess.run(total)).tolist() == [[9.0, 9.0]]
 
 
@@ -80,6 +87,7 @@ def test_a_known_dimension_is_an_int_with_tf1s_value(fresh_graph):
     shape = x.get_shape()
     assert shape[1].value == 24 and shape[1] == 24 and shape[1] * 2 == 48
     assert isinstance(shape[1], int) and repr(shape[1]) == "Dimension(24)"
+    assert str(shape[1]) == "24" and f"{shape[1]}:{shape[1]:03d}" == "24:024"
     assert shape[0] is None   # unknown: TF2's None
     assert dt.dimension_value(shape[3]) == 3 and dt.dimension_value(shape[0]) is None
     assert dt.dimension_value(7) == 7
@@ -87,7 +95,7 @@ def test_a_known_dimension_is_an_int_with_tf1s_value(fresh_graph):
     assert reshaped.get_shape().as_list() == [None, 1728]
 
 
-async def test_a_servers_kernels_use_its_intra_op_threads(fresh_graph, monkeypatch):
+async def test_a_servers_kernels_use_its_intra_op_threads(fresh_graph):
     from kernels.cpu import jit_loader
     before = jit_loader.intra_op_threads()
     x = dt.constant(1.0) + 1.0
@@ -95,9 +103,19 @@ async def test_a_servers_kernels_use_its_intra_op_threads(fresh_graph, monkeypat
         async with dt.Session(config=dt.ConfigProto(intra_op_parallelism_threads=3)) as sess:
             await sess.run(x)
             assert jit_loader.intra_op_threads() == 3
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")   # the launcher's threads per task
-        async with dt.Session() as sess:
+        async with dt.Session() as sess:   # a later default config leaves the choice alone
             await sess.run(x)
-            assert jit_loader.intra_op_threads() == 1
+            assert jit_loader.intra_op_threads() == 3
     finally:
         jit_loader.set_intra_op_threads(before)
+    # a task the launcher started with one BLAS thread: its first server takes that
+    probe = ("import asyncio, distrib as dt\n"
+             "from kernels.cpu import jit_loader\n"
+             "async def main():\n"
+             "    async with dt.Session() as s:\n"
+             "        await s.run(dt.constant(1.0))\n"
+             "    print(jit_loader.intra_op_threads())\n"
+             "asyncio.run(main())\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=60, env=child_env(OMP_NUM_THREADS="1"), cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.split() == ["1"], out.stderr[-2000:]

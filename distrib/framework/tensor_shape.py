@@ -29,6 +29,12 @@ class Dimension(int):
     def __repr__(self) -> str:
         return f"Dimension({int(self)})"
 
+    def __str__(self) -> str:   # TF1's str(Dimension(3)) is "3", and so are f-strings
+        return int.__repr__(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(int(self), spec)
+
 
 def dimension_value(dim: Any) -> int | None:
     """TF's ``tf.compat.dimension_value``: the int of a dimension (None if unknown)."""

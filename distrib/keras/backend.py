@@ -16,6 +16,7 @@ the first copy's value).
 """
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from typing import Any
@@ -23,13 +24,15 @@ from typing import Any
 from distrib.framework.graph import get_default_graph
 
 __all__ = ["get_uid", "unique_name", "reset_uids", "clear_session", "floatx", "set_floatx",
-           "epsilon", "derived_seed", "snake_case"]
+           "epsilon", "derived_seed", "snake_case", "image_data_format",
+           "set_image_data_format"]
 
 _lock = threading.Lock()
 _uids: dict[str, int] = {}
 _draws: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # graph -> draws so far
 _FLOATX = ["float32"]
 _EPSILON = 1e-7
+_IMAGE_DATA_FORMAT = ["channels_last"]
 
 
 def get_uid(prefix: str = "") -> int:
@@ -46,14 +49,11 @@ def unique_name(prefix: str) -> str:
 
 
 def snake_case(name: str) -> str:
-    """``Dense`` -> ``dense``, ``MeanSquaredError`` -> ``mean_squared_error`` (Keras' names)."""
-    out = []
-    for i, c in enumerate(name):
-        if c.isupper() and i and (not name[i - 1].isupper() or
-                                  (i + 1 < len(name) and name[i + 1].islower())):
-            out.append("_")
-        out.append(c.lower())
-    return "".join(out)
+    """``Dense`` -> ``dense``, ``MeanSquaredError`` -> ``mean_squared_error``,
+    ``Conv2DTranspose`` -> ``conv2d_transpose`` (Keras' ``to_snake_case``: a digit
+    keeps the capital after it, ``MaxPooling2D`` -> ``max_pooling2d``)."""
+    out = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", out).lower()
 
 
 def reset_uids() -> None:
@@ -76,6 +76,18 @@ def set_floatx(value: str) -> None:
         raise ValueError(f"Unknown floatx type: {value!r}; use 'float16', 'float32' or "
                          "'float64'")
     _FLOATX[0] = value
+
+
+def image_data_format() -> str:
+    """The layers' default ``data_format``: ``"channels_last"`` (NHWC), as Keras'."""
+    return _IMAGE_DATA_FORMAT[0]
+
+
+def set_image_data_format(data_format: str) -> None:
+    if data_format not in ("channels_first", "channels_last"):
+        raise ValueError(f"Unknown data_format: {data_format!r}; use 'channels_first' or "
+                         "'channels_last'")
+    _IMAGE_DATA_FORMAT[0] = data_format
 
 
 def epsilon() -> float:

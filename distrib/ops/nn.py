@@ -107,10 +107,25 @@ def log_softmax(logits: Any, axis: Any = None, name: str | None = None, dim: Any
 
 def bias_add(value: Any, bias: Any, data_format: str | None = None,
              name: str | None = None) -> Tensor:
-    if data_format not in (None, "NHWC", "N...C"):
+    """``value + bias``, ``bias`` along the channel axis: the last one (``NHWC``,
+    the default), or axis 1 (``NCHW``, ``NC...``: a ``[C, 1, ...]`` view of
+    ``bias`` added by broadcasting, whose gradient is the sum over the rest)."""
+    if data_format not in (None, "NHWC", "N...C", "NCHW", "NC..."):
         raise InvalidArgumentError(f"bias_add: data_format {data_format!r} is not supported; "
-                                   "bias is added over the last axis (NHWC)")
+                                   "use 'NHWC' (channels last) or 'NCHW' (channels first)")
     value, bias = ops.convert_pair(value, bias)
+    if data_format in ("NCHW", "NC..."):
+        rank = value.shape.rank
+        if rank is None or rank < 3 or bias.shape.rank != 1:
+            raise InvalidArgumentError(f"bias_add with data_format {data_format!r} needs a "
+                                       f"value of known rank >= 3 and a vector bias; got "
+                                       f"value {value.shape}, bias {bias.shape}")
+        channels, n = value.shape.dims[1], bias.shape.dims[0]
+        if channels is not None and n is not None and channels != n:
+            raise InvalidArgumentError(f"bias_add: bias length {n} != dimension 1 of value "
+                                       f"(NCHW): value {value.shape}, bias {bias.shape}")
+        with name_scope(name, "BiasAdd", [value, bias]) as scope:
+            return ops.add(value, ops.reshape(bias, [-1] + [1] * (rank - 2)), name=scope)
     return ops.op_output("BiasAdd", [value, bias], None, name or "BiasAdd")
 
 

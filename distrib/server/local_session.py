@@ -37,8 +37,8 @@ async def open_local_channel(config: ConfigProto | None) -> ActorMasterChannel:
     in-graph towers on ``/cpu:i``), reached by direct calls, stopped when the
     session closes (its variables live as long as the session)."""
     core = ServerCore({LOCAL_JOB: ["localhost:0"]}, LOCAL_JOB, 0, config)
-    await core.start()
     try:
+        await core.start()
         channel = await _LocalSessionChannel.open(parse_target(core.target))
     except BaseException:
         await core.stop()

@@ -87,16 +87,23 @@ def task_devices(gpu_options: Any = None, device_count: dict | None = None) -> l
     return devices + (gpus[:counts["GPU"]] if "GPU" in counts else gpus)
 
 
-def intra_op_threads(config: Any) -> int:
-    """The threads one kernel of this task may use: ConfigProto's
-    ``intra_op_parallelism_threads``, else the task's BLAS threads
-    (``OMP_NUM_THREADS``, which the launcher sets per task), else the cores,
-    as TF's 0 means."""
+_intra_op_chosen = [False]
+
+
+def _choose_intra_op_threads(config: Any) -> None:
+    """The threads one kernel of this process may use: a server whose config
+    names ``intra_op_parallelism_threads`` sets them; the first server
+    otherwise sets the task's BLAS threads (``OMP_NUM_THREADS``, which the
+    launcher sets per task), else the cores, as TF's 0 means. A later server
+    with the default config leaves an earlier choice alone."""
     n = int(getattr(config, "intra_op_parallelism_threads", 0) or 0)
     if n <= 0:
+        if _intra_op_chosen[0]:
+            return
         env = os.environ.get("OMP_NUM_THREADS", "")
         n = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
-    return n
+    _intra_op_chosen[0] = True
+    set_intra_op_threads(n)
 
 
 class ServerCore:
@@ -140,7 +147,7 @@ class ServerCore:
         # listed first: a config naming GPUs this host lacks fails before anything listens
         devices = task_devices(getattr(self.config, "gpu_options", None),
                                getattr(self.config, "device_count", None))
-        set_intra_op_threads(intra_op_threads(self.config))
+        _choose_intra_op_threads(self.config)
         await self._listen()
         if self.system.port != int(self.cluster.task_address(self.job_name, self.task_index)
                                    .rpartition(":")[2]):

@@ -43,7 +43,7 @@ from typing import Any
 from distrib.cluster import ClusterSpec
 from distrib.errors import DeadlineExceededError, NotFoundError, UnauthenticatedError, UnavailableError
 from distrib.runtime.actors.clients import client_systems
-from distrib.runtime.actors.system import ActorSystem
+from distrib.runtime.actors.system import ActorSystem, default_transport_config
 from distrib.server.doors import ServerDoor
 
 __all__ = ["TaskStatus", "StatusClient", "query_cluster", "DEFAULT_TIMEOUT_S"]
@@ -120,7 +120,9 @@ class StatusClient:
     async def query(self) -> list[TaskStatus]:
         """Every task's row, in the cluster's order (job, then index)."""
         if self._system is None:
-            self._system = await client_systems().acquire()
+            # tcp whatever DISTRIB_TRANSPORT says, and the query's deadline to connect
+            self._system = await client_systems().acquire(dataclasses.replace(
+                default_transport_config(), mode="tcp", connect_timeout_s=self.timeout))
         rows = [TaskStatus(job, i, self.cluster.task_address(job, i))
                 for job in self.cluster.jobs for i in self.cluster.task_indices(job)]
         await asyncio.gather(*(self._ask(row) for row in rows))

@@ -7,7 +7,7 @@ import importlib
 
 __all__ = ["MODULES", "load"]
 
-MODULES = ("elementwise", "nn")
+MODULES = ("elementwise", "nn", "conv", "pooling", "normalization")
 
 
 def load() -> None:

@@ -206,7 +206,7 @@ class ClusterCoordinator(ElasticPool):
         self._cancel_queued("the coordinator was shut down")
         system, self._system = self._system, None
         if system is not None:
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception):
                 await client_systems().release(await system)
 
     # -- the worker loops -----------------------------------------------------------------

@@ -81,9 +81,15 @@ class ClientSystems:
             if held.leases > 0:
                 return
             del self._held[key]
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(held.started)   # a start under way ends first
-        await system.shutdown()
+        # shielded: a release cancelled here still shuts the system down (nobody
+        # else tracks it any more)
+        await asyncio.shield(self._shut_down(held))
+
+    @staticmethod
+    async def _shut_down(held: _Held) -> None:
+        with contextlib.suppress(Exception):
+            await held.started   # a start under way ends first
+        await held.system.shutdown()
 
     @contextlib.asynccontextmanager
     async def lease(self, config: transports.TransportConfig | None = None

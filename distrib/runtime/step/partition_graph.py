@@ -395,7 +395,10 @@ class PartitionGraph:
     def _resolve_device(self, node: Node, soft: bool, gpu_count: int,
                         cpu_count: int = 1) -> tuple[str, int]:
         dtype, idx = _device_of(node)
-        if (dtype == "CPU" and idx < cpu_count) or (dtype == "GPU" and idx < gpu_count):
+        # a CPU index the task lacks still runs on its CPU (they share the host's cores;
+        # a strategy may ask for logical CPUs after the process's local server started):
+        # TF would refuse it
+        if dtype == "CPU" or (dtype == "GPU" and idx < gpu_count):
             return dtype, idx
         if soft:
             return "CPU", 0

@@ -22,14 +22,14 @@ class LocalMaster:
         self.server: Server | None = None
         self._sessions: list[Any] = []
 
-    async def target(self, master: str | None) -> str:
+    async def target(self, master: str | None, config: Any = None) -> str:
         """``master``, or for ``""`` the target of the local server, started now
         if need be (on a thread: it blocks until it serves, and this loop's
         other tasks must go on meanwhile)."""
         if master:
             return master
-        if self.server is None:
-            self.server = await asyncio.to_thread(Server.create_local_server)
+        if self.server is None:   # made with the session's config (its device_count), as TF's
+            self.server = await asyncio.to_thread(Server.create_local_server, config)
             logger.info("master '': started an in-process server at %s (stopped by "
                         "Supervisor.stop)", self.server.target)
         return self.server.target

@@ -185,7 +185,7 @@ class Supervisor:
         ``master=""`` is TF's in-process session: a local server started now (once
         per Supervisor) and stopped, with this session, by :meth:`stop`."""
         self._clear_stop()
-        target = await self._local.target(master)
+        target = await self._local.target(master, config)
         sess = Session(target, graph=self._graph, config=config)
         self._local.track(sess, target)
         await sess.__aenter__()

@@ -207,7 +207,8 @@ class SessionCreator:
             return self._master
         if self._local_server is None:
             # a blocking start (its own loop thread): off this loop
-            self._local_server = await asyncio.to_thread(Server.create_local_server)
+            self._local_server = await asyncio.to_thread(Server.create_local_server,
+                                                         self._config)
             logger.info("started a local server at %s", self._local_server.target)
         return self._local_server.target
 
