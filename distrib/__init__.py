@@ -17,7 +17,7 @@ only inside the ``dt`` namespace, as in TF.
 """
 from __future__ import annotations
 
-from distrib import client, data, errors, process, summary
+from distrib import client, data, errors, io, process, summary
 from distrib.client.graph_options import GraphOptions, OptimizerOptions, RewriterConfig
 from distrib.client.run_metadata import RunMetadata, RunOptions
 from distrib.client.session import ConfigProto, GPUOptions, Session, SyncSession
@@ -58,10 +58,13 @@ from distrib.framework.graph import (
 from distrib.framework.graph_def import import_graph_def
 from distrib.framework.tensor_shape import Dimension, TensorShape, dimension_value
 from distrib.ops import collective_ops as collective
+from distrib.ops import image_ops as image
 from distrib.ops import nn
-from distrib.ops.array_ops import concat
+from distrib.ops.array_ops import concat, expand_dims
 from distrib.ops.backprop import GradientTape
+from distrib.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue
 from distrib.ops.gradients import NotDifferentiable, gradients, no_gradient, register_gradient
+from distrib.ops.image_ops import random_crop
 from distrib.ops.init_ops import (
     constant_initializer,
     glorot_normal_initializer,
@@ -73,6 +76,7 @@ from distrib.ops.init_ops import (
     variance_scaling_initializer,
     zeros_initializer,
 )
+from distrib.ops.io_ops import FixedLengthRecordReader, ReaderBase, decode_raw
 from distrib.ops.math_ops import (
     abs,
     add,
@@ -128,6 +132,7 @@ from distrib.ops.math_ops import (
     zeros,
     zeros_like,
 )
+from distrib.ops.slicing_ops import pad, reverse, reverse_v2, slice, strided_slice, where
 from distrib.ops.variable_scope import (
     AUTO_REUSE,
     VariableScope,
@@ -152,9 +157,15 @@ from distrib.ops.variables import (
 )
 from distrib.server import Server, serve
 
+# dt.io.decode_raw (TF2's tf.io.decode_raw): the io layer sits below the ops, so the
+# one namespace above both puts the op builder there
+io.decode_raw = decode_raw
+
 # the graph part of the contract (docs/CONTRACT.md), as tf.compat.v1 names it
 _graph_all = [
-    "TensorSpec", "collective", "concat", "GradientTape", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
+    "TensorSpec", "collective", "concat", "image", "FIFOQueue", "QueueBase", "RandomShuffleQueue",
+    "random_crop", "FixedLengthRecordReader", "ReaderBase", "decode_raw", "pad", "reverse",
+    "reverse_v2", "slice", "strided_slice", "where", "expand_dims", "GradientTape", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
     "int16", "int32", "int64", "string", "uint8", "NotDifferentiable", "gradients",
     "no_gradient", "register_gradient", "Graph", "GraphKeys", "Operation", "Tensor",
     "add_to_collection", "add_to_collections", "colocate_with", "control_dependencies",
@@ -193,6 +204,14 @@ def __getattr__(name: str):
             importlib.import_module("distrib.distribute")
         globals()[name] = mod
         return mod
+    if name == "Summary":   # TF1's tf.Summary: the event files' message (summary/proto.py)
+        from distrib.summary import proto
+        return proto.messages().Summary
+    if name == "gfile":   # TF1's tf.gfile: dt.io.gfile, with its capitalized names
+        import importlib
+        mod = importlib.import_module("distrib.io.gfile")
+        globals()[name] = mod
+        return mod
     if name == "function":   # dt.function: the strategies' package, on first use
         import importlib
         fn = importlib.import_module("distrib.distribute").function
@@ -208,6 +227,6 @@ process.runtime()
 __all__ = ["errors", "config", "data", "distribute", "function", "summary", "merge_all_summaries",
            "ClusterSpec", "Server",
            "serve", "ConfigProto", "GPUOptions", "GraphOptions", "OptimizerOptions",
-           "RewriterConfig", "Session", "SyncSession", "train", "app", "io",
+           "RewriterConfig", "Session", "SyncSession", "train", "app", "io", "gfile", "Summary",
            "client", "RunOptions", "RunMetadata",
            *_graph_all]

@@ -21,6 +21,7 @@ from typing import Callable
 __all__ = [
     "CPU", "GPU", "Kernel", "KernelError", "KernelNotFound",
     "register", "unregister", "register_loader", "get_kernel", "has_kernel", "registered_ops",
+    "KernelTable", "register_table",
     "device_types",
 ]
 
@@ -80,6 +81,28 @@ def unregister(op_type: str, device_type: str) -> None:
     """Remove the kernel of ``op_type`` on ``device_type``, if there is one (a
     test's stand-in kernel, say)."""
     _registry.get(device_type, {}).pop(op_type, None)
+
+
+class KernelTable:
+    """The kernels one module of a wing declares, ``@KERNELS("Op", CPU)``:
+    declaring registers nothing (importing the module for a constant of it
+    changes no table); the wing's loader registers the table on the first
+    lookup for its device type (:func:`register_table`)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, Kernel]] = []
+
+    def __call__(self, op_type: str, device_type: str) -> Callable[[Kernel], Kernel]:
+        def declare(fn: Kernel) -> Kernel:
+            self.entries.append((op_type, device_type, fn))
+            return fn
+        return declare
+
+
+def register_table(table: KernelTable) -> None:
+    """Register every kernel ``table`` declares (a wing's loader does)."""
+    for op_type, device_type, fn in table.entries:
+        register(op_type, device_type)(fn)
 
 
 def register_loader(device_type: str, loader: Callable[[], None]) -> None:

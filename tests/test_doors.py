@@ -265,7 +265,7 @@ async def test_a_door_sends_the_handlers_arguments_in_order():
     await ChiefLeaseDoor(lease).campaign(   # type: ignore[arg-type]
         Campaign(candidate="/job:worker/task:1", incarnation=7, preferred=True))
     assert worker.sent == [
-        ("call", "register_partition", ["s/1", [node], ["x:0"], False, None], 3.0),
+        ("call", "register_partition", ["s/1", [node], ["x:0"], False, None, False], 3.0),
         ("request", "run_partition", ["s/1", 9, {}, {"/job:ps/task:0": 5}, {}, 2.0, 4], 7.0),
         ("tell", "recv_tensors", [9, [["k", 1.0]], "/job:ps/task:0", 5]),
         ("call", "fence", [3], 60.0)]

@@ -45,7 +45,7 @@ LAYERS = ("settings", "errors", "io", "cluster", "app", "framework", "ops", "cli
 # (docs/ARCHITECTURE.md, "Packages and layers")
 WINGS = {
     "runtime": ("core", "actors", "chief", "state", "collective", "step"),
-    "train": ("checkpoints", "optimizers", "chief", "sessions", "replicas"),
+    "train": ("checkpoints", "optimizers", "chief", "sessions", "replicas", "input"),
     "distribute": ("core", "elastic", "functions", "preemption", "strategies", "coordinator",
                    "experimental"),
 }

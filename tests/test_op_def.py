@@ -132,7 +132,29 @@ def _build_everything() -> Graph:
         summary_ops.text_op("note", ops.constant("text"))
         summary_ops.merge_all()
         _build_conv_family(h)
+        _build_input_family(h)
     return g
+
+
+def _build_input_family(h: object) -> None:
+    """TF1's queue-based input and the image ops (distrib.ops.data_flow_ops, io_ops,
+    slicing_ops, image_ops; distrib.train.input), and their gradients."""
+    from distrib import image
+    from distrib.ops import io_ops, slicing_ops
+    from distrib.ops.data_flow_ops import FIFOQueue
+    from distrib.train.input.input import shuffle_batch, string_input_producer
+    files = string_input_producer(["a.bin"], num_epochs=1)   # RandomShuffle, CountUpTo
+    _, value = io_ops.FixedLengthRecordReader(4).read(files)
+    pixels = ops.cast(ops.reshape(io_ops.decode_raw(value, dtypes.uint8), [1, 2, 2]),
+                      dtypes.float32)
+    shuffle_batch([pixels], 2, capacity=10, min_after_dequeue=2)   # RandomShuffleQueueV2 ...
+    q = FIFOQueue(3, dtypes.float32, shapes=[[]])
+    q.enqueue_many([ops.constant([1.0])]), q.size(), q.dequeue_up_to(1), q.dequeue()
+    img = ops.reshape(h, [2, 2, 2])
+    y = image.random_flip_left_right(image.random_contrast(image.random_crop(img, [2, 1, 2]),
+                                                           0.5, 1.5))
+    y = image.resize_with_crop_or_pad(slicing_ops.strided_slice(y, [0], [1]), 3, 3)
+    gradients(ops.reduce_sum(y), [h])   # the gradient ops of the chain above
 
 
 def _build_conv_family(h: object) -> None:

@@ -5,6 +5,7 @@ node runs, and a shape's known dimension has TF1's ``.value``.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 import sys
@@ -119,3 +120,19 @@ async def test_a_servers_kernels_use_its_intra_op_threads(fresh_graph):
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=60, env=child_env(OMP_NUM_THREADS="1"), cwd=ROOT)
     assert out.returncode == 0 and out.stdout.split() == ["1"], out.stderr[-2000:]
+
+
+async def test_steps_started_together_share_one_opening_and_a_close_while_opening_leaks_nothing(
+        fresh_graph):
+    from distrib.process import runtime
+    c = dt.constant(2.0) * 3.0
+    sess = dt.Session()
+    assert await asyncio.gather(sess.run(c), sess.run(c), sess.run(c)) == [6.0, 6.0, 6.0]
+    await sess.close()
+    sess = dt.Session()
+    step = asyncio.ensure_future(sess.run(c))
+    await asyncio.sleep(0)   # its opening is under way
+    await sess.close()
+    with pytest.raises(InvalidArgumentError, match="closed while it opened"):
+        await step
+    assert runtime().clients.live() == []   # every lease given back, once

@@ -82,7 +82,7 @@ class ConfigProto:
     # TF's {"CPU": n, "GPU": m}: a server made with this config has n CPU devices
     # (/cpu:0 .. /cpu:n-1, for in-graph towers) and at most m of its GPUs
     device_count: dict = field(default_factory=dict)
-    # TF1 programs set these; the kernels' threads are the task's (DISTRIB_THREADS)
+    # TF1 programs set these: a server of this config gives each kernel that many threads
     intra_op_parallelism_threads: int = 0
     inter_op_parallelism_threads: int = 0
     # the graph optimizer's passes (distrib.client.graph_options), sent to the master
@@ -149,6 +149,7 @@ class Session:
         self._handle: str | None = None
         self._version: int | None = None
         self._lock: asyncio.Lock | None = None
+        self._opening: asyncio.Future | None = None
         self._closed = False
 
     @property
@@ -168,8 +169,25 @@ class Session:
             return
         if self._closed:
             raise InvalidArgumentError("this session is closed: open a new one")
-        self._master = await (open_master_channel(self._address) if self._address
-                              else open_local_channel(self.config))
+        # steps started together on a new session (queue runners) share one opening;
+        # one that failed is forgotten, so the next step tries again
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open_channel())
+        opening = self._opening
+        try:
+            await asyncio.shield(opening)
+        finally:
+            if opening.done() and (opening.cancelled() or opening.exception() is not None) \
+                    and self._opening is opening:
+                self._opening = None
+
+    async def _open_channel(self) -> None:
+        master = await (open_master_channel(self._address) if self._address
+                        else open_local_channel(self.config))
+        if self._closed:   # closed while it opened: the one opening closes what it opened
+            await master.close()
+            raise InvalidArgumentError("this session was closed while it opened: open a new one")
+        self._master = master
         self._lock = asyncio.Lock()
 
     async def _sync_graph(self) -> None:
@@ -289,6 +307,11 @@ class SyncSession:
         self._loop = client_loop()
         self._session = Session(target, graph=graph, config=config)
         self.graph = self._session.graph
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has run (a closed session cannot run steps)."""
+        return self._session.closed
 
     def run(self, fetches: Any, feed_dict: dict | None = None,
             options: RunOptions | dict | None = None,

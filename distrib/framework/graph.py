@@ -59,6 +59,7 @@ class GraphKeys:
     READY_OP = "ready_op"
     READY_FOR_LOCAL_INIT_OP = "ready_for_local_init_op"
     QUEUE_RUNNERS = "queue_runners"
+    MOVING_AVERAGE_VARIABLES = "moving_average_variables"
     VARIABLES = GLOBAL_VARIABLES
 
 

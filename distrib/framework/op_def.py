@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from distrib.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from distrib.framework import conv_shapes, nn_shapes, op_shapes
+from distrib.framework import conv_shapes, nn_shapes, op_shapes, slicing_shapes
 from distrib.framework.op_shapes import ShapeFn, Spec
 
 __all__ = ["OpDef", "register_op", "op_def", "find_op_def", "op_defs", "op_types",
@@ -289,6 +289,19 @@ register_op("Tile", inputs=("x", "multiples?"))
 register_op("ExpandDims", inputs=("x", "axis?"))
 register_op("ConcatV2", inputs=("values*",), shape_fn=op_shapes.concat)
 register_op("SliceAxis", inputs=_X, shape_fn=op_shapes.slice_axis)
+# cutting, padding, reversing, choosing (TF's ops; shapes in slicing_shapes): dt.strided_slice,
+# dt.slice, dt.pad, dt.reverse, dt.where and the dt.image functions built of them
+register_op("StridedSlice", inputs=("input",), shape_fn=slicing_shapes.strided_slice)
+register_op("StridedSliceGrad", inputs=("dy", "input"), shape_fn=slicing_shapes.strided_slice_grad,
+            shape_only_inputs=(1,))
+register_op("Slice", inputs=("input", "begin?"), shape_fn=slicing_shapes.slice_)
+register_op("Pad", inputs=("input", "paddings?"), shape_fn=slicing_shapes.pad)
+register_op("ReverseV2", inputs=("tensor",), shape_fn=op_shapes.unchanged)
+register_op("SelectV2", inputs=("condition", "t", "e"), shape_fn=slicing_shapes.select_v2)
+register_op("AdjustContrastv2", inputs=("images", "contrast_factor"),
+            shape_fn=op_shapes.unchanged)
+register_op("DecodeRaw", inputs=("bytes",), shape_fn=slicing_shapes.decode_raw)
+register_op("RandomShuffle", inputs=("value",), shape_fn=op_shapes.unchanged)
 
 # variables and their updates (distrib.runtime.state.stateful)
 register_op("VariableV2", is_stateful=True, has_side_effects=False)   # a read
@@ -322,6 +335,21 @@ register_op("QueueEnqueueMany", inputs=("values",), is_stateful=True, is_resourc
 register_op("QueueDequeue", is_stateful=True, is_resource=True)
 register_op("QueueSize", is_stateful=True, is_resource=True, has_side_effects=False)
 register_op("QueueClose", is_stateful=True, is_resource=True)
+# TF1's input queues and readers (distrib.runtime.state.input_queues, readers): attrs
+# `queue` (shared name) and `spec` (its kind, component types and shapes, capacity ...);
+# the builders give the outputs (distrib.ops.data_flow_ops, io_ops)
+register_op("FIFOQueueV2", is_stateful=True, is_resource=True, has_side_effects=False)
+register_op("RandomShuffleQueueV2", is_stateful=True, is_resource=True, has_side_effects=False)
+register_op("QueueEnqueueV2", inputs=("components*",), is_stateful=True, is_resource=True)
+register_op("QueueEnqueueManyV2", inputs=("components*",), is_stateful=True, is_resource=True)
+register_op("QueueDequeueV2", is_stateful=True, is_resource=True)
+register_op("QueueDequeueManyV2", inputs=("n",), is_stateful=True, is_resource=True)
+register_op("QueueDequeueUpToV2", inputs=("n",), is_stateful=True, is_resource=True)
+register_op("QueueSizeV2", is_stateful=True, is_resource=True, has_side_effects=False)
+register_op("QueueCloseV2", is_stateful=True, is_resource=True)
+register_op("ReaderReadV2", is_stateful=True, is_resource=True)
+# a variable counted up to a limit (OutOfRangeError there): input producers' epochs
+register_op("CountUpTo", is_stateful=True, is_update=True)
 
 # collectives (distrib.runtime.collective.engine)
 for _t in ("CollectiveReduce", "CollectiveGather", "CollectiveBcastSend"):

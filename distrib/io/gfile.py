@@ -10,6 +10,8 @@ path that is not there is a ``NotFoundError`` (``rmtree``, ``remove``,
 ``mkdir`` of one is ``AlreadyExistsError``, ``rename``/``copy`` onto an
 existing path without ``overwrite=True`` is ``AlreadyExistsError``, and
 ``GFile`` opens a file as ``open`` does (``"r"``, ``"rb"``, ``"w"``, ...).
+TF1's ``tf.gfile`` spellings (``dt.gfile``: ``Exists``, ``MakeDirs``,
+``DeleteRecursively``... as the CIFAR-10 tutorial writes them) are the same functions.
 Other schemes than local paths (``gs://``, ``hdfs://``) are not supported:
 an ``UnimplementedError`` says so.
 """
@@ -23,7 +25,10 @@ from typing import IO, Any, Iterator
 from distrib.errors import AlreadyExistsError, NotFoundError, UnimplementedError
 
 __all__ = ["GFile", "copy", "exists", "glob", "isdir", "listdir", "makedirs", "mkdir",
-           "remove", "rename", "rmtree", "stat", "walk"]
+           "remove", "rename", "rmtree", "stat", "walk",
+           # TF1's tf.gfile names
+           "Copy", "DeleteRecursively", "Exists", "Glob", "IsDirectory", "ListDirectory",
+           "MakeDirs", "MkDir", "Remove", "Rename", "Stat", "Walk", "Open"]
 
 
 def _local(path: Any) -> str:
@@ -142,3 +147,9 @@ def GFile(name: Any, mode: str = "r") -> IO[Any]:  # noqa: N802 - TF's name
         return open(local, mode)
     except FileNotFoundError:
         raise _missing("GFile", local) from None
+
+
+# TF1's ``tf.gfile`` names (dt.gfile), the same functions
+Copy, DeleteRecursively, Exists, Glob = copy, rmtree, exists, glob
+IsDirectory, ListDirectory, MakeDirs, MkDir = isdir, listdir, makedirs, mkdir
+Remove, Rename, Stat, Walk, Open = remove, rename, stat, walk, GFile

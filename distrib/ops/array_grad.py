@@ -57,7 +57,7 @@ def _concat_grad(op: Operation, g: Tensor) -> list:
 # -- the family's table -----------------------------------------------------------------
 GRADIENTS: dict[str, Callable[..., list]] = {
     "Identity": _identity_grad, "Reshape": _reshape_grad, "Transpose": _transpose_grad,
-    "ConcatV2": _concat_grad,
+    "ConcatV2": _concat_grad, "ExpandDims": _reshape_grad,
 }
 
 # sources (nothing flows into them), readers of a shape only, and StopGradient

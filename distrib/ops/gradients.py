@@ -7,7 +7,7 @@ gradients of its outputs and returns the gradients of its inputs, built from
 ordinary ops. It lives in its op type's entry of the op catalogue
 (:mod:`distrib.framework.op_def`), where the walk looks it up. The built-in
 ones are defined by family, beside nothing else, in ``math_grad``,
-``nn_grad``, ``conv_grad``, ``array_grad`` and ``state_grad``: each exposes a table
+``nn_grad``, ``conv_grad``, ``array_grad``, ``slicing_grad`` and ``state_grad``: each exposes a table
 (``GRADIENTS``: op type -> function; ``NOT_DIFFERENTIABLE``: op types
 gradients stop at), and :func:`install_builtin_gradients` is the one place
 that writes them into the catalogue (the process runtime, ``distrib.process``,
@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework import op_def as catalogue
 from distrib.framework.graph import Operation, Tensor, name_scope
-from distrib.ops import array_grad, conv_grad, math_grad, nn_grad, state_grad
+from distrib.ops import array_grad, conv_grad, math_grad, nn_grad, slicing_grad, state_grad
 from distrib.ops import math_ops as ops
 from distrib.ops.custom_gradient import CustomGradient, custom_gradients
 
@@ -205,7 +205,7 @@ def _aggregate(t: Tensor, grads: list[Tensor] | None, colocate: bool) -> Tensor 
 
 
 # -- the built-in gradients --------------------------------------------------------------
-BUILTIN_FAMILIES = (math_grad, nn_grad, conv_grad, array_grad, state_grad)
+BUILTIN_FAMILIES = (math_grad, nn_grad, conv_grad, array_grad, slicing_grad, state_grad)
 
 
 def install_builtin_gradients() -> None:

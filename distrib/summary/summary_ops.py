@@ -18,6 +18,8 @@ which the process runtime (``distrib.process``) calls in every process; their
 """
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -29,6 +31,11 @@ from distrib.framework.graph import GraphKeys, Tensor, get_default_graph
 from distrib.ops import math_ops
 from distrib.ops.gradients import no_gradient
 from distrib.summary import proto, values
+
+logger = logging.getLogger(__name__)
+
+# TF's summary_op_util: what a tag (an op name) may not hold
+_INVALID_TAG_CHARACTERS = re.compile(r"[^-/\w\.]")
 
 __all__ = ["scalar_op", "histogram_op", "image_op", "text_op", "merge", "merge_all",
            "summary_bytes", "SUMMARY_OP_TYPES", "KERNELS", "register_kernels"]
@@ -105,6 +112,7 @@ def _summary_op(op_type: str, name: str, data: Any, attrs: dict,
                 collections: Sequence[str] | None, family: str | None = None) -> Tensor:
     x = math_ops.convert_operand(data)
     graph = x.graph
+    name = clean_tag(name)
     tag = _tag(graph, name, family)
     with graph.colocate_with(x.op):   # computed where its input lives (TF's summary ops too)
         op = graph.create_op(op_type, [x], {"tag": tag, **attrs}, name or op_type,
@@ -113,6 +121,15 @@ def _summary_op(op_type: str, name: str, data: Any, attrs: dict,
     for key in (GraphKeys.SUMMARIES,) if collections is None else collections:
         graph.add_to_collection(key, out)
     return out
+
+
+def clean_tag(name: str) -> str:
+    """TF's ``summary_op_util.clean_tag``: characters an op name cannot hold become
+    ``_`` (``"loss (raw)"`` -> ``"loss__raw_"``) and a leading ``/`` goes, with a log line."""
+    cleaned = _INVALID_TAG_CHARACTERS.sub("_", name).lstrip("/") if name else name
+    if cleaned != name:
+        logger.info("Summary name %s is illegal; using %s instead.", name, cleaned)
+    return cleaned
 
 
 def _tag(graph: Any, name: str, family: str | None) -> str:

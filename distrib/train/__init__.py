@@ -7,10 +7,12 @@ tests/test_layout.py):
 
 - ``checkpoints/``: the trackable protocol, the checkpoint format and state
   file, ``Saver``, ``Checkpoint``, ``CheckpointManager``, the reader;
-- ``optimizers/``: ``Optimizer`` and its update rules, decays, the global step;
+- ``optimizers/``: ``Optimizer`` and its update rules, decays, the global step,
+  ``ExponentialMovingAverage``;
 - ``chief/``: the chief role, its checkpoints and summaries, ``Supervisor``;
 - ``sessions/``: session creators, ``MonitoredTrainingSession``, hooks, ``Coordinator``;
-- ``replicas/``: ``replica_device_setter``, ``SyncReplicasOptimizer``.
+- ``replicas/``: ``replica_device_setter``, ``SyncReplicasOptimizer``;
+- ``input/``: TF1's queue runners, input producers and batchers.
 
 ``ClusterSpec`` and
 ``Server`` are TF1's ``tf.train.ClusterSpec``/``tf.train.Server``: the very
@@ -31,6 +33,14 @@ from distrib.train.checkpoints.state_file import (
     update_checkpoint_state,
 )
 from distrib.train.chief.supervisor import Supervisor
+from distrib.train.input.input import (
+    batch,
+    input_producer,
+    limit_epochs,
+    shuffle_batch,
+    string_input_producer,
+)
+from distrib.train.input.queue_runner import QueueRunner, add_queue_runner, start_queue_runners
 from distrib.train.optimizers.adagrad import AdagradOptimizer
 from distrib.train.optimizers.adam import AdamOptimizer
 from distrib.train.optimizers.global_step import (
@@ -47,12 +57,14 @@ from distrib.train.optimizers.learning_rate_decay import (
     polynomial_decay,
 )
 from distrib.train.optimizers.momentum import MomentumOptimizer
+from distrib.train.optimizers.moving_averages import ExponentialMovingAverage, moving_average_variables
 from distrib.train.optimizers.optimizer import Optimizer
 from distrib.train.optimizers.rmsprop import RMSPropOptimizer
 from distrib.train.replicas.device_setter import replica_device_setter
 from distrib.train.replicas.sync_replicas import SyncReplicasOptimizer
 from distrib.train.sessions.coordinator import Coordinator
 from distrib.train.sessions.monitored_session import MonitoredSession, MonitoredTrainingSession
+from distrib.train.sessions.nan_hook import NanLossDuringTrainingError, NanTensorHook
 from distrib.train.sessions.session_manager import (
     ChiefSessionCreator,
     Scaffold,
@@ -78,7 +90,7 @@ __all__ = [
     "GradientDescentOptimizer", "MomentumOptimizer", "AdagradOptimizer", "AdamOptimizer",
     "Optimizer", "get_or_create_global_step", "get_global_step", "create_global_step",
     "RMSPropOptimizer", "exponential_decay", "piecewise_constant", "polynomial_decay",
-    "natural_exp_decay", "inverse_time_decay",
+    "natural_exp_decay", "inverse_time_decay", "ExponentialMovingAverage", "moving_average_variables",
     "replica_device_setter", "Saver", "latest_checkpoint", "Supervisor",
     "CheckpointState", "get_checkpoint_state", "update_checkpoint_state",
     "Checkpoint", "CheckpointManager", "CheckpointReader", "load_checkpoint", "list_variables",
@@ -87,5 +99,9 @@ __all__ = [
     "ChiefSessionCreator", "WorkerSessionCreator", "Coordinator",
     "SessionRunHook", "SessionRunArgs", "SessionRunContext", "SessionRunValues",
     "SecondOrStepTimer", "StopAtStepHook", "CheckpointSaverHook", "CheckpointSaverListener",
-    "LoggingTensorHook", "StepCounterHook", "SummarySaverHook",
+    "LoggingTensorHook", "StepCounterHook", "SummarySaverHook", "NanTensorHook",
+    "NanLossDuringTrainingError",
+    # TF1's queue-based input (the input/ wing)
+    "QueueRunner", "add_queue_runner", "start_queue_runners", "string_input_producer",
+    "input_producer", "limit_epochs", "batch", "shuffle_batch",
 ]

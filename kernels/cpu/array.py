@@ -20,14 +20,16 @@ import numpy as np
 
 from kernels.constants import mark_constant
 from kernels.dtypes import as_dtype, concrete_shape, reduction_axes
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, KernelTable
 
 __all__ = ["concat", "slice_axis", "sum_to_shape"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 
 # --- sources -------------------------------------------------------------------
 
-@register("Const", CPU)
+@KERNELS("Const", CPU)
 def const(inputs: list, attrs: dict) -> list:
     value = np.asarray(attrs["value"])
     dtype = attrs.get("dtype")
@@ -39,40 +41,40 @@ def const(inputs: list, attrs: dict) -> list:
     return [mark_constant(value.view())]
 
 
-@register("Placeholder", CPU)
+@KERNELS("Placeholder", CPU)
 def placeholder(inputs: list, attrs: dict) -> list:
     raise KernelError("a Placeholder was run without a value: feed it in feed_dict "
                       f"(dtype {attrs.get('dtype')}, shape {attrs.get('shape')})")
 
 
-@register("NoOp", CPU)
+@KERNELS("NoOp", CPU)
 def no_op(inputs: list, attrs: dict) -> list:
     return []
 
 
-@register("Zeros", CPU)
+@KERNELS("Zeros", CPU)
 def zeros(inputs: list, attrs: dict) -> list:
     return [np.zeros(concrete_shape(attrs.get("shape"), "Zeros"), as_dtype(attrs.get("dtype")))]
 
 
-@register("Ones", CPU)
+@KERNELS("Ones", CPU)
 def ones(inputs: list, attrs: dict) -> list:
     return [np.ones(concrete_shape(attrs.get("shape"), "Ones"), as_dtype(attrs.get("dtype")))]
 
 
-@register("ZerosLike", CPU)
+@KERNELS("ZerosLike", CPU)
 def zeros_like(inputs: list, attrs: dict) -> list:
     return [np.zeros_like(np.asarray(inputs[0]))]
 
 
-@register("OnesLike", CPU)
+@KERNELS("OnesLike", CPU)
 def ones_like(inputs: list, attrs: dict) -> list:
     return [np.ones_like(np.asarray(inputs[0]))]
 
 
 # --- shape ---------------------------------------------------------------------
 
-@register("Reshape", CPU)
+@KERNELS("Reshape", CPU)
 def reshape(inputs: list, attrs: dict) -> list:
     x = np.asarray(inputs[0])
     shape = attrs.get("shape") if len(inputs) < 2 else np.asarray(inputs[1]).tolist()
@@ -86,7 +88,7 @@ def reshape(inputs: list, attrs: dict) -> list:
                           f"into {shape}") from None
 
 
-@register("Transpose", CPU)
+@KERNELS("Transpose", CPU)
 def transpose(inputs: list, attrs: dict) -> list:
     x = np.asarray(inputs[0])
     perm = attrs.get("perm")
@@ -97,7 +99,7 @@ def transpose(inputs: list, attrs: dict) -> list:
     return [np.array(np.transpose(x, perm), order="C")]
 
 
-@register("Shape", CPU)
+@KERNELS("Shape", CPU)
 def shape(inputs: list, attrs: dict) -> list:
     out_type = as_dtype(attrs.get("out_type") or "int32")
     return [np.asarray(np.shape(inputs[0]), dtype=out_type)]
@@ -125,7 +127,7 @@ def sum_to_shape(grad: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return out if out.shape == shape else out.reshape(shape)
 
 
-@register("SumToShapeOf", CPU)
+@KERNELS("SumToShapeOf", CPU)
 def sum_to_shape_of(inputs: list, attrs: dict) -> list:
     grad = np.asarray(inputs[0])
     if grad.shape == np.shape(inputs[1]):
@@ -137,7 +139,7 @@ def sum_to_shape_of(inputs: list, attrs: dict) -> list:
     return [out if out.base is None else np.array(out)]
 
 
-@register("BroadcastToShapeOf", CPU)
+@KERNELS("BroadcastToShapeOf", CPU)
 def broadcast_to_shape_of(inputs: list, attrs: dict) -> list:
     grad, ref_shape = np.asarray(inputs[0]), tuple(np.shape(inputs[1]))
     ndim = len(ref_shape)
@@ -170,7 +172,7 @@ def broadcast_to_shape_of(inputs: list, attrs: dict) -> list:
     return [out]
 
 
-@register("Tile", CPU)
+@KERNELS("Tile", CPU)
 def tile(inputs: list, attrs: dict) -> list:
     multiples = attrs.get("multiples") if len(inputs) < 2 else np.asarray(inputs[1]).tolist()
     x = np.asarray(inputs[0])
@@ -180,7 +182,7 @@ def tile(inputs: list, attrs: dict) -> list:
     return [np.tile(x, [int(m) for m in multiples])]
 
 
-@register("ExpandDims", CPU)
+@KERNELS("ExpandDims", CPU)
 def expand_dims(inputs: list, attrs: dict) -> list:
     axis = attrs.get("axis") if len(inputs) < 2 else int(np.asarray(inputs[1]))
     x = np.asarray(inputs[0])
@@ -193,7 +195,7 @@ def expand_dims(inputs: list, attrs: dict) -> list:
 
 # --- joining and cutting ---------------------------------------------------------
 
-@register("ConcatV2", CPU)
+@KERNELS("ConcatV2", CPU)
 def concat(inputs: list, attrs: dict) -> list:
     arrays = [np.asarray(x) for x in inputs]
     axis = int(attrs.get("axis", 0))
@@ -204,7 +206,7 @@ def concat(inputs: list, attrs: dict) -> list:
         raise KernelError(f"ConcatV2: cannot join shapes {shapes} along axis {axis}: {e}") from None
 
 
-@register("SliceAxis", CPU)
+@KERNELS("SliceAxis", CPU)
 def slice_axis(inputs: list, attrs: dict) -> list:
     x = np.asarray(inputs[0])
     axis, begin, size = int(attrs["axis"]), int(attrs["begin"]), int(attrs["size"])

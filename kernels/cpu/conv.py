@@ -30,10 +30,12 @@ from kernels.cpu.conv_geometry import (
     sizes_vector,
     to_nhwc,
 )
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, KernelTable
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "depthwise_conv2d",
            "depthwise_conv2d_backprop_input", "depthwise_conv2d_backprop_filter"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 FORWARD_DTYPES = ("float16", "float32", "float64", "int32")
 GRAD_DTYPES = ("float16", "float32", "float64")
@@ -68,7 +70,7 @@ def _check_out(op: str, g: ConvGeometry, dy_nhwc: tuple[int, ...], out_c: int) -
                           "filter, strides, dilations and padding)")
 
 
-@register("Conv2D", CPU)
+@KERNELS("Conv2D", CPU)
 def conv2d(inputs: list, attrs: dict) -> list:
     op = "Conv2D"
     x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
@@ -84,7 +86,7 @@ def conv2d(inputs: list, attrs: dict) -> list:
     return [from_nhwc(out.astype(dt, copy=False), a.nchw)]
 
 
-@register("Conv2DBackpropInput", CPU)
+@KERNELS("Conv2DBackpropInput", CPU)
 def conv2d_backprop_input(inputs: list, attrs: dict) -> list:
     op = "Conv2DBackpropInput"
     w, dy = np.asarray(inputs[1]), np.asarray(inputs[2])
@@ -103,7 +105,7 @@ def conv2d_backprop_input(inputs: list, attrs: dict) -> list:
     return [from_nhwc(dx.astype(dt, copy=False), a.nchw)]
 
 
-@register("Conv2DBackpropFilter", CPU)
+@KERNELS("Conv2DBackpropFilter", CPU)
 def conv2d_backprop_filter(inputs: list, attrs: dict) -> list:
     op = "Conv2DBackpropFilter"
     x, dy = np.asarray(inputs[0]), np.asarray(inputs[2])
@@ -126,7 +128,7 @@ def _depthwise_filter(op: str, in_c: int, filter_shape: tuple[int, ...] | list[i
                           "in_depth, depth_multiplier])")
 
 
-@register("DepthwiseConv2dNative", CPU)
+@KERNELS("DepthwiseConv2dNative", CPU)
 def depthwise_conv2d(inputs: list, attrs: dict) -> list:
     op = "DepthwiseConv2dNative"
     x, w = np.asarray(inputs[0]), np.asarray(inputs[1])
@@ -139,7 +141,7 @@ def depthwise_conv2d(inputs: list, attrs: dict) -> list:
     return [from_nhwc(out.astype(dt, copy=False), a.nchw)]
 
 
-@register("DepthwiseConv2dNativeBackpropInput", CPU)
+@KERNELS("DepthwiseConv2dNativeBackpropInput", CPU)
 def depthwise_conv2d_backprop_input(inputs: list, attrs: dict) -> list:
     op = "DepthwiseConv2dNativeBackpropInput"
     w, dy = np.asarray(inputs[1]), np.asarray(inputs[2])
@@ -154,7 +156,7 @@ def depthwise_conv2d_backprop_input(inputs: list, attrs: dict) -> list:
     return [from_nhwc(dx.astype(dt, copy=False), a.nchw)]
 
 
-@register("DepthwiseConv2dNativeBackpropFilter", CPU)
+@KERNELS("DepthwiseConv2dNativeBackpropFilter", CPU)
 def depthwise_conv2d_backprop_filter(inputs: list, attrs: dict) -> list:
     op = "DepthwiseConv2dNativeBackpropFilter"
     x, dy = np.asarray(inputs[0]), np.asarray(inputs[2])

@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from kernels.registry import CPU, KernelError, get_kernel, register
+from kernels.registry import CPU, KernelError, KernelTable, get_kernel
 
 __all__ = ["OPCODES", "FUSIBLE_DTYPES", "INEXACT_OPS", "check_program", "jit_module", "prepare",
            "ready_jit", "run_numpy", "join_loaders", "LOADER_EXIT_WAIT_S"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +197,7 @@ def check_program(attrs: dict) -> int:
     return n_inputs
 
 
-@register("_FusedElementwise", CPU)
+@KERNELS("_FusedElementwise", CPU)
 def fused_elementwise(inputs: list, attrs: dict) -> list:
     if len(inputs) < check_program(attrs):
         raise KernelError(f"_FusedElementwise: the program reads {check_program(attrs)} "

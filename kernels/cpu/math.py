@@ -25,9 +25,11 @@ from typing import Any, Callable
 import numpy as np
 
 from kernels.dtypes import as_dtype, concrete_shape, reduction_axes
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, KernelTable
 
 __all__ = ["binary_operands"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
@@ -35,7 +37,7 @@ _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 # --- random ----------------------------------------------------------------------
 
 # Random ops a running step keeps a generator for (see rng_attrs).
-RANDOM_OPS = frozenset({"RandomStandardNormal", "RandomUniform"})
+RANDOM_OPS = frozenset({"RandomStandardNormal", "RandomUniform", "RandomShuffle"})
 
 
 def rng_attrs(attrs: dict, name: str, generators: dict) -> dict:
@@ -60,7 +62,7 @@ def _rng(attrs: dict) -> np.random.Generator:
     return gen if gen is not None else np.random.default_rng(attrs.get("seed"))
 
 
-@register("RandomStandardNormal", CPU)
+@KERNELS("RandomStandardNormal", CPU)
 def random_standard_normal(inputs: list, attrs: dict) -> list:
     dtype = as_dtype(attrs.get("dtype"))
     if dtype not in (np.float32, np.float64):
@@ -76,7 +78,7 @@ def random_standard_normal(inputs: list, attrs: dict) -> list:
     return [out]
 
 
-@register("RandomUniform", CPU)
+@KERNELS("RandomUniform", CPU)
 def random_uniform(inputs: list, attrs: dict) -> list:
     dtype = as_dtype(attrs.get("dtype"))
     # the shape input when the op has one (its size known only at run time)
@@ -134,7 +136,7 @@ def _binary(op: str, fn: Callable[[np.ndarray, np.ndarray], Any]) -> None:
         _check_broadcast(op, x, y)
         return [np.asarray(fn(x, y))]
     kernel.__name__ = kernel.__qualname__ = op
-    register(op, CPU)(kernel)
+    KERNELS(op, CPU)(kernel)
 
 
 def _real_div(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -166,7 +168,7 @@ def _unary(op: str, fn: Callable[[np.ndarray], Any]) -> None:
     def kernel(inputs: list, attrs: dict) -> list:
         return [np.asarray(fn(np.asarray(inputs[0])))]
     kernel.__name__ = kernel.__qualname__ = op
-    register(op, CPU)(kernel)
+    KERNELS(op, CPU)(kernel)
 
 
 def _relu(x: np.ndarray) -> np.ndarray:
@@ -204,7 +206,7 @@ _unary("Sign", np.sign)
 _unary("Floor", np.floor)
 
 
-@register("Cast", CPU)
+@KERNELS("Cast", CPU)
 def cast(inputs: list, attrs: dict) -> list:
     return [np.asarray(inputs[0]).astype(as_dtype(attrs.get("dtype")))]
 
@@ -212,7 +214,7 @@ def cast(inputs: list, attrs: dict) -> list:
 _SAME_WIDTH_INT = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
 
 
-@register("ReluGrad", CPU)
+@KERNELS("ReluGrad", CPU)
 def relu_grad(inputs: list, attrs: dict) -> list:
     dy, y = np.asarray(inputs[0]), np.asarray(inputs[1])
     bits = _SAME_WIDTH_INT.get(dy.dtype)
@@ -226,13 +228,13 @@ def relu_grad(inputs: list, attrs: dict) -> list:
     return [np.bitwise_and(np.ascontiguousarray(dy).view(bits), mask).view(dy.dtype)]
 
 
-@register("SigmoidGrad", CPU)
+@KERNELS("SigmoidGrad", CPU)
 def sigmoid_grad(inputs: list, attrs: dict) -> list:
     y, dy = binary_operands(inputs[0], inputs[1])
     return [dy * y * (np.ones((), y.dtype) - y)]
 
 
-@register("TanhGrad", CPU)
+@KERNELS("TanhGrad", CPU)
 def tanh_grad(inputs: list, attrs: dict) -> list:
     y, dy = binary_operands(inputs[0], inputs[1])
     return [dy * (np.ones((), y.dtype) - y * y)]
@@ -272,7 +274,7 @@ def _reduce(op: str, fn: Callable[..., Any], keep_dtype: bool,
         with np.errstate(invalid="ignore", divide="ignore"):
             return [np.asarray(fn(x, **kwargs))]
     kernel.__name__ = kernel.__qualname__ = op
-    register(op, CPU)(kernel)
+    KERNELS(op, CPU)(kernel)
 
 
 _FAST_REDUCE = frozenset({np.float32, np.float64})
@@ -285,7 +287,7 @@ _reduce("Min", np.min, keep_dtype=False, ufunc=np.minimum)
 _reduce("Max", np.max, keep_dtype=False, ufunc=np.maximum)
 
 
-@register("ArgMax", CPU)
+@KERNELS("ArgMax", CPU)
 def arg_max(inputs: list, attrs: dict) -> list:
     x = np.asarray(inputs[0])
     axis = attrs.get("axis")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.registry import CPU, KernelError, get_kernel, register
+from kernels.registry import CPU, KernelError, KernelTable, get_kernel
 
 __all__ = ["softmax", "log_softmax"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 
 def _check_same_dtype(op: str, a: np.ndarray, b: np.ndarray) -> None:
@@ -20,7 +22,7 @@ def _check_same_dtype(op: str, a: np.ndarray, b: np.ndarray) -> None:
                           "Cast one of them so both match")
 
 
-@register("MatMul", CPU)
+@KERNELS("MatMul", CPU)
 def matmul(inputs: list, attrs: dict) -> list:
     a, b = np.asarray(inputs[0]), np.asarray(inputs[1])
     if a.ndim < 2 or b.ndim < 2:
@@ -49,7 +51,7 @@ def _check_bias(op: str, x: np.ndarray, bias: np.ndarray) -> None:
                           f"x; got x {list(x.shape)} and bias {list(bias.shape)}")
 
 
-@register("BiasAdd", CPU)
+@KERNELS("BiasAdd", CPU)
 def bias_add(inputs: list, attrs: dict) -> list:
     x, bias = np.asarray(inputs[0]), np.asarray(inputs[1])
     _check_bias("BiasAdd", x, bias)
@@ -57,7 +59,7 @@ def bias_add(inputs: list, attrs: dict) -> list:
     return [x + bias]
 
 
-@register("_FusedBiasRelu", CPU)
+@KERNELS("_FusedBiasRelu", CPU)
 def fused_bias_relu(inputs: list, attrs: dict) -> list:
     """``Relu(BiasAdd(x, b))`` or ``Relu(Add(x, b))`` (the GPU fusion's op,
     kernels.cuda.fusion; here for a partition whose GPU op fell back to CPU)."""
@@ -66,7 +68,7 @@ def fused_bias_relu(inputs: list, attrs: dict) -> list:
     return [np.maximum(y, np.zeros((), y.dtype), out=y) if y.dtype.kind in "fiu" else y]
 
 
-@register("BiasAddGrad", CPU)
+@KERNELS("BiasAddGrad", CPU)
 def bias_add_grad(inputs: list, attrs: dict) -> list:
     dy = np.asarray(inputs[0])
     if dy.ndim < 1:
@@ -98,17 +100,17 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return z - np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
 
 
-@register("Softmax", CPU)
+@KERNELS("Softmax", CPU)
 def softmax_kernel(inputs: list, attrs: dict) -> list:
     return [softmax(np.asarray(inputs[0]))]
 
 
-@register("LogSoftmax", CPU)
+@KERNELS("LogSoftmax", CPU)
 def log_softmax_kernel(inputs: list, attrs: dict) -> list:
     return [log_softmax(np.asarray(inputs[0]))]
 
 
-@register("SoftmaxCrossEntropyWithLogits", CPU)
+@KERNELS("SoftmaxCrossEntropyWithLogits", CPU)
 def softmax_xent(inputs: list, attrs: dict) -> list:
     logits, labels = np.asarray(inputs[0]), np.asarray(inputs[1])
     if labels.shape != logits.shape:
@@ -127,7 +129,7 @@ def softmax_xent(inputs: list, attrs: dict) -> list:
     return [loss, np.subtract(e, labels, out=e)]
 
 
-@register("SparseSoftmaxCrossEntropyWithLogits", CPU)
+@KERNELS("SparseSoftmaxCrossEntropyWithLogits", CPU)
 def sparse_softmax_xent(inputs: list, attrs: dict) -> list:
     logits, labels = np.asarray(inputs[0]), np.asarray(inputs[1])
     if labels.dtype.kind not in "iu":

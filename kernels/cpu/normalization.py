@@ -45,9 +45,11 @@ import numpy as np
 
 from kernels.cpu.jit_loader import BackgroundJit, split_batch
 from kernels.cpu.pooling import attr_str
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, KernelTable
 
 __all__ = ["JIT", "lrn_numpy", "lrn_grad_numpy", "batch_norm_forward", "batch_norm_grad"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 JIT = BackgroundJit("kernels.cpu.normalization_jit")
 _FLOATS = frozenset("efd")
@@ -113,7 +115,7 @@ def lrn_grad_numpy(g: np.ndarray, x: np.ndarray, y: np.ndarray, radius: int, bia
     return g * norm ** tp(-beta) - tp(2 * alpha * beta) * x * s
 
 
-@register("LRN", CPU)
+@KERNELS("LRN", CPU)
 def lrn(inputs: list, attrs: dict) -> list:
     x = _float("LRN", "input", inputs[0], (4,))
     radius, bias, alpha, beta = _lrn_attrs(attrs, "LRN")
@@ -130,7 +132,7 @@ def lrn(inputs: list, attrs: dict) -> list:
     return [out.reshape(x.shape)]
 
 
-@register("LRNGrad", CPU)
+@KERNELS("LRNGrad", CPU)
 def lrn_grad(inputs: list, attrs: dict) -> list:
     op = "LRNGrad"
     g = _float(op, "input_grads", inputs[0], (4,))
@@ -295,7 +297,7 @@ def _epsilon(attrs: dict) -> float:
     return float(attrs.get("epsilon", 1e-4))
 
 
-@register("FusedBatchNormV3", CPU)
+@KERNELS("FusedBatchNormV3", CPU)
 def fused_batch_norm(inputs: list, attrs: dict) -> list:
     op = "FusedBatchNormV3"
     x = _float(op, "x", inputs[0], (4, 5))
@@ -315,7 +317,7 @@ def fused_batch_norm(inputs: list, attrs: dict) -> list:
     return outs
 
 
-@register("FusedBatchNormGradV3", CPU)
+@KERNELS("FusedBatchNormGradV3", CPU)
 def fused_batch_norm_grad(inputs: list, attrs: dict) -> list:
     op = "FusedBatchNormGradV3"
     dy = _float(op, "y_backprop", inputs[0], (4, 5))

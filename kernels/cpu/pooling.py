@@ -35,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from kernels.cpu.jit_loader import BackgroundJit, split_batch
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, KernelTable
 
 __all__ = ["Window", "window", "max_pool_numpy", "avg_pool_numpy", "max_pool_grad_numpy",
            "avg_pool_grad_numpy", "JIT", "to_nhwc", "from_nhwc", "attr_str"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 JIT = BackgroundJit("kernels.cpu.pooling_jit")
 _FLOATS = frozenset("efd")   # float16, float32, float64 (numpy dtype.char)
@@ -276,7 +278,7 @@ def _run_forward(kind: str, x: np.ndarray, win: Window) -> np.ndarray:
     return out
 
 
-@register("MaxPool", CPU)
+@KERNELS("MaxPool", CPU)
 def max_pool(inputs: list, attrs: dict) -> list:
     x = _float4("MaxPool", "input", inputs[0])
     fmt = _data_format(attrs, "MaxPool")
@@ -288,7 +290,7 @@ def max_pool(inputs: list, attrs: dict) -> list:
     return [from_nhwc(_run_forward("max", xn, win), fmt)]
 
 
-@register("AvgPool", CPU)
+@KERNELS("AvgPool", CPU)
 def avg_pool(inputs: list, attrs: dict) -> list:
     x = _float4("AvgPool", "value", inputs[0])
     fmt = _data_format(attrs, "AvgPool")
@@ -303,7 +305,7 @@ def _grad_dtype(op: str, a: np.ndarray, b: np.ndarray) -> None:
                           "Cast them to one float type")
 
 
-@register("MaxPoolGrad", CPU)
+@KERNELS("MaxPoolGrad", CPU)
 def max_pool_grad(inputs: list, attrs: dict) -> list:
     op = "MaxPoolGrad"
     x = _float4(op, "orig_input", inputs[0])
@@ -332,7 +334,7 @@ def max_pool_grad(inputs: list, attrs: dict) -> list:
     return [from_nhwc(dx, fmt)]
 
 
-@register("AvgPoolGrad", CPU)
+@KERNELS("AvgPoolGrad", CPU)
 def avg_pool_grad(inputs: list, attrs: dict) -> list:
     op = "AvgPoolGrad"
     shape = np.asarray(inputs[0])

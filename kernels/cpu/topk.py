@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from kernels.dtypes import as_dtype
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, KernelTable
 
 __all__ = ["top_k_order"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 _INDEX_TYPES = frozenset({"int16", "int32", "int64"})
 
@@ -53,7 +55,7 @@ def top_k_order(x: np.ndarray) -> np.ndarray:
                       "number type")
 
 
-@register("TopKV2", CPU)
+@KERNELS("TopKV2", CPU)
 def top_k(inputs: list, attrs: dict) -> list:
     x = np.asarray(inputs[0])
     k = _scalar_k("TopKV2", inputs[1])
@@ -76,7 +78,7 @@ def top_k(inputs: list, attrs: dict) -> list:
     return [np.take_along_axis(x, order, axis=-1), order.astype(index_type)]
 
 
-@register("InTopKV2", CPU)
+@KERNELS("InTopKV2", CPU)
 def in_top_k(inputs: list, attrs: dict) -> list:
     op = "InTopKV2"
     pred = np.asarray(inputs[0])

@@ -17,9 +17,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.registry import CPU, KernelError, register
+from kernels.registry import CPU, KernelError, KernelTable
 
 __all__ = ["gradient_descent_into"]
+
+KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +134,7 @@ def _scalar(op: str, name: str, x: Any, dtype: np.dtype) -> np.generic:
     return dtype.type(a.reshape(()).item())
 
 
-@register("ApplyGradientDescent", CPU)
+@KERNELS("ApplyGradientDescent", CPU)
 def apply_gradient_descent(inputs: list, attrs: dict) -> list:
     return [gradient_descent_into(inputs[0], inputs[0], inputs[1], inputs[2])]
 
@@ -174,7 +176,7 @@ def gradient_descent_into(out: np.ndarray, var: Any, lr: Any, grad: Any) -> np.n
     return out
 
 
-@register("ApplyMomentum", CPU)
+@KERNELS("ApplyMomentum", CPU)
 def apply_momentum(inputs: list, attrs: dict) -> list:
     op = "ApplyMomentum"
     var = _state(op, "var", inputs[0])
@@ -191,7 +193,7 @@ def apply_momentum(inputs: list, attrs: dict) -> list:
     return [var]
 
 
-@register("ApplyAdagrad", CPU)
+@KERNELS("ApplyAdagrad", CPU)
 def apply_adagrad(inputs: list, attrs: dict) -> list:
     op = "ApplyAdagrad"
     var = _state(op, "var", inputs[0])
@@ -203,7 +205,7 @@ def apply_adagrad(inputs: list, attrs: dict) -> list:
     return [var]
 
 
-@register("ApplyAdam", CPU)
+@KERNELS("ApplyAdam", CPU)
 def apply_adam(inputs: list, attrs: dict) -> list:
     op = "ApplyAdam"
     var = _state(op, "var", inputs[0])
@@ -222,7 +224,7 @@ def apply_adam(inputs: list, attrs: dict) -> list:
     return [var]
 
 
-@register("ApplyRMSProp", CPU)
+@KERNELS("ApplyRMSProp", CPU)
 def apply_rms_prop(inputs: list, attrs: dict) -> list:
     """TF1's ``ApplyRMSProp``: ``ms += (g*g - ms) * (1 - rho)``,
     ``mom = momentum * mom + lr * g / sqrt(ms + epsilon)``, ``var -= mom``."""
@@ -238,7 +240,7 @@ def apply_rms_prop(inputs: list, attrs: dict) -> list:
     return [var]
 
 
-@register("ApplyCenteredRMSProp", CPU)
+@KERNELS("ApplyCenteredRMSProp", CPU)
 def apply_centered_rms_prop(inputs: list, attrs: dict) -> list:
     """TF1's ``ApplyCenteredRMSProp``: as ``ApplyRMSProp``, the mean gradient
     ``mg += (g - mg) * (1 - rho)`` taken out of the denominator:

@@ -48,6 +48,7 @@ from distrib.errors import (
     SessionClosedError,
 )
 from distrib.runtime.core.step_waits import abort_signal
+from distrib.runtime.state.readers import INPUT_OPS, run_input_op
 from distrib.settings import STALL_S
 
 logger = logging.getLogger(__name__)
@@ -249,6 +250,9 @@ class ResourceStore:
         self.task = task
         self.accumulators: dict[str, ConditionalAccumulator] = {}
         self.queues: dict[str, FIFOQueue] = {}
+        # TF1's input queues and readers (distrib.runtime.state.readers)
+        self.input_queues: dict[str, Any] = {}
+        self.readers: dict[str, Any] = {}
 
     def accumulator(self, name: str, dtype: str, shape: list | None) -> ConditionalAccumulator:
         acc = self.accumulators.get(name)
@@ -270,6 +274,8 @@ class ResourceStore:
     def clear(self) -> None:
         self.accumulators.clear()
         self.queues.clear()
+        self.input_queues.clear()
+        self.readers.clear()
 
 
 # -- running the ops (called by distrib.runtime.step.executor) --------------------------------
@@ -279,6 +285,14 @@ def run_resource_op(node: dict[str, Any], args: list[Any], store: ResourceStore,
     """Run a resource op; a waiting one (take, dequeue) returns a future that the
     dataflow loop treats like a receive, so the partition's other ops go on."""
     op, attrs = node["op"], node["attrs"]
+    if op in INPUT_OPS:
+        # (a queue runner's enqueue into a full queue waits as a matter of course: it
+        # says so hourly, not every DISTRIB_STALL_S)
+        every = stall_s()
+        return run_input_op(node, args, store, lambda fut, what, describe, give_back=None,
+                            quiet=False: _wait(fut, node, what, describe,
+                                               3600.0 if quiet else every, channel, task,
+                                               give_back))
     if op.startswith("Accumulator"):
         acc = store.accumulator(attrs["acc"], attrs["dtype"], attrs.get("shape"))
         if op == "AccumulatorApplyGradient":

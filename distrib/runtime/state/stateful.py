@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 import kernels
-from distrib.errors import InvalidArgumentError
+from distrib.errors import InvalidArgumentError, OutOfRangeError
 from distrib.framework.op_def import op_defs
 from distrib.runtime.core.tensor_values import Node, host_array
 from distrib.runtime.state.variable_store import VariableStore
@@ -58,6 +58,13 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
         return [store.get(name, node["name"])]   # no copy: the store copies on write
     if op == "IsVariableInitialized":
         return [np.array(name in store)]
+    if op == "CountUpTo":   # TF's: the old value; OutOfRangeError once it reached the limit
+        cur = store.get(name, node["name"])
+        if int(cur) >= int(attrs["limit"]):
+            raise OutOfRangeError(f"reached limit of {attrs['limit']} (variable {name}): the "
+                                  "input's epochs are done", op=node["name"])
+        store.set(name, np.array(cur + 1, dtype=cur.dtype))
+        return [np.array(cur)]
     if op == "Assign":
         store.set(name, _as_var_value(args[0], attrs, name, dev))
         return [args[0]]
