@@ -530,3 +530,27 @@ def test_bad_operands_and_attrs_raise_kernel_error(op: str, inputs: list, attrs:
                                                    message: str) -> None:
     with pytest.raises(KernelError, match=message):
         run(op, inputs, **attrs)
+
+
+def test_intra_op_slices_share_one_pool_and_scratch_stays_bounded():
+    """Review: each batch size below the thread count made a pool of its own
+    (never shut down), and a row too wide for a tile grew a thread's kept buffer."""
+    import threading
+
+    from kernels.cpu import conv_gemm, jit_loader
+    before = jit_loader.intra_op_threads()
+    try:
+        jit_loader.set_intra_op_threads(4)
+        seen = []
+        for batch in (2, 3, 4, 9):
+            jit_loader.split_batch(lambda a, b: seen.append((a, b)), batch, 1 << 30)
+        assert len(seen) == 2 + 3 + 4 + 4   # min(threads, batch) slices a call
+        assert sum(b - a for a, b in seen) == 2 + 3 + 4 + 9   # each row once
+        helpers = [t for t in threading.enumerate() if t.name.startswith("intra-op")]
+        assert len(helpers) <= 3   # one pool of threads - 1
+    finally:
+        jit_loader.set_intra_op_threads(before)
+    keep = conv_gemm.SCRATCH_BYTES // 4
+    big = conv_gemm.scratch(keep * 3, np.dtype(np.float32))
+    assert big.size == keep * 3
+    assert conv_gemm.scratch(10, np.dtype(np.float32)).base.size == keep   # the kept one

@@ -205,3 +205,18 @@ async def test_a_coordinator_stop_ends_runners_blocked_on_a_full_queue():
             coord.request_stop()
             await coord.join(loops, stop_grace_period_secs=30)
             assert all(t.done() for t in loops) and not sess.closed
+
+
+async def test_a_dequeue_given_back_returns_in_order_and_an_empty_dequeue_takes_nothing():
+    """Review: an aborted step's batch came back last-first, a batch of a queue
+    without full shapes came back as one element, dequeue_many(0) took one."""
+    from distrib.runtime.state.input_queues import InputQueue, queue_spec
+    for shapes in ([[]], None):
+        q = InputQueue("q", queue_spec("fifo", ["int32"], shapes, 10))
+        assert q.enqueue([np.arange(5, dtype=np.int32)], many=True) is None   # room: no wait
+        batch = await q.dequeue(3)
+        assert batch[0].tolist() == [0, 1, 2]
+        q.give_back(batch)
+        assert (await q.dequeue(None))[0] == 0 and (await q.dequeue(2))[0].tolist() == [1, 2]
+        empty = await q.dequeue(0)
+        assert empty[0].shape[0] == 0 and (await q.dequeue(2))[0].tolist() == [3, 4]

@@ -58,13 +58,18 @@ _local = threading.local()
 
 def scratch(n: int, dtype: np.dtype) -> np.ndarray:
     """A 1-d buffer of ``n`` elements, reused by the calling thread (kernels
-    run on the executor's threads; each keeps at most one buffer a dtype)."""
+    run on the executor's threads; each keeps at most one buffer a dtype, of
+    at most ``SCRATCH_BYTES``: a larger one, for a row too wide for a tile,
+    is the call's own and goes with it)."""
     bufs = getattr(_local, "bufs", None)
     if bufs is None:
         bufs = _local.bufs = {}
+    keep = SCRATCH_BYTES // dtype.itemsize
+    if n > keep:
+        return np.empty(n, dtype)
     buf = bufs.get(dtype)
-    if buf is None or buf.size < n:
-        buf = bufs[dtype] = np.empty(max(n, SCRATCH_BYTES // dtype.itemsize), dtype)
+    if buf is None:
+        buf = bufs[dtype] = np.empty(keep, dtype)
     return buf[:n]
 
 

@@ -43,7 +43,9 @@ _SPLIT_MIN_ELEMENTS = 1 << 16
 _loaders: list[threading.Thread] = []   # joined (bounded) at exit: see join_loaders
 _loaders_lock = threading.Lock()
 _threads = [1]
-_pools: dict[int, ThreadPoolExecutor] = {}   # workers -> pool (kept: a kernel may be using one)
+# the one pool of intra-op helpers (threads - 1 of them), replaced when the count changes
+# (the old one finishes what it was given, then its threads end)
+_pool: list[ThreadPoolExecutor | None] = [None]
 _pool_lock = threading.Lock()
 
 
@@ -141,11 +143,15 @@ def intra_op_threads() -> int:
     return _threads[0]
 
 
-def _executor(n: int) -> ThreadPoolExecutor:
+def _executor(workers: int) -> ThreadPoolExecutor:
+    """The intra-op pool: ``workers`` threads however many slices a call makes."""
     with _pool_lock:
-        pool = _pools.get(n)
-        if pool is None:
-            pool = _pools[n] = ThreadPoolExecutor(max_workers=n, thread_name_prefix="intra-op")
+        pool = _pool[0]
+        if pool is None or pool._max_workers != workers:   # noqa: SLF001 - the stdlib's field
+            if pool is not None:
+                pool.shutdown(wait=False)
+            pool = _pool[0] = ThreadPoolExecutor(max_workers=workers,
+                                                 thread_name_prefix="intra-op")
         return pool
 
 
@@ -158,7 +164,7 @@ def split_batch(fn: Callable[[int, int], None], batch: int, elements: int) -> No
         fn(0, batch)
         return
     bounds = [batch * i // n for i in range(n + 1)]
-    pool = _executor(n - 1)
+    pool = _executor(_threads[0] - 1)
     futures = [pool.submit(fn, bounds[i], bounds[i + 1]) for i in range(1, n)]
     fn(bounds[0], bounds[1])
     for f in futures:

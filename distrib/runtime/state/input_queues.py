@@ -45,6 +45,16 @@ def queue_spec(kind: str, dtypes: list[str], shapes: list | None, capacity: int,
             "seed": None if seed is None else int(seed)}
 
 
+class Dequeued(tuple):
+    """A dequeue's outputs, and how many elements they hold (``count``; -1:
+    one element, not stacked), so that giving them back needs no guess."""
+
+    def __new__(cls, outputs: Any, count: int) -> Dequeued:
+        self = super().__new__(cls, outputs)
+        self.count = count
+        return self
+
+
 class InputQueue:
     """A bounded queue of elements (tuples of arrays), FIFO or randomly shuffled."""
 
@@ -94,16 +104,19 @@ class InputQueue:
         return fut
 
     def give_back(self, outputs: Any) -> None:
-        """Put dequeued outputs back (their step ended before using them)."""
+        """Put dequeued outputs back (their step ended before using them), in the
+        order they left: a FIFO queue serves them first again."""
         outs = list(outputs)
-        batched = outs and self._batched(outs)
-        count = len(outs[0]) if batched else 1
-        for i in range(count):
-            element = tuple(np.asarray(o[i] if batched else o) for o in outs)
-            if self.shuffle:
-                self._items.append(element)
-            else:
-                self._items.appendleft(element)   # type: ignore[union-attr]
+        count = getattr(outputs, "count", None)   # a Dequeued says what it holds
+        if count is None:
+            count = len(outs[0]) if outs and self._batched(outs) else -1
+        batched = count >= 0
+        elements = [tuple(np.asarray(o[i] if batched else o) for o in outs)
+                    for i in range(count if batched else 1)]
+        if self.shuffle:
+            self._items.extend(elements)
+        else:
+            self._items.extendleft(reversed(elements))   # type: ignore[union-attr]
         self._serve()
 
     def close(self, cancel_pending_enqueues: bool = False) -> None:
@@ -176,6 +189,11 @@ class InputQueue:
             if fut.done():
                 self._dequeuers.popleft()
                 continue
+            if n == 0:   # TF: an empty batch at once, nothing taken
+                self._dequeuers.popleft()
+                fut.set_result(Dequeued(self._empty_batch(), 0))
+                served = True
+                continue
             want = max(n, 1)
             available = self._available()
             if available < want:
@@ -191,12 +209,17 @@ class InputQueue:
             self._dequeuers.popleft()
             taken = [self._take() for _ in range(want)]
             if n == -1:
-                fut.set_result(tuple(taken[0]))
+                fut.set_result(Dequeued(taken[0], -1))
             else:
-                fut.set_result(tuple(np.stack([e[k] for e in taken]) if taken
-                                     else np.empty((0,), d) for k, d in enumerate(self.dtypes)))
+                fut.set_result(Dequeued([np.stack([e[k] for e in taken]) for k in
+                                         range(len(self.dtypes))] if taken
+                                        else self._empty_batch(), len(taken)))
             served = True
         return served
+
+    def _empty_batch(self) -> list[np.ndarray]:
+        shapes = self.shapes or [None] * len(self.dtypes)
+        return [np.empty((0, *(s or ())), d) for s, d in zip(shapes, self.dtypes)]
 
     def _take(self) -> Element:
         if not self.shuffle:

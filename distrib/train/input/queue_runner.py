@@ -120,7 +120,13 @@ class QueueRunner:
         async def run_all() -> None:
             loops = [asyncio.ensure_future(self._loop(sess, op, should_stop, None))
                      for op in self._enqueue_ops]
-            await asyncio.gather(*loops, self._close_on_stop(sess, should_stop, loops))
+            watcher = asyncio.ensure_future(self._close_on_stop(sess, should_stop, loops))
+            try:
+                await asyncio.gather(*loops, watcher)
+            finally:   # one loop failed (or the runner was cancelled): none outlives it
+                for task in (*loops, watcher):
+                    task.cancel()
+                await asyncio.gather(*loops, watcher, return_exceptions=True)
         return asyncio.ensure_future(run_all())
 
     async def _close_on_stop(self, sess: Any, should_stop: Callable[[], bool],
