@@ -37,6 +37,10 @@ through the CLI; this process hosts task 0 (the master) and the client:
   task 1 (``DISTRIB_SHM_ARENA_BYTES=0``: one copy into a segment per read);
   ``numpy-sum-64MiB`` is the sum alone, in this process.
 
+Eager values (``bench/eager_ops.py``, in a child process): ``eager-add-4``,
+``x + y`` of two small eager tensors, beside ``numpy-add-4``; ``eager-op-4``,
+``dt.add`` through the builders.
+
 Graph optimizer (``--chains``, default on; ``--chains-only``): the two
 10,000-op chains of ``bench/graph_chain.py``, each pass on and off, and
 build + first run in a fresh process.
@@ -63,6 +67,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import distrib as dt  # noqa: E402
+from bench.eager_ops import eager_rows  # noqa: E402
 from bench.graph_chain import chain_rows, first_run_rows  # noqa: E402
 from distrib.demo import free_ports  # noqa: E402
 from distrib.runtime.actors.system import ActorSystem  # noqa: E402
@@ -399,6 +404,7 @@ async def amain(args: argparse.Namespace) -> list[dict]:
     if args.chains_only:
         return await chain_rows(reps, args.chain_ops) + first_run_rows(args.chain_ops)
     rows = await local_rows(reps)
+    rows += eager_rows(reps)   # x + y of eager tensors, in a child process (issue 39)
     if args.chains:
         rows += await chain_rows(reps, args.chain_ops) + first_run_rows(args.chain_ops)
     if args.remote:

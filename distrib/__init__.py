@@ -23,21 +23,29 @@ from distrib.client.run_metadata import RunMetadata, RunOptions
 from distrib.client.session import ConfigProto, GPUOptions, Session, SyncSession
 from distrib.cluster import ClusterSpec
 from distrib.data.structure import TensorSpec
-from distrib.framework import config
+from distrib.eager import EagerTensor, enable_eager_execution, executing_eagerly  # eager values (issue 39)
+from distrib.framework import config, dtypes
 from distrib.framework.device import DeviceSpec
 from distrib.framework.dtypes import (
     DType,
     as_dtype,
     bool,
+    complex64,
+    complex128,
+    double,
     float16,
     float32,
     float64,
+    half,
     int8,
     int16,
     int32,
     int64,
     string,
     uint8,
+    uint16,
+    uint32,
+    uint64,
 )
 from distrib.framework.graph import (
     Graph,
@@ -56,15 +64,53 @@ from distrib.framework.graph import (
     reset_default_graph,
 )
 from distrib.framework.graph_def import import_graph_def
+from distrib.framework.sparse_tensor import SparseTensor, SparseTensorValue
 from distrib.framework.tensor_shape import Dimension, TensorShape, dimension_value
 from distrib.ops import collective_ops as collective
+from distrib.ops import (
+    debugging,  # the everyday vocabulary (issue 39)
+    io_names,
+    nn,
+)
+from distrib.ops import embedding_ops as _embedding_ops
 from distrib.ops import image_ops as image
-from distrib.ops import nn
+from distrib.ops import losses_impl as losses
+from distrib.ops import math_namespace as math
+from distrib.ops import random_ops as random
+from distrib.ops.array_extra_ops import (
+    boolean_mask,
+    clip_by_value,
+    one_hot,
+    range,
+    split,
+    squeeze,
+    stack,
+    tile,
+    unstack,
+    where,
+)
+from distrib.ops.array_gather import (  # embeddings' ops (issue 41)
+    dynamic_partition,
+    dynamic_stitch,
+    gather,
+    scatter_add,
+    scatter_nd_update,
+    scatter_sub,
+    scatter_update,
+    segment_mean,
+    segment_sum,
+    sparse_to_dense,
+    unique,
+    unsorted_segment_sum,
+)
 from distrib.ops.array_ops import concat, expand_dims
 from distrib.ops.backprop import GradientTape
+from distrib.ops.clip_ops import clip_by_average_norm, clip_by_global_norm, clip_by_norm, global_norm
 from distrib.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue
+from distrib.ops.debugging import add_check_numerics_ops
 from distrib.ops.gradients import NotDifferentiable, gradients, no_gradient, register_gradient
 from distrib.ops.image_ops import random_crop
+from distrib.ops.indexed_slices import IndexedSlices, IndexedSlicesValue, convert_to_tensor_or_indexed_slices
 from distrib.ops.init_ops import (
     constant_initializer,
     glorot_normal_initializer,
@@ -76,7 +122,61 @@ from distrib.ops.init_ops import (
     variance_scaling_initializer,
     zeros_initializer,
 )
-from distrib.ops.io_ops import FixedLengthRecordReader, ReaderBase, decode_raw
+from distrib.ops.io_ops import (
+    FixedLengthRecordReader,
+    ReaderBase,
+    TFRecordReader,
+    WholeFileReader,
+    decode_raw,
+)
+from distrib.ops.math_extra_ops import (
+    acos,
+    acosh,
+    argmin,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    ceil,
+    check_numerics,
+    cos,
+    cosh,
+    count_nonzero,
+    cumprod,
+    cumsum,
+    digamma,
+    divide_no_nan,
+    erf,
+    erfc,
+    expm1,
+    floor,
+    floor_div,
+    floordiv,
+    floormod,
+    is_finite,
+    is_inf,
+    is_nan,
+    lgamma,
+    log1p,
+    log_sigmoid,
+    logical_xor,
+    mod,
+    reciprocal,
+    reduce_all,
+    reduce_any,
+    reduce_logsumexp,
+    rint,
+    round,
+    rsqrt,
+    scalar_mul,
+    sin,
+    sinh,
+    squared_difference,
+    tan,
+    truncatemod,
+    verify_tensor_all_finite,
+)
 from distrib.ops.math_ops import (
     abs,
     add,
@@ -132,7 +232,15 @@ from distrib.ops.math_ops import (
     zeros,
     zeros_like,
 )
-from distrib.ops.slicing_ops import pad, reverse, reverse_v2, slice, strided_slice, where
+from distrib.ops.partitioned_variables import (  # TF1's partitioned variables (issue 41)
+    PartitionedVariable,
+    fixed_size_partitioner,
+    min_max_variable_partitioner,
+    variable_axis_size_partitioner,
+)
+from distrib.ops.random_ops import multinomial, random_shuffle, truncated_normal
+from distrib.ops.slicing_ops import pad, reverse, reverse_v2, slice, strided_slice
+from distrib.ops.tensor_indexing import newaxis
 from distrib.ops.variable_scope import (
     AUTO_REUSE,
     VariableScope,
@@ -160,11 +268,18 @@ from distrib.server import Server, serve
 # dt.io.decode_raw (TF2's tf.io.decode_raw): the io layer sits below the ops, so the
 # one namespace above both puts the op builder there
 io.decode_raw = decode_raw
+for _name, _builder in io_names.names().items():   # parse_single_example, decode_jpeg ...
+    setattr(io, _name, _builder)
+
+# dt.nn's embedding lookups (TF's embedding_ops; issue 41)
+for _name in ("embedding_lookup", "embedding_lookup_sparse", "safe_embedding_lookup_sparse"):
+    setattr(nn, _name, getattr(_embedding_ops, _name))
 
 # the graph part of the contract (docs/CONTRACT.md), as tf.compat.v1 names it
 _graph_all = [
     "TensorSpec", "collective", "concat", "image", "FIFOQueue", "QueueBase", "RandomShuffleQueue",
-    "random_crop", "FixedLengthRecordReader", "ReaderBase", "decode_raw", "pad", "reverse",
+    "random_crop", "FixedLengthRecordReader", "ReaderBase", "decode_raw", "TFRecordReader",
+    "WholeFileReader", "SparseTensor", "SparseTensorValue", "pad", "reverse",
     "reverse_v2", "slice", "strided_slice", "where", "expand_dims", "GradientTape", "nn", "DeviceSpec", "DType", "as_dtype", "bool", "float16", "float32", "float64", "int8",
     "int16", "int32", "int64", "string", "uint8", "NotDifferentiable", "gradients",
     "no_gradient", "register_gradient", "Graph", "GraphKeys", "Operation", "Tensor",
@@ -187,6 +302,26 @@ _graph_all = [
     "glorot_uniform_initializer", "ones_initializer", "random_normal_initializer",
     "random_uniform_initializer", "truncated_normal_initializer",
     "variance_scaling_initializer", "zeros_initializer",
+    # gathers, scatters, segments and sparse gradients (issue 41)
+    "dynamic_partition", "dynamic_stitch", "gather", "scatter_add", "scatter_nd_update",
+    "scatter_sub", "scatter_update", "segment_mean", "segment_sum", "sparse_to_dense", "unique",
+    "unsorted_segment_sum", "IndexedSlices", "IndexedSlicesValue",
+    "convert_to_tensor_or_indexed_slices", "PartitionedVariable", "fixed_size_partitioner",
+    "min_max_variable_partitioner", "variable_axis_size_partitioner",
+    # eager values (issue 39)
+    "EagerTensor", "enable_eager_execution", "executing_eagerly",
+    # the everyday vocabulary (issue 39): tf.math's names at the top level, as TF1's
+    "debugging", "math", "random", "dtypes", "boolean_mask", "clip_by_value", "one_hot", "range",
+    "split", "squeeze", "stack", "tile", "unstack", "where", "clip_by_average_norm",
+    "clip_by_global_norm", "clip_by_norm", "global_norm", "add_check_numerics_ops", "acos",
+    "acosh", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "check_numerics",
+    "cos", "cosh", "count_nonzero", "cumprod", "cumsum", "digamma", "divide_no_nan", "erf",
+    "erfc", "expm1", "floor", "floor_div", "floordiv", "floormod", "is_finite", "is_inf",
+    "is_nan", "lgamma", "log1p", "log_sigmoid", "logical_xor", "mod", "reciprocal",
+    "reduce_all", "reduce_any", "reduce_logsumexp", "rint", "round", "rsqrt", "scalar_mul",
+    "sin", "sinh", "squared_difference", "tan", "truncatemod", "verify_tensor_all_finite",
+    "multinomial", "random_shuffle", "truncated_normal", "newaxis", "complex64", "complex128",
+    "double", "half", "uint16", "uint32", "uint64", "losses", "layers", "compat",
 ]
 
 # the seeds' spelling (TF 0.x) of tf.summary.merge_all: a Supervisor's summary_op
@@ -194,8 +329,16 @@ merge_all_summaries = summary.merge_all
 
 __version__ = "0.1.0"
 
+_LAZY_MODULES = {"layers": "distrib.keras.legacy_tf_layers", "compat": "distrib.compat"}
+
 
 def __getattr__(name: str):
+    # TF1's dt.layers (on the Keras layers: loaded on first use), dt.compat (issue 39)
+    if name in _LAZY_MODULES:
+        import importlib
+        mod = importlib.import_module(_LAZY_MODULES[name])
+        globals()[name] = mod
+        return mod
     # dt.train loads on first use: it pulls in the optimizers, Saver and Supervisor
     if name in ("train", "distribute", "keras", "app", "io"):   # dt.app: TF1's tf.app
         import importlib

@@ -32,9 +32,14 @@ from typing import Any
 
 from distrib.client.channel import register_channel_factory
 from distrib.client.loop_thread import stop_loops_at_exit
-from distrib.client.step_runner import register_step_runner
+from distrib.client.step_runner import register_step_runner, step_runner
+from distrib.eager.remote import register_remote_reader
+from distrib.framework.operation import bind_extra_operators
+from distrib.ops.eager_variables import EagerVariable
 from distrib.ops.gradients import install_builtin_gradients
 from distrib.ops.math_ops import bind_tensor_operators
+from distrib.ops.tensor_indexing import OPERATORS as INDEXING_OPERATORS
+from distrib.ops.variables import register_eager_variable
 from distrib.runtime.actors import clients
 from distrib.runtime.step.master_channel import ActorMasterChannel
 from distrib.server.local_session import open_local_channel
@@ -51,6 +56,10 @@ def _function_steps() -> Any:
     return importlib.import_module("distrib.distribute.functions.checkpoint_steps").FunctionSteps()
 
 
+async def _read_variables(variables: Any) -> list[Any]:
+    return await step_runner().read(list(variables))
+
+
 class ProcessRuntime:
     """What one process of distrib shares: its client actor systems, the
     registrations between layers, its exit hook. Made once (:func:`runtime`)."""
@@ -65,6 +74,9 @@ class ProcessRuntime:
         install_builtin_gradients()
         register_summary_kernels()   # after the gradients: it marks its ops not differentiable
         bind_tensor_operators()
+        bind_extra_operators(INDEXING_OPERATORS)   # tensor[...], // and %
+        register_eager_variable(EagerVariable)   # what dt.Variable makes with eager values on
+        register_remote_reader(_read_variables)  # `await v.read_value()` of a placed variable
         atexit.register(self.at_exit)
 
     def at_exit(self) -> None:

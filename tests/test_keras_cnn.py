@@ -228,8 +228,14 @@ def test_configs_have_keras_keys_defaults_and_names() -> None:
             L.GlobalAveragePooling2D().name] == ["conv2d_transpose", "max_pooling2d",
                                                  "separable_conv2d", "global_average_pooling2d"]
     assert L.deserialize({"class_name": "MaxPool2D", "config": {}}).__class__ is L.MaxPooling2D
-    with pytest.raises(NotImplementedError, match="kernel_regularizer"):
-        L.Conv2D(1, 1, kernel_regularizer="l2")
+    with pytest.raises(NotImplementedError, match="kernel_constraint"):
+        L.Conv2D(1, 1, kernel_constraint="non_neg")
+    # regularizers are taken (the custom-loop tutorial's Conv2D): in the config and losses
+    conv = L.Conv2D(2, 1, kernel_regularizer=keras.regularizers.L2(0.5))
+    assert conv.get_config()["kernel_regularizer"]["config"]["l2"] == 0.5
+    assert conv.get_config()["bias_regularizer"] is None
+    again = L.Conv2D.from_config({**conv.get_config(), "name": "again"})
+    assert again.get_config()["kernel_regularizer"] == conv.get_config()["kernel_regularizer"]
     with pytest.raises(ValueError, match="zero or negative"):
         L.Conv2D(1, 5).compute_output_shape((None, 3, 3, 1))
 

@@ -186,6 +186,18 @@ CASES: dict[str, Callable[[str], list]] = {
     **{op: (lambda d, op=op: _batch_norm(op, d))
        for op in ("FusedBatchNormV3", "FusedBatchNormGradV3")},
 }
+_IDS = ("int32", "int64")
+# the embeddings' ops (kernels/cuda/gather.py): rows of a table at ids, a variable's rows updated
+CASES.update({
+    "GatherV2": lambda d: [([_x(d, 5, 3), np.array([4, 0, 4], t)], {"axis": 0, "batch_dims": 0})
+                           for t in _IDS],
+    "ResourceGather": lambda d: [([_x(d, 5, 3), np.array([4, 0, 4], t)], {}) for t in _IDS],
+    "UnsortedSegmentSum": lambda d: [([_x(d, 6, 3), np.array([1, 0, -1, 1, 2, 0], t),
+                                       np.array(3, np.int32)], {}) for t in _IDS],
+    **{op: (lambda d: [([_x(d, 5, 3), np.array([4, 1, 4], t), _x(d, 3, 3)], {}) for t in _IDS])
+       for op in ("ScatterAdd", "ScatterSub")},
+})
+
 # an update op's inputs that are tensors shaped like the variable; the others are scalars
 _TENSOR_INPUTS = {"grad", "delta", "value"}
 

@@ -118,14 +118,14 @@ def test_the_filter_gradient_splits_k_over_the_grid_and_sums_the_splits():
 
 
 def test_cases_the_device_code_leaves_to_the_cpu_kernel():
-    """float16, grouped filters and the depthwise ops: the CPU kernel's numbers,
-    as device arrays; a bad attr: the CPU kernel's KernelError."""
+    """float16 and grouped filters: the CPU kernel's numbers, as device arrays;
+    a bad attr: the CPU kernel's KernelError (the depthwise ops:
+    test_kernels_cuda_depthwise_sim.py)."""
     import kernels
     attrs = {"strides": [1, 1, 1, 1], "padding": "SAME"}
     compare("Conv2D", [rand(1, 3, 3, 2).astype(np.float16), rand(2, 2, 2, 2).astype(np.float16)],
             attrs, tol=1e-3)
     compare("Conv2D", [rand(1, 3, 3, 4), rand(2, 2, 2, 4)], attrs, tol=1e-4)   # 2 groups
-    compare("DepthwiseConv2dNative", [rand(1, 4, 4, 2), rand(2, 2, 2, 3)], attrs, tol=1e-5)
     with pytest.raises(kernels.KernelError, match="padding"):
         gpu("Conv2D", [rand(1, 3, 3, 2), rand(2, 2, 2, 2)], {**attrs, "padding": "FULL"})
 

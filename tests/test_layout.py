@@ -39,8 +39,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("distrib", "transports", "kernels")
-LAYERS = ("settings", "errors", "io", "cluster", "app", "framework", "ops", "client", "runtime", "server",
-          "summary", "train", "data", "distribute", "keras", "launch", "status")
+LAYERS = ("settings", "errors", "io", "cluster", "app", "framework", "eager", "ops", "client", "runtime", "server",
+          "summary", "train", "data", "distribute", "keras", "launch", "status", "compat")
 # distrib's subpackages split into wings: each one's wings, bottom first
 # (docs/ARCHITECTURE.md, "Packages and layers")
 WINGS = {

@@ -25,11 +25,13 @@ from distrib.runtime.step.plan import partition, place
 from distrib.summary import summary_ops
 from distrib.train.optimizers.adagrad import AdagradOptimizer
 from distrib.train.optimizers.adam import AdamOptimizer
+from distrib.train.optimizers.ftrl import FtrlOptimizer
 from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
 from distrib.train.optimizers.learning_rate_decay import exponential_decay
 from distrib.train.optimizers.momentum import MomentumOptimizer
 from distrib.train.optimizers.rmsprop import RMSPropOptimizer
 from distrib.train.replicas.sync_replicas import SyncReplicasOptimizer, TokenQueue
+from tests.vocabulary_graph import build_vocabulary_family
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,6 +135,8 @@ def _build_everything() -> Graph:
         summary_ops.merge_all()
         _build_conv_family(h)
         _build_input_family(h)
+        _build_gather_family(h)
+        build_vocabulary_family(h, step)   # issue 39's everyday vocabulary
     return g
 
 
@@ -155,6 +159,54 @@ def _build_input_family(h: object) -> None:
                                                            0.5, 1.5))
     y = image.resize_with_crop_or_pad(slicing_ops.strided_slice(y, [0], [1]), 3, 3)
     gradients(ops.reduce_sum(y), [h])   # the gradient ops of the chain above
+    # files, Examples, codecs, resizing and colour (issue 40), and the resizes' gradients
+    from distrib.ops import parsing_ops
+    parsed = parsing_ops.parse_example(ops.reshape(value, [1]), {
+        "s": parsing_ops.VarLenFeature(dtypes.int64),
+        "d": parsing_ops.FixedLenFeature([], dtypes.string, default_value="")})
+    pixels = image.decode_image(image.encode_png(image.decode_png(parsing_ops.read_file("a"))),
+                                expand_animations=False)
+    image.encode_jpeg(image.decode_jpeg(parsed["d"][0]))
+    small = image.resize(img, [3, 3]) + image.resize(img, [3, 3], "nearest")
+    gradients(ops.reduce_sum(small), [h])   # AdjustHue, AdjustSaturation, ResizeArea: none
+    image.adjust_hue(image.adjust_saturation(image.resize(pixels, [2, 2], "area"), 0.5), 0.1)
+
+
+def _build_gather_family(h: object) -> None:
+    """The embeddings' ops (issue 41): gathers, segments, partitions, scatters, every
+    optimizer's sparse update, and the sync replicas' sparse accumulator."""
+    from distrib.ops import array_gather as ag
+    from distrib.ops.indexed_slices import IndexedSlices
+    with ops.get_default_graph().device("/job:ps/task:0"):
+        table = Variable(np.ones((5, 2), np.float32), name="table")
+    ids = ops.constant([3, 0, 3])
+    rows = ag.gather(table, ids) + ag.gather(ops.reshape(h, [4, 2]), ids)
+    parts = ag.dynamic_partition(rows, ops.constant([0, 1, 0]), 2)
+    y = ag.dynamic_stitch([ops.constant([1]), ops.constant([0, 2])], [parts[1], parts[0]])
+    y = ag.segment_mean(y, ids) + ag.segment_sum(y, ids)
+    loss = ops.reduce_sum(ag.unsorted_segment_sum(y, ids, 4))
+    sparse = gradients(loss, [table])[0]
+    ag.unique(ids)
+    ag.sparse_to_dense(ops.constant([1, 2]), [4], 1.0, 0.0)
+    ag.scatter_update(table, ids, ops.ones([3, 2]))
+    ag.scatter_nd_update(table, ops.constant([[1, 1]]), ops.constant([2.0]))
+    ag.scatter_add(table, ids, 1.0)
+    for opt in (GradientDescentOptimizer(0.1), MomentumOptimizer(0.1, 0.9),
+                AdagradOptimizer(0.1), AdamOptimizer(0.1), RMSPropOptimizer(0.1),
+                RMSPropOptimizer(0.1, centered=True), FtrlOptimizer(0.1),
+                FtrlOptimizer(0.1, l2_shrinkage_regularization_strength=0.1)):
+        opt.apply_gradients([(sparse, table)])
+    from distrib.train.optimizers.global_step import get_or_create_global_step
+    SyncReplicasOptimizer(GradientDescentOptimizer(0.1), replicas_to_aggregate=2)\
+        .apply_gradients([(IndexedSlices(sparse.values, sparse.indices), table)],
+                         global_step=get_or_create_global_step())
+    # the Keras lookup layers' ops on graph tensors (LookupTableFindV2,
+    # StringToHashBucketFast, DenseBincount)
+    from distrib.keras.lookup_layers import CategoryEncoding, Hashing, StringLookup
+    words = ops.constant(["a", "b", "zz"])
+    StringLookup(vocabulary=["a", "b"])(words)
+    Hashing(num_bins=3)(words)
+    CategoryEncoding(num_tokens=4, output_mode="multi_hot")(ops.constant([[0, 1], [2, 3]]))
 
 
 def _build_conv_family(h: object) -> None:
@@ -190,8 +242,7 @@ def test_every_op_the_builders_and_the_partitioner_make_has_an_entry_of_its_arit
     # (and the ops a worker makes when it compiles a partition: the GPU fusion's;
     # and the one the master's graph optimizer makes: _FusedElementwise)
     assert sorted(set(d.name for d in op_defs()) - set(seen)
-                  - {"_FusedBiasRelu", "_FusedElementwise"}) == [
-        "ExpandDims", "Tile"]
+                  - {"_FusedBiasRelu", "_FusedElementwise"}) == []
 
 
 def test_unknown_op_type_is_not_found_naming_it():
@@ -272,7 +323,8 @@ def test_every_op_with_a_gradient_has_a_differentiable_input():
     for d in op_defs():
         if d.gradient is None:
             continue
-        assert not d.no_gradient and not d.is_stateful, d.name
+        # (a variable's rows, read when the op runs, are differentiated at the variable)
+        assert not d.no_gradient and (not d.is_stateful or d.name == "ResourceGather"), d.name
         assert [k for k in range(len(d.inputs)) if k not in d.shape_only_inputs], d.name
 
 

@@ -24,7 +24,7 @@ root = Path(sys.argv[1])
 pkg = types.ModuleType("distrib")
 pkg.__path__ = [str(root / "distrib")]
 sys.modules["distrib"] = pkg
-import logging, numpy, msgpack, uvloop   # what they register at import is theirs
+import logging, multiprocessing.util, numpy, msgpack, uvloop   # what they register at import is theirs
 callbacks_before = atexit._ncallbacks()
 imported = []
 for path in sorted((root / "distrib").rglob("*.py")):

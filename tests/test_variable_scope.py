@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import distrib as dt
-from distrib.errors import InvalidArgumentError, UnimplementedError
+from distrib.errors import InvalidArgumentError
 from distrib.ops.variable_scope import REGULARIZATION_LOSSES, VariableScopeError
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.local_eval import evaluate
@@ -328,8 +328,9 @@ def test_custom_getters_wrap_the_true_getter(g):
         with dt.variable_scope("inner", custom_getter=suffix):
             v = dt.get_variable("v", [1])
     assert v.name == "outer/inner/v_suffix_suffix:0" and len(calls) == 2
-    with pytest.raises(UnimplementedError, match="partitioner"):
-        dt.get_variable("p", [4, 2], partitioner=lambda shape, dtype: [2, 1])
+    # a partitioner gives TF1's PartitionedVariable (issue 41; tests/test_embedding_ops.py)
+    parts = dt.get_variable("p", [4, 2], partitioner=lambda shape, dtype: [2, 1])
+    assert isinstance(parts, dt.PartitionedVariable) and len(parts) == 2
 
 
 # -- graphs, threads, tasks ----------------------------------------------------------------------

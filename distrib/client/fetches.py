@@ -54,6 +54,11 @@ class FetchPlan:
         self._build: Callable[[list[Any]], Any] = self._flatten(fetches)
 
     def _flatten(self, f: Any) -> Callable[[list[Any]], Any]:
+        components = getattr(f, "_fetch_components", None)
+        if callable(components):   # an IndexedSlices: its parts, and its value made of them
+            parts, rebuild = components()
+            built = [self._flatten(p) for p in parts]
+            return lambda vals: rebuild([b(vals) for b in built])
         kind = _kind(f, self._graph)
         if kind is not None:
             what, name = kind

@@ -87,6 +87,8 @@ class ConfigProto:
     inter_op_parallelism_threads: int = 0
     # the graph optimizer's passes (distrib.client.graph_options), sent to the master
     graph_options: GraphOptions = field(default_factory=GraphOptions)
+    # TF's device filters: the devices (partial names, "/job:ps") a session may use
+    device_filters: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if isinstance(self.gpu_options, dict):
@@ -101,6 +103,12 @@ class ConfigProto:
                             f"ConfigProto(device_count={{'CPU': 2, 'GPU': 0}}); got "
                             f"{self.device_count!r}")
         self.device_count = {k.upper(): v for k, v in self.device_count.items()}
+        if isinstance(self.device_filters, str) or not all(
+                isinstance(f, str) for f in self.device_filters):
+            raise TypeError("device_filters is a list of device names, as TF's "
+                            "ConfigProto(device_filters=['/job:ps', '/job:worker/task:0']); got "
+                            f"{self.device_filters!r}")
+        self.device_filters = list(self.device_filters)
 
     def as_dict(self) -> dict[str, Any]:
         """The options a session sends its master (its gpu_options stay here)."""

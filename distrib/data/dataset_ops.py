@@ -5,10 +5,13 @@ A Dataset wraps one pipeline :class:`~distrib.data.pipeline.Node` and the
 returns a new Dataset and never changes this one. Iterating starts a fresh
 cursor (``for x in ds``, ``async for x in ds``), so each loop is an epoch.
 
-Elements are numpy values (arrays, numpy scalars, or tuples/dicts of them):
-this pipeline runs in the client, in Python, and functions given to ``map``
-and ``filter`` are plain Python called on numpy values, not traced into a
-graph. Feed the batches to a session or a ``dt.function``.
+Elements are numpy values (arrays, numpy scalars, or tuples/dicts of them;
+a string is a 0-d object array holding its bytes): this pipeline runs in
+the client, in Python, and functions given to ``map`` and ``filter`` are
+plain Python called on numpy values, not traced into a graph; the ``dt.io``
+and ``dt.image`` functions they call compute on those values at once
+(``distrib.ops.value_mode``). Feed the batches to a session or a
+``dt.function``.
 
 Arguments are checked when the transformation is made, as TF checks them
 when it builds the dataset op: a bad one raises ``dt.errors.InvalidArgumentError``
@@ -23,9 +26,13 @@ from typing import Any, AsyncIterator, Callable
 
 import numpy as np
 
-from distrib.data import structure
+from distrib.data import readers, structure
+from distrib.data.cache import Cache, PaddedBatch
+from distrib.data.interleave import FlatMap, Interleave
+from distrib.data.iterator_state import CheckpointableIterator
 from distrib.data.iterators import AUTOTUNE, AsyncDatasetIterator, DatasetIterator, Prefetch
 from distrib.data.options import Options
+from distrib.data.parallel_map import MapFn, ParallelMap, ParallelMapBatch, autotune_calls
 from distrib.data.pipeline import (
     INFINITE,
     UNKNOWN,
@@ -70,14 +77,20 @@ def _int(name: str, value: Any, least: int | None = None, hint: str = "") -> int
 _derived_seeds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _resolve_seed(seed: Any) -> int:
+def _resolve_seed(seed: Any, counters: weakref.WeakKeyDictionary | None = None) -> int:
     if seed is not None:
         return _int("seed", seed, least=0)
     graph = get_default_graph()
     if graph.seed is None:
         return secrets.randbits(63)
-    counter = _derived_seeds.setdefault(graph, itertools.count())
+    counter = (_derived_seeds if counters is None else counters).setdefault(
+        graph, itertools.count())
     return (int(graph.seed) * 1_000_003 + next(counter)) % (2**63)
+
+
+# the maps' seeds (their functions' random draws) count apart from the shuffles', so a
+# map added before a shuffle leaves the shuffle's order as it was
+_map_seeds: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Dataset:
@@ -134,6 +147,18 @@ class Dataset:
             options = options.merge(d._options)  # noqa: SLF001 - same class
         return Dataset(Zip(nest, [d._node for d in leaves]), options)  # noqa: SLF001 - same class
 
+    @staticmethod
+    def list_files(file_pattern: Any, shuffle: bool | None = None, seed: int | None = None,
+                   name: str | None = None) -> Dataset:
+        """The file names matching ``file_pattern`` (a glob or a list of them), in a
+        new random order each epoch unless ``shuffle=False`` (then sorted), as TF's;
+        no match is an InvalidArgumentError naming the pattern."""
+        names = np.array(readers.list_files(file_pattern), dtype=object)
+        ds = Dataset(TensorSlices(names))
+        if shuffle is False:
+            return ds
+        return ds.shuffle(len(names), seed=seed)
+
     # -- transformations ---------------------------------------------------------
 
     def _then(self, node: Node) -> Dataset:
@@ -146,7 +171,10 @@ class Dataset:
         ``drop_remainder``."""
         size = _int("batch_size", batch_size, least=1, hint=" (Batch size must be greater than "
                     "zero.)")
-        return self._then(Batch(self._node, size, bool(drop_remainder)))
+        node = self._node
+        if isinstance(node, ParallelMap) and node.deterministic is not False:
+            return self._then(ParallelMapBatch(node, size, bool(drop_remainder)))   # fused
+        return self._then(Batch(node, size, bool(drop_remainder)))
 
     def unbatch(self, name: str | None = None) -> Dataset:
         """Split each element into its rows (the inverse of batch)."""
@@ -176,9 +204,47 @@ class Dataset:
         """``map_func`` on each element (a tuple's components as separate arguments)."""
         if not callable(map_func):
             raise InvalidArgumentError(f"map takes a function, got {map_func!r}")
-        if num_parallel_calls is not None:
-            _check_parallelism(num_parallel_calls)
-        return self._then(Map(self._node, map_func))
+        fn = MapFn(map_func, _resolve_seed(None, _map_seeds) ^ 0x5EED)
+        calls = 1 if num_parallel_calls is None else _check_parallelism(num_parallel_calls)
+        if calls == 1:
+            return self._then(Map(self._node, fn))
+        return self._then(ParallelMap(self._node, fn, calls, deterministic,
+                                      autotune=num_parallel_calls == AUTOTUNE))
+
+    def flat_map(self, map_func: Callable[..., Any], name: str | None = None) -> Dataset:
+        """Each element's dataset (``map_func(x)`` returns one), their elements in turn."""
+        if not callable(map_func):
+            raise InvalidArgumentError(f"flat_map takes a function, got {map_func!r}")
+        return self._then(FlatMap(self._node, map_func))
+
+    def interleave(self, map_func: Callable[..., Any], cycle_length: int | None = None,
+                   block_length: int | None = None, num_parallel_calls: int | None = None,
+                   deterministic: bool | None = None, name: str | None = None) -> Dataset:
+        """``cycle_length`` of the elements' datasets open at once, ``block_length``
+        elements from each in turn (TF's order); ``num_parallel_calls`` reads them
+        ahead in threads (see data/interleave.py)."""
+        if not callable(map_func):
+            raise InvalidArgumentError(f"interleave takes a function, got {map_func!r}")
+        cycle = autotune_calls() if cycle_length in (None, AUTOTUNE) else \
+            _int("cycle_length", cycle_length, least=1)
+        block = 1 if block_length is None else _int("block_length", block_length, least=1)
+        parallel = num_parallel_calls is not None and _check_parallelism(num_parallel_calls) > 1
+        return self._then(Interleave(self._node, map_func, cycle, block, parallel, deterministic))
+
+    def cache(self, filename: str = "", name: str | None = None) -> Dataset:
+        """Keep the elements of the first whole iteration (in memory, or in
+        ``filename``) and read them from there afterwards."""
+        path = filename.decode() if isinstance(filename, bytes) else str(filename)
+        return self._then(Cache(self._node, path))
+
+    def padded_batch(self, batch_size: int, padded_shapes: Any = None,
+                     padding_values: Any = None, drop_remainder: bool = False,
+                     name: str | None = None) -> Dataset:
+        """Batch elements of different shapes, each padded to ``padded_shapes``
+        (None or -1: the batch's longest) with ``padding_values`` (0 / b"")."""
+        size = _int("batch_size", batch_size, least=1)
+        return self._then(PaddedBatch(self._node, size, padded_shapes, padding_values,
+                                      bool(drop_remainder)))
 
     def filter(self, predicate: Callable[..., Any], name: str | None = None) -> Dataset:
         """Keep the elements for which ``predicate`` returns True (a scalar bool)."""
@@ -257,10 +323,22 @@ class Dataset:
     def __bool__(self) -> bool:
         return True   # as TF: __len__ must not decide truth (it raises for infinite ones)
 
+    def _hand_options(self) -> None:
+        """Hand the options to the stages that read them (``deterministic`` to the
+        parallel stages, as TF's options reach its kernels) before a cursor starts."""
+        deterministic = self._options.deterministic
+        if deterministic is None:
+            deterministic = self._options.experimental_deterministic
+        for node in self._node.walk():
+            if hasattr(node, "default_deterministic"):
+                node.default_deterministic = deterministic is not False
+
     def __iter__(self) -> DatasetIterator:
-        return DatasetIterator(self._node.iterate(), self._node.element_spec)
+        self._hand_options()
+        return CheckpointableIterator(self._node)
 
     def __aiter__(self) -> AsyncIterator[Any]:
+        self._hand_options()
         return AsyncDatasetIterator(self._node.iterate())
 
     def as_numpy_iterator(self) -> DatasetIterator:
@@ -278,8 +356,10 @@ class Dataset:
         return f"<Dataset element_spec={self.element_spec!r}>"
 
 
-def _check_parallelism(value: Any) -> None:
+def _check_parallelism(value: Any) -> int:
+    """The number of calls at once: ``value``, or the cores for AUTOTUNE."""
     n = _int("num_parallel_calls", value)
     if n != AUTOTUNE and n < 1:
         raise InvalidArgumentError(f"num_parallel_calls must be positive or dt.data.AUTOTUNE, "
                                    f"got {n}")
+    return autotune_calls() if n == AUTOTUNE else n

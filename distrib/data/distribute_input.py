@@ -8,7 +8,18 @@ and ``kernels/data/experimental/rebatch_dataset_op.cc``):
 
 - The dataset's batch size B is the *global* batch: one step of all
   ``N = num_workers * R`` replicas (R per worker) consumes B elements.
-- DATA policy (and AUTO, since distrib has no file readers): every worker runs
+- FILE policy (and AUTO when the pipeline reads files, TF's rule): every
+  reader of the pipeline (``TFRecordDataset`` ..., or a ``flat_map`` /
+  ``interleave`` whose function makes one, as ``list_files(...).interleave(
+  TFRecordDataset)``) reads only the files of ``shard(num_workers,
+  worker_index)`` of its file names, a shuffle of the names moved after the
+  shard (TF's: each worker shuffles its own files), and each global
+  batch it makes is rebatched into N sub-batches, all of which the worker
+  keeps (its steps walk through them): the workers read disjoint files.
+  Unbatched elements go to the worker's replicas as they are.
+  Fewer files than workers is an error for FILE (TF's "not enough for the
+  required shards"); AUTO then shards by data.
+- DATA policy (and AUTO for a pipeline that reads no files): every worker runs
   the whole pipeline, then a *legacy rebatch* splits each global batch of b
   rows into N sub-batches of ``m = ceil(b / N)`` rows (sub-batch k holds rows
   ``[k*m, min((k+1)*m, b))``; the last ones may be short or empty), and a
@@ -30,7 +41,8 @@ and ``kernels/data/experimental/rebatch_dataset_op.cc``):
   one process builds the datasets of several workers.
 - OFF: no sharding; each worker splits the global batch by TF's rotated
   ``batch_sizes_for_worker`` (RebatchDatasetV2) and reads the whole dataset.
-- FILE: an error for more than one worker (no file-reading source to shard).
+- FILE on a pipeline that reads no files: an error for more than one worker
+  (TF's "Did not find a shardable source").
 
 An element of the returned dataset is a tuple of R per-replica batches, one
 step of this worker (TF's MultiDeviceIterator hands consecutive sub-batches
@@ -48,6 +60,7 @@ partial-batch handling.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 from typing import Any, Iterator
@@ -56,9 +69,11 @@ import numpy as np
 
 from distrib.data import structure
 from distrib.data.dataset_ops import Dataset
+from distrib.data.interleave import FlatMap, Interleave, dataset_node
 from distrib.data.iterators import Prefetch
 from distrib.data.options import AutoShardPolicy
-from distrib.data.pipeline import INFINITE, Node
+from distrib.data.pipeline import END, INFINITE, Node
+from distrib.data.readers import RecordFiles
 from distrib.data.transforms import Batch, Filter, Repeat, Shard, Shuffle, Skip, Take
 from distrib.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 
@@ -257,11 +272,18 @@ def auto_shard(dataset: Dataset, num_workers: int, worker_index: int,
     if policy == AutoShardPolicy.HINT:
         raise UnimplementedError("AutoShardPolicy.HINT is not supported by dt.data; use DATA "
                                  "(or AUTO) to shard by data, or OFF")
-    if policy == AutoShardPolicy.FILE and num_workers > 1:
-        raise NotFoundError(
-            "Did not find a shardable source: dt.data datasets read no files, so FILE sharding "
-            "cannot apply. Set options.experimental_distribute.auto_shard_policy = "
-            "AutoShardPolicy.DATA (or AUTO) and apply it with dataset.with_options(options)")
+    if policy in (AutoShardPolicy.FILE, AutoShardPolicy.AUTO) and num_workers > 1:
+        sharded = _shard_files(node, num_workers, worker_index, policy)
+        if sharded:   # the workers read disjoint files: rebatch only (batched elements)
+            batched = all(spec.shape.rank != 0 for spec in structure.flatten(
+                dataset.element_spec))
+            return Dataset(LegacyRebatch(node, n) if n > 1 and batched else node, options)
+        if policy == AutoShardPolicy.FILE:
+            raise NotFoundError(
+                "Did not find a shardable source: the dataset reads no files (TFRecordDataset, "
+                "FixedLengthRecordDataset, TextLineDataset), so FILE sharding cannot apply. Set "
+                "options.experimental_distribute.auto_shard_policy = AutoShardPolicy.DATA (or "
+                "AUTO) and apply it with dataset.with_options(options)")
     if policy in (AutoShardPolicy.AUTO, AutoShardPolicy.DATA):
         _warn_unseeded(dataset, num_workers)
         if n > 1:
@@ -274,6 +296,66 @@ def auto_shard(dataset: Dataset, num_workers: int, worker_index: int,
                                                      num_replicas_in_worker, worker_index))
                 if global_batch > 0 else LegacyRebatch(node, n))
     return Dataset(node, options)
+
+
+def _shard_files(node: Node, num_workers: int, worker_index: int,
+                 policy: AutoShardPolicy) -> bool:
+    """Shard the file names of every reader in ``node`` (a private clone), and of
+    every flat_map / interleave whose function makes readers (TF's FILE rule);
+    False when there is none, or (AUTO) too few files to give each worker one."""
+    found: list[Node] = [n for n in node.walk() if isinstance(n, RecordFiles)]
+    found += [n for n in node.walk() if isinstance(n, (FlatMap, Interleave))
+              and not any(isinstance(m, RecordFiles) for m in n.inputs[0].walk())
+              and opens_readers(n)]
+    if not found:
+        return False
+    for reader in found:
+        count = reader.inputs[0].cardinality()
+        if 0 <= count < num_workers:
+            if policy == AutoShardPolicy.AUTO:
+                return False
+            raise InvalidArgumentError(
+                f"Could not apply FILE based sharding: the dataset only has {count} file(s), "
+                f"which is not enough for the required {num_workers} shards/workers. Set the "
+                "auto sharding policy to DATA or OFF (options.experimental_distribute."
+                "auto_shard_policy)")
+    for reader in found:
+        reader.inputs = (_sharded_names(reader.inputs[0], num_workers, worker_index),)
+    return True
+
+
+def opens_readers(stage: Node) -> bool:
+    """Whether a flat_map / interleave makes datasets that read files (TF's
+    ``ReaderOpInFunction``), told by making the dataset of its input's first
+    element (made only: nothing is read); FILE sharding then shards its input."""
+    try:
+        first = stage.inputs[0].probe_first()
+        if first is END:
+            return False
+        made = dataset_node(stage.fn, first, "interleave")   # type: ignore[attr-defined]
+    except Exception:   # a function that cannot be probed: not a shardable source
+        return False
+    return any(isinstance(n, RecordFiles) for n in made.walk())
+
+
+def _sharded_names(names: Node, num_workers: int, worker_index: int) -> Node:
+    """``shard(num_workers, worker_index)`` of a node of file names, with a shuffle
+    of the names above it moved after the shard (TF's ProcessDatasetSourceNode):
+    the workers split the files in one order, then each shuffles its own (an
+    unseeded shuffle before the shard would give the workers overlapping files)."""
+    parent, at = None, names
+    while not isinstance(at, Shuffle) and len(at.inputs) == 1:
+        parent, at = at, at.inputs[0]
+    if not isinstance(at, Shuffle):
+        return Shard(names, num_workers, worker_index)
+    shuffle, below = at, at.inputs[0]
+    if parent is None:
+        names = below
+    else:
+        parent.inputs = (below,)
+    moved = copy.copy(shuffle)
+    moved.inputs = (Shard(names, num_workers, worker_index),)
+    return moved
 
 
 def rebatch_and_shard(dataset: Dataset, num_workers: int, worker_index: int,

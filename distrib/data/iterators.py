@@ -26,7 +26,7 @@ import time
 from typing import Any, Iterator
 
 from distrib.data.pipeline import Node, probing
-from distrib.errors import InternalError, OutOfRangeError
+from distrib.errors import InternalError, InvalidArgumentError, OutOfRangeError
 
 __all__ = ["AUTOTUNE", "DatasetIterator", "AsyncDatasetIterator", "Prefetch"]
 
@@ -196,6 +196,40 @@ class Prefetch(Node):
             stop.set()
             _drain(q)
             thread.join(_JOIN_S)
+
+    def cardinality(self) -> int:
+        return self.inputs[0].cardinality()
+
+
+class DevicePrefetch(Prefetch):
+    """``prefetch_to_device(device)``: the prefetch thread also copies each element's
+    numeric arrays to the GPU (numba device arrays, ``kernels.cuda.devices``), so a
+    step finds its batch on the device; strings stay on the host, as TF's."""
+
+    def __init__(self, node: Node, gpu: int, buffer_size: int) -> None:
+        super().__init__(_CopyToGpu(node, gpu), buffer_size)
+
+
+class _CopyToGpu(Node):
+    def __init__(self, node: Node, gpu: int) -> None:
+        self.inputs = (node,)
+        self.gpu = gpu
+
+    def iterate(self) -> Iterator[Any]:
+        from distrib.data import structure
+        from kernels.cuda import devices
+        if len(devices.gpu_devices()) <= self.gpu:
+            raise InvalidArgumentError(f"prefetch_to_device: there is no GPU:{self.gpu} in this "
+                                "process (CUDA_VISIBLE_DEVICES, or a machine without one); "
+                                "prefetch on the host with ds.prefetch(n) instead")
+
+        def copy(leaf: Any) -> Any:
+            arr = leaf if hasattr(leaf, "dtype") else None
+            if arr is None or getattr(arr.dtype, "kind", "O") == "O" or probing():
+                return leaf
+            return devices.to_device(arr, self.gpu)
+        for element in self.inputs[0].iterate():
+            yield structure.map_structure_unchecked(copy, element)
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()

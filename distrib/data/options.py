@@ -6,9 +6,11 @@ the same option set earlier, and an option never set reads as its default.
 Setting a name an options object does not have raises AttributeError (TF's
 ``Cannot set the property``), so a typo cannot pass silently.
 
-Only ``experimental_distribute.auto_shard_policy`` changes behaviour today
-(the strategies read it through :mod:`distrib.data.distribute_input`); the
-other fields are accepted so that TF scripts run, and are recorded.
+``experimental_distribute.auto_shard_policy`` (the strategies read it
+through :mod:`distrib.data.distribute_input`) and ``deterministic`` (the
+parallel map and interleave read it when the dataset is iterated) change
+behaviour; the other fields are accepted so that TF scripts run, and are
+recorded.
 """
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ class AutoShardPolicy(enum.IntEnum):
     """How ``experimental_distribute_dataset`` splits a dataset between workers (TF's values).
 
     OFF: every worker reads the whole dataset. AUTO: shard by files when the
-    pipeline reads files, else by data (distrib has no file readers, so AUTO
-    is DATA). FILE: shard the input files (an error here: no file readers).
+    pipeline reads files (and has a file for each worker), else by data.
+    FILE: shard the input files (an error for a pipeline that reads none).
     DATA: every worker runs the whole pipeline and keeps its own part of every
     global batch. HINT: shard where ``shard(SHARD_HINT, SHARD_HINT)`` says.
     """

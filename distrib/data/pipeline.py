@@ -27,7 +27,7 @@ import numpy as np
 from distrib.data import structure
 from distrib.errors import InvalidArgumentError
 
-__all__ = ["INFINITE", "UNKNOWN", "Node", "probing", "TensorSlices", "Tensors", "Range",
+__all__ = ["INFINITE", "UNKNOWN", "END", "Node", "probing", "TensorSlices", "Tensors", "Range",
            "Generator", "Zip", "Concatenate"]
 
 INFINITE = -1   # tf.data.INFINITE_CARDINALITY
@@ -70,16 +70,21 @@ class Node:
 
     def probe_spec(self) -> Any:
         """The spec of the first element, learned by running the pipeline once."""
+        first = self.probe_first()
+        return structure.unknown_spec() if first is _END else structure.spec_of(first)
+
+    def probe_first(self) -> Any:
+        """The first element, or :data:`END` for an empty pipeline, read while
+        probing (no epoch taken, no thread started)."""
         token = _PROBING.set(True)
         cursor = self.iterate()
         try:
-            first = next(cursor, _END)
+            return next(cursor, _END)
         finally:
             close = getattr(cursor, "close", None)
             if close is not None:
                 close()
             _PROBING.reset(token)
-        return structure.unknown_spec() if first is _END else structure.spec_of(first)
 
     def clone(self) -> Node:
         """A copy of this pipeline whose per-iteration state starts afresh (a shuffle's
@@ -100,6 +105,7 @@ class Node:
 
 
 _END = object()
+END = _END   # what probe_first returns for an empty pipeline
 
 
 class TensorSlices(Node):

@@ -19,7 +19,12 @@ a generator cursor. The rules worth knowing, all TF's:
 - ``Shard`` keeps the elements whose position is ``index`` modulo ``num_shards``.
 - ``Map`` calls ``fn(*element)`` when the element is a plain tuple, else
   ``fn(element)`` (TF unpacks exactly ``type(x) is tuple``); what fn returns
-  is converted to numpy by TF's rules. It runs in the client, sequentially.
+  is converted to numpy by TF's rules. It runs in the client, sequentially (a
+  parallel map is ``parallel_map.ParallelMap``), as a dataset function:
+  ``dt.io``/``dt.image`` calls in fn compute on the values at once
+  (``distrib.ops.value_mode``), their random choices keyed by the map's
+  seed, the epoch and the element's position. ``Filter``'s predicate runs
+  as a dataset function too.
 """
 from __future__ import annotations
 
@@ -29,8 +34,10 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from distrib.data import structure
+from distrib.data.parallel_map import MapFn
 from distrib.data.pipeline import INFINITE, UNKNOWN, Node, probing
 from distrib.errors import InvalidArgumentError
+from distrib.ops import value_mode
 
 __all__ = ["Batch", "Unbatch", "Shuffle", "Repeat", "Shard", "Map", "Filter", "Take", "Skip",
            "Enumerate", "stack"]
@@ -217,14 +224,21 @@ def call_unpacked(fn: Callable[..., Any], element: Any) -> Any:
 
 
 class Map(Node):
-    def __init__(self, node: Node, fn: Callable[..., Any]) -> None:
+    index_offset = 0   # the position of the first element (a restored iterator's twin)
+
+    def __init__(self, node: Node, fn: MapFn) -> None:
         self.inputs = (node,)
         self.fn = fn
+        self._epochs = itertools.count()
+
+    def reset(self) -> None:
+        self._epochs = itertools.count()
 
     def iterate(self) -> Iterator[Any]:
         fn = self.fn
-        for element in self.inputs[0].iterate():
-            yield structure.normalize(call_unpacked(fn, element))
+        epoch = 0 if probing() else next(self._epochs)
+        for index, element in enumerate(self.inputs[0].iterate(), start=self.index_offset):
+            yield fn(element, epoch, index)
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
@@ -241,7 +255,8 @@ class Filter(Node):
     def iterate(self) -> Iterator[Any]:
         predicate = self.predicate
         for element in self.inputs[0].iterate():
-            keep = call_unpacked(predicate, element)
+            with value_mode.dataset_function():
+                keep = call_unpacked(predicate, element)
             if np.ndim(keep) != 0 or np.asarray(keep).dtype != np.bool_:
                 raise InvalidArgumentError(f"filter: the predicate must return a scalar bool, "
                                            f"got {keep!r}; compare with a value (x > 0)")

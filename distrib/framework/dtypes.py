@@ -19,6 +19,8 @@ from distrib.errors import InvalidArgumentError
 __all__ = [
     "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16",
     "int32", "int64", "uint8", "bool", "string", "ALL_DTYPES",
+    # the rest of tf.dtypes (issue 39)
+    "uint16", "uint32", "uint64", "complex64", "complex128", "half", "double",
 ]
 
 
@@ -51,7 +53,34 @@ class DType:
 
     @property
     def is_integer(self) -> bool:
-        return self._np in (np.int8, np.int16, np.int32, np.int64, np.uint8)
+        return self._np in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                            np.uint32, np.uint64)
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self._np in (np.uint8, np.uint16, np.uint32, np.uint64)
+
+    @property
+    def is_complex(self) -> bool:
+        return self._np in (np.complex64, np.complex128)
+
+    @property
+    def real_dtype(self) -> DType:
+        """float32 for complex64, float64 for complex128, else the dtype itself."""
+        return {"complex64": float32, "complex128": float64}.get(self._name, self)
+
+    @property
+    def size(self) -> int:
+        """Bytes per element (TF's ``DType.size``; 1 for string, as a pointer's stand-in)."""
+        return 1 if self._np is np.object_ else np.dtype(self._np).itemsize
+
+    @property
+    def limits(self) -> tuple[Any, Any]:
+        """(min, max) of the type (TF's ``DType.limits``)."""
+        return (self.min, self.max)
+
+    def is_compatible_with(self, other: Any) -> bool:
+        return self == other
 
     @property
     def is_bool(self) -> bool:
@@ -105,9 +134,16 @@ int64 = DType("int64", np.int64)
 uint8 = DType("uint8", np.uint8)
 bool = DType("bool", np.bool_)  # noqa: A001 - the TF name, on purpose
 string = DType("string", np.object_)
+uint16 = DType("uint16", np.uint16)
+uint32 = DType("uint32", np.uint32)
+uint64 = DType("uint64", np.uint64)
+complex64 = DType("complex64", np.complex64)
+complex128 = DType("complex128", np.complex128)
+half, double = float16, float64   # TF's other names
 
 ALL_DTYPES: tuple[DType, ...] = (
-    float16, float32, float64, int8, int16, int32, int64, uint8, bool, string)
+    float16, float32, float64, int8, int16, int32, int64, uint8, bool, string,
+    uint16, uint32, uint64, complex64, complex128)
 
 _BY_NAME: dict[str, DType] = {d.name: d for d in ALL_DTYPES}
 _BY_NAME.update({"half": float16, "float": float32, "double": float64, "str": string})

@@ -130,6 +130,8 @@ class Graph:
         """``name`` under the current scope, suffixed ``_1``, ``_2``... if taken (TF rules)."""
         if self._local.name_stack:
             name = self._local.name_stack + "/" + name
+        if mark_as_used and _eager_runner and self._eager_now():
+            mark_as_used = False   # eager ops keep no names: a long eager loop must not grow this
         with self._lock:
             key = name.lower()
             i = self._names_in_use.get(key, 0)
@@ -189,17 +191,32 @@ class Graph:
     def colocate_with(self, op: Any, ignore_existing: bool = False
                       ) -> contextlib.AbstractContextManager:
         """Place ops built inside on ``op``'s device; outer device scopes are ignored (TF)."""
+        if self._eager_now():   # an eager op runs where its inputs are: nothing to place
+            return contextlib.nullcontext()
         target = None if op is None else _as_operation(op)
         return self._local.colocate_with(target, ignore_existing)
+
+    def colocate_built_ops(self, ops: Sequence[Operation], target: Operation) -> None:
+        """Place ``ops``, already built, on ``target``'s device (TF colocates a variable's
+        initializer, built before the variable, with it: a table is made on its ps)."""
+        for op in ops:
+            op._colocation_op = target  # noqa: SLF001 - the graph fills its ops' fields
+            op._device = target.device  # noqa: SLF001 - (see BuildingState.place)
 
     def control_dependencies(self, control_inputs: Sequence[Any] | None
                              ) -> contextlib.AbstractContextManager:
         """Ops built inside run after ``control_inputs`` (ops, tensors, variables); None clears."""
+        if self._eager_now():   # eager ops run in program order already (TF2's)
+            return contextlib.nullcontext()
         entry = None if control_inputs is None else [
             _as_operation(self.as_graph_element(c)) for c in control_inputs]
         return self._local.control_dependencies(entry)
 
     # -- op creation -------------------------------------------------------------
+    def _eager_now(self) -> bool:
+        """Whether this graph's ops run at once now (the process-wide graph, eager on)."""
+        return bool(_eager_runner) and self is _global_graph and _eager_runner[0].active()
+
     def create_op(self, op_type: str, inputs: Sequence[Tensor] = (), attrs: dict | None = None,
                   name: str | None = None, *, output_specs: Sequence[OutputSpec] | None = None,
                   infer: Callable[[str, list[Tensor], dict], Sequence[OutputSpec]] | None = None,
@@ -213,6 +230,14 @@ class Graph:
         ``control_inputs`` (a GraphDef's import) are taken as they are: the device
         replaces the scopes' choice, the control inputs follow the scopes' ones.
         """
+        if _eager_runner and self._eager_now():
+            if not any(isinstance(t, Tensor) for t in inputs):
+                # eager values (distrib.eager): the op runs now and is not added
+                return _eager_runner[0].run(op_type, inputs, attrs, name, output_specs, device)
+            # an op on a graph tensor (keras.Input's) stays symbolic, as TF2's KerasTensors
+            return _eager_runner[0].symbolic(self, op_type, inputs, attrs, name,
+                                             output_specs=output_specs, infer=infer,
+                                             device=device, control_inputs=control_inputs)
         self._check_not_finalized()
         inputs = list(inputs)
         for t in inputs:
@@ -361,6 +386,21 @@ def _as_operation(obj: Any) -> Operation:
 # -- the default graph ---------------------------------------------------------------
 _global_graph: Graph | None = None
 _global_lock = threading.Lock()
+# the eager runner (distrib.eager.execute), once dt.enable_eager_execution() ran: the
+# process-wide default graph's ops run at once while it says it is active
+_eager_runner: list[Any] = []
+
+
+def set_eager_runner(runner: Any) -> None:
+    """Run the ops built on the process-wide default graph through ``runner``
+    (``runner.active()``: now; ``runner.run(...)``: the op's outputs) instead
+    of adding them (TF's eager context); set by ``dt.enable_eager_execution``."""
+    _eager_runner[:] = [runner] if runner is not None else []
+
+
+def is_process_graph(graph: Any) -> bool:
+    """Whether ``graph`` is the process-wide default graph (no ``as_default`` one)."""
+    return graph is _global_graph
 
 
 def get_default_graph() -> Graph:

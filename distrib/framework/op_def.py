@@ -38,11 +38,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from distrib.errors import AlreadyExistsError, InvalidArgumentError, NotFoundError
-from distrib.framework import conv_shapes, nn_shapes, op_shapes, slicing_shapes
+from distrib.framework import (
+    conv_shapes,
+    gather_shapes,
+    io_shapes,
+    nn_shapes,
+    op_shapes,
+    slicing_shapes,
+    vocabulary_ops,
+)
 from distrib.framework.op_shapes import ShapeFn, Spec
 
 __all__ = ["OpDef", "register_op", "op_def", "find_op_def", "op_defs", "op_types",
-           "set_gradient", "infer", "matmul_flops"]
+           "set_gradient", "infer", "matmul_flops", "filled_elements"]
 
 GradFn = Callable[..., Any]
 # fn(input values, attrs) -> multiply-adds of one run, or None: weigh it by its bytes
@@ -180,6 +188,20 @@ def infer(op_type: str, name: str, inputs: list, attrs: dict) -> list[Spec]:
     return fn(op_type, name, inputs, attrs)
 
 
+def filled_elements(args: list, attrs: dict) -> int | None:
+    """The elements a source makes from its shape (a table's initializer: 10^7 rows
+    must not run on the event loop), weighed as one operation each."""
+    shape = attrs.get("shape")
+    if args and getattr(args[0], "size", 0):
+        shape = [int(d) for d in args[0]]
+    if not shape or any(d is None for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 def matmul_flops(args: list, attrs: dict) -> int | None:
     """Multiply-adds of ``a @ b``, ``(m x k) @ (k x n)`` whichever operand is
     transposed: m * k * n (None when the inputs are not two matrices)."""
@@ -199,10 +221,11 @@ _X, _XY = ("x",), ("x", "y")
 register_op("Const", shape_fn=op_shapes.const)
 register_op("Placeholder", shape_fn=op_shapes.from_attrs, runs_kernel=False)  # a feed
 for _t in ("Zeros", "Ones", "RandomStandardNormal"):
-    register_op(_t, shape_fn=op_shapes.from_attrs)
+    register_op(_t, shape_fn=op_shapes.from_attrs, heavy=filled_elements)
 # shape?: the shape as a tensor (dropout of a batch of unknown size), the
 # attr then holds what is known of it (TF's RandomUniform takes it as an input)
-register_op("RandomUniform", inputs=("shape?",), shape_fn=op_shapes.from_attrs)
+register_op("RandomUniform", inputs=("shape?",), shape_fn=op_shapes.from_attrs,
+            heavy=filled_elements)
 register_op("ZerosLike", inputs=_X, shape_fn=op_shapes.unchanged, shape_only_inputs=(0,))
 register_op("OnesLike", inputs=_X, shape_fn=op_shapes.unchanged, shape_only_inputs=(0,))
 register_op("NoOp", shape_fn=op_shapes.no_outputs, runs_kernel=False)
@@ -369,3 +392,72 @@ register_op("_FusedElementwise", inputs=("inputs*",))
 # cross-task edges, inserted by the master's partitioner (distrib.runtime.step.plan)
 register_op("_Send", inputs=_X, runs_kernel=False)
 register_op("_Recv", runs_kernel=False)
+
+# gathering, scattering and segmenting: the embeddings' ops (TF's names and inputs; shapes
+# in gather_shapes, kernels in kernels/cpu/gather.py and sparse_update.py, builders in
+# distrib.ops.array_gather); axis and batch_dims are attrs, as ConcatV2's axis
+# weighed by the rows they copy, not the table they read: a batch's rows of a 10^7-row
+# table stay on the event loop, so no pool thread holds the table while an update of
+# another replica's step wants to write it (that would copy the whole table)
+register_op("GatherV2", inputs=("params", "indices"), shape_fn=gather_shapes.gather,
+            heavy=gather_shapes.gathered_elements)
+# the rows of a variable (attr var), read from the store when it runs, beside it: its input
+# 0 (the variable's VariableV2 output, what the gradient reaches) is read for its shape only,
+# so a step waiting for its ids holds no reference to the table (an update of another
+# replica's step would then copy the whole table)
+register_op("ResourceGather", inputs=("resource", "indices"),
+            shape_fn=gather_shapes.resource_gather, is_stateful=True, has_side_effects=False,
+            shape_only_inputs=(0,))
+register_op("UnsortedSegmentSum", inputs=("data", "segment_ids", "num_segments"),
+            shape_fn=gather_shapes.unsorted_segment)
+for _t in ("SegmentSum", "SegmentMean"):
+    register_op(_t, inputs=("data", "segment_ids"), shape_fn=gather_shapes.segment)
+register_op("DynamicPartition", inputs=("data", "partitions"),
+            shape_fn=gather_shapes.dynamic_partition)
+register_op("DynamicStitch", inputs=("indices_then_data*",), shape_fn=gather_shapes.dynamic_stitch)
+register_op("Unique", inputs=("x",), shape_fn=gather_shapes.unique)
+register_op("SparseToDense", inputs=("sparse_indices", "output_shape", "sparse_values",
+                                     "default_value"), shape_fn=gather_shapes.sparse_to_dense)
+# sparse updates of a variable (attr var): rows written where the variable lives
+for _t in ("ScatterAdd", "ScatterSub", "ScatterUpdate"):
+    register_op(_t, inputs=("indices", "updates"), shape_fn=gather_shapes.scatter,
+                is_stateful=True, is_update=True)
+register_op("ScatterNdUpdate", inputs=("indices", "updates"), shape_fn=gather_shapes.scatter_nd,
+            is_stateful=True, is_update=True)
+register_op("SparseApplyMomentum", inputs=("lr", "grad", "indices", "momentum"),
+            is_stateful=True, is_update=True, slot_attrs=("accum",))
+register_op("SparseApplyAdagrad", inputs=("lr", "grad", "indices"), is_stateful=True,
+            is_update=True, slot_attrs=("accum",))
+register_op("SparseApplyRMSProp", inputs=("lr", "rho", "momentum", "epsilon", "grad", "indices"),
+            is_stateful=True, is_update=True, slot_attrs=("ms", "mom"))
+register_op("SparseApplyCenteredRMSProp",
+            inputs=("lr", "rho", "momentum", "epsilon", "grad", "indices"),
+            is_stateful=True, is_update=True, slot_attrs=("mg", "ms", "mom"))
+register_op("SparseApplyFtrl", inputs=("grad", "indices", "lr", "l1", "l2", "lr_power"),
+            is_stateful=True, is_update=True, slot_attrs=("accum", "linear"))
+register_op("SparseApplyFtrlV2",
+            inputs=("grad", "indices", "lr", "l1", "l2", "l2_shrinkage", "lr_power"),
+            is_stateful=True, is_update=True, slot_attrs=("accum", "linear"))
+# sync replicas' sparse gradients, kept as rows (distrib.runtime.state.sparse_accumulator)
+register_op("SparseAccumulatorApplyGradient", inputs=("local_step", "indices", "values"),
+            is_stateful=True, is_resource=True)
+register_op("SparseAccumulatorTakeGradient", inputs=("num_required",), is_stateful=True,
+            is_resource=True)
+# the lookup layers' (kernels/cpu/hashing.py): FarmHash buckets, a static table (attrs
+# table_keys, table_values, value_dtype: TF's table handle input is the table itself here)
+register_op("StringToHashBucketFast", inputs=("input",), shape_fn=gather_shapes.hash_bucket)
+register_op("LookupTableFindV2", inputs=("keys", "default_value"),
+            shape_fn=gather_shapes.table_find)
+register_op("DenseBincount", inputs=("input", "size", "weights?"),
+            shape_fn=gather_shapes.dense_bincount)
+
+# reading input: parsing Examples, files, image decoding, resizing and colour (shapes and the
+# entries' keywords in io_shapes.OPS; kernels in kernels/cpu/parsing.py, image_codec.py and
+# image_resize.py; builders in distrib.ops.parsing_ops and image_ops)
+for _t, _kw in io_shapes.OPS.items():
+    register_op(_t, **_kw)
+
+# TF's everyday vocabulary (issue 39): tf.math, the activations, stacking and splitting,
+# one_hot, range, the remaining TF1 optimizers' updates (entries in vocabulary_ops.ENTRIES)
+for _kw in vocabulary_ops.ENTRIES:
+    register_op(**_kw)

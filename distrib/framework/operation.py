@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from distrib.framework.graph import Graph
 
 __all__ = ["Operation", "Tensor", "NodeDef", "DTYPE_ATTRS", "OutputSpec", "TensorOperators",
-           "bind_operators"]
+           "bind_operators", "operator_builders", "bind_extra_operators"]
 
 # attrs that hold a dtype: kept as names in the GraphDef, returned as DType by get_attr
 DTYPE_ATTRS = frozenset({"dtype", "output_type", "out_type", "T", "SrcT", "DstT"})
@@ -58,6 +58,12 @@ class TensorOperators:
     def __or__(self, other): return _ops().logical_or(self, other, name="or")
     def __ror__(self, other): return _ops().logical_or(other, self, name="or")
     def __invert__(self): return _ops().logical_not(self, name="LogicalNot")
+    # TF's slicing and integer operators (distrib.ops.tensor_indexing, bound by the runtime)
+    def __getitem__(self, key): return _extra("getitem")(self, key)
+    def __floordiv__(self, other): return _extra("floordiv")(self, other)
+    def __rfloordiv__(self, other): return _extra("floordiv")(other, self)
+    def __mod__(self, other): return _extra("mod")(self, other)
+    def __rmod__(self, other): return _extra("mod")(other, self)
 
     def __bool__(self) -> bool:
         raise TypeError("using a dt.Tensor as a Python bool is not allowed: its value exists "
@@ -76,6 +82,29 @@ def bind_operators(builders: Any) -> None:
     """Make ``builders`` (a module with ``add``, ``matmul``, ``logical_not``
     ...) the op builders behind every tensor's Python operators."""
     _OPERATORS[:] = [builders]
+
+
+# the builders of the operators above that distrib.ops.math_ops does not hold:
+# name -> fn (getitem, floordiv, mod), bound by the process runtime
+_EXTRA_OPERATORS: dict[str, Any] = {}
+
+
+def bind_extra_operators(table: dict[str, Any]) -> None:
+    """Make ``table``'s builders those of ``tensor[...]``, ``//`` and ``%``."""
+    _EXTRA_OPERATORS.update(table)
+
+
+def _extra(name: str) -> Any:
+    fn = _EXTRA_OPERATORS.get(name)
+    if fn is None:
+        raise TypeError(f"this tensor operator ({name}) needs the op builders: `import distrib` "
+                        "makes the process runtime that binds them")
+    return fn
+
+
+def operator_builders() -> Any:
+    """The op builders behind the operators (``equal`` for an eager tensor's ``==``)."""
+    return _ops()
 
 
 def _ops() -> Any:

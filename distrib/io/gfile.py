@@ -25,7 +25,7 @@ from typing import IO, Any, Iterator
 from distrib.errors import AlreadyExistsError, NotFoundError, UnimplementedError
 
 __all__ = ["GFile", "copy", "exists", "glob", "isdir", "listdir", "makedirs", "mkdir",
-           "remove", "rename", "rmtree", "stat", "walk",
+           "remove", "rename", "rmtree", "stat", "walk", "join",
            # TF1's tf.gfile names
            "Copy", "DeleteRecursively", "Exists", "Glob", "IsDirectory", "ListDirectory",
            "MakeDirs", "MkDir", "Remove", "Rename", "Stat", "Walk", "Open"]
@@ -138,6 +138,11 @@ def stat(path: Any) -> os.stat_result:
 def walk(top: Any, topdown: bool = True) -> Iterator[tuple[str, list[str], list[str]]]:
     """``os.walk``: (folder, subfolder names, file names) for each folder below ``top``."""
     yield from os.walk(_local(top), topdown=topdown)
+
+
+def join(path: Any, *paths: Any) -> str:
+    """``os.path.join`` of the parts (TF2's ``tf.io.gfile.join``)."""
+    return os.path.join(_local(path), *(os.fspath(p) for p in paths))
 
 
 def GFile(name: Any, mode: str = "r") -> IO[Any]:  # noqa: N802 - TF's name

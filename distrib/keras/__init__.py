@@ -15,10 +15,13 @@ from distrib.keras import (
     metrics,
     models,
     optimizers,
+    regularizers,
     utils,
 )
+from distrib.keras.functional import Functional  # noqa: F401 - Model(inputs, outputs) finds it
+from distrib.keras.input_layer import Input
 from distrib.keras.models import Sequential
 from distrib.keras.training import Model
 
-__all__ = ["Sequential", "Model", "activations", "backend", "callbacks", "initializers",
+__all__ = ["Sequential", "Model", "Input", "regularizers", "activations", "backend", "callbacks", "initializers",
            "layers", "losses", "metrics", "models", "optimizers", "utils"]

@@ -34,15 +34,18 @@ import numpy as np
 from distrib.distribute.strategies.parameter_server import ShardedVariable
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import Tensor, get_default_graph
-from distrib.keras import backend, initializers, serialization
+from distrib.keras import backend, initializers, node, regularizers, serialization
+from distrib.keras.eager_calls import placed, run_placed
 from distrib.ops import math_ops as ops
+from distrib.ops.array_ops import slice_rows
 from distrib.ops.variables import Variable
 from distrib.train.checkpoints import trackable
 
 __all__ = ["Layer", "listed_weights", "shape_tuple"]
 
 _BASE_ARGS = ("self", "trainable", "name", "dtype", "input_shape", "batch_input_shape",
-              "input_dim")
+              "input_dim", "activity_regularizer")
+_CALL_DEPTH = [0]   # layers being called now: the outermost call starts the losses afresh
 
 
 def shape_tuple(shape: Any) -> tuple[int | None, ...]:
@@ -60,7 +63,8 @@ class Layer:
     def __init__(self, trainable: bool = True, name: str | None = None, dtype: Any = None,
                  input_shape: Sequence[int | None] | None = None,
                  batch_input_shape: Sequence[int | None] | None = None,
-                 input_dim: int | None = None, **kwargs: Any) -> None:
+                 input_dim: int | None = None, activity_regularizer: Any = None,
+                 **kwargs: Any) -> None:
         if kwargs:
             raise TypeError(f"Keyword argument(s) not understood: {sorted(kwargs)}")
         self.name = name or backend.unique_name(backend.snake_case(type(self).__name__))
@@ -76,6 +80,10 @@ class Layer:
         self._strategy: Any = None    # the owning model's strategy (set by the model)
         self._graph: Any = None       # the graph the weights live in
         self._takes_training = "training" in inspect.signature(self.call).parameters
+        self.activity_regularizer = regularizers.get(activity_regularizer)
+        self._weight_losses: list[Any] = []   # () -> penalty, one per regularized weight
+        self._call_losses: list[Any] = []     # this call's activity penalties and add_loss
+        self.inbound_nodes: list[Any] = []    # functional calls (keras.node)
 
     # -- weights -------------------------------------------------------------------------
     @property
@@ -105,7 +113,8 @@ class Layer:
     non_trainable_variables = property(lambda self: self.non_trainable_weights)
 
     def add_weight(self, name: str, shape: Sequence[int], dtype: Any = None,
-                   initializer: Any = None, trainable: bool = True, **kwargs: Any) -> Any:
+                   initializer: Any = None, trainable: bool = True, regularizer: Any = None,
+                   **kwargs: Any) -> Any:
         """A new weight ``<layer name>/<name>`` of ``shape``, from ``initializer``
         (glorot_uniform for floats, as Keras), in the owning strategy's scope."""
         dtype = dtypes.as_dtype(dtype or self.dtype)
@@ -122,6 +131,9 @@ class Layer:
             var = Variable(lambda: init(shape, dtype), name=name, trainable=trainable,
                            dtype=dtype, **kwargs)
         self._weights.append((var, bool(trainable), name))
+        penalty = regularizers.get(regularizer)
+        if penalty is not None:
+            self._weight_losses.append(lambda: _penalty(penalty, var, f"{self.name}/{name}"))
         if restored is not None:   # live restores bind it now: its optimizer slots wait too
             trackable.children_changed(self)
         return var
@@ -159,18 +171,62 @@ class Layer:
 
     def _maybe_build(self, input_shape: Any) -> None:
         if not self.built:
-            self.build(shape_tuple(input_shape))
+            self.build(_shapes(input_shape))
             self.built = True
 
     def __call__(self, inputs: Any, training: Any = None, **kwargs: Any) -> Any:
         graph = self._graph if self._graph is not None else get_default_graph()
-        with graph.as_default():
-            x = self._cast_input(inputs)
-            self._maybe_build(x.shape)
-            with graph.name_scope(self.name):
-                if self._takes_training:
-                    return self.call(x, training=bool(training), **kwargs)
-                return self.call(x, **kwargs)
+        symbolic = node.is_symbolic(inputs)
+        if not symbolic and _CALL_DEPTH[0] == 0 and self.built and placed(self.weights):
+            # eager code calling a model a strategy placed: one step (keras.eager_calls)
+            return run_placed(self, ("call", training, tuple(sorted(kwargs.items()))),
+                              lambda x: self(x, training=training, **kwargs), inputs)
+        if _CALL_DEPTH[0] == 0:
+            self._reset_call_losses()
+        _CALL_DEPTH[0] += 1
+        try:
+            with graph.as_default():
+                x = node.map_nest(self._cast_input, inputs)
+                self._maybe_build(node.map_nest(lambda t: t.shape, x))
+                with graph.name_scope(self.name):
+                    if self._takes_training:
+                        outputs = self.call(x, training=bool(training), **kwargs)
+                    else:
+                        outputs = self.call(x, **kwargs)
+                    if self.activity_regularizer is not None:
+                        self._call_losses.extend(_activity_penalty(self.activity_regularizer, y)
+                                                 for y in node.flatten(outputs))
+        finally:
+            _CALL_DEPTH[0] -= 1
+        if symbolic:
+            return node.record(self, inputs, outputs, training, kwargs)
+        return outputs
+
+    # -- losses (Keras' ``add_loss`` / ``losses``) ------------------------------------------
+    def add_loss(self, loss: Any) -> None:
+        """Add ``loss`` (a scalar tensor, or a function of none giving one) to ``losses``."""
+        if callable(loss) and not isinstance(loss, Tensor):
+            self._weight_losses.append(loss)
+        else:
+            self._call_losses.append(loss)
+
+    @property
+    def losses(self) -> list[Any]:
+        """The penalties of this layer and the layers in it: each regularized weight's
+        (built now, in the graph being traced) and the latest call's activity ones."""
+        out = [fn() for fn in self._weight_losses] + list(self._call_losses)
+        for layer in self._sublayers():
+            out.extend(layer.losses)
+        return out
+
+    def _sublayers(self) -> list[Layer]:
+        """The layers this one holds (a model's ``layers``; none for a plain layer)."""
+        return []
+
+    def _reset_call_losses(self) -> None:
+        self._call_losses = []
+        for layer in self._sublayers():
+            layer._reset_call_losses()  # noqa: SLF001 - same class
 
     def _cast_input(self, inputs: Any) -> Tensor:
         if isinstance(inputs, Tensor) or hasattr(inputs, "_as_tensor"):
@@ -213,6 +269,31 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} name={self.name}, built={self.built}>"
+
+
+def _shapes(input_shape: Any) -> Any:
+    """A build's input shape: a tuple, or Keras' list (dict) of tuples for several inputs."""
+    if isinstance(input_shape, (list, tuple)) and input_shape and \
+            not isinstance(input_shape[0], (int, type(None))) and \
+            not hasattr(input_shape[0], "value"):
+        return [_shapes(s) for s in input_shape]
+    if isinstance(input_shape, dict):
+        return {k: _shapes(v) for k, v in input_shape.items()}
+    return shape_tuple(input_shape)
+
+
+def _penalty(regularizer: Any, var: Any, name: str) -> Tensor:
+    """A weight's penalty, named as Keras names it (``dense/kernel/Regularizer``)."""
+    graph = get_default_graph()
+    with graph.name_scope(name + "/Regularizer"):
+        return ops.convert_to_tensor(regularizer(var))
+
+
+def _activity_penalty(regularizer: Any, output: Any) -> Tensor:
+    """Keras 2's: the output's penalty divided by the batch's rows."""
+    penalty = ops.convert_to_tensor(regularizer(output))
+    rows = ops.cast(ops.reshape(slice_rows(ops.shape(output), 0, 1), []), penalty.dtype)
+    return penalty / rows
 
 
 def listed_weights(variables: Iterable[Any]) -> list[Any]:

@@ -261,39 +261,77 @@ class ModelCheckpoint(Callback):
 
 
 class BackupAndRestore(Callback):
-    """Resume an interrupted ``fit`` at the epoch after its last backup."""
+    """Back up the training state every epoch (or every ``save_freq`` batches) and
+    resume an interrupted ``fit`` where its last backup was, as tf_keras 2.x does:
+    after an epoch's backup at the next epoch; after a batch's, at the next batch
+    of that epoch (its remaining batches run), or the next epoch after its last."""
 
     FILE = "ckpt"
 
     def __init__(self, backup_dir: str, save_freq: Any = "epoch",
-                 delete_checkpoint: bool = True) -> None:
+                 delete_checkpoint: bool = True, save_before_preemption: bool = False) -> None:
         super().__init__()
         if not backup_dir:
             raise ValueError("Empty `backup_dir` argument passed: give the folder for the "
                              "backup")
-        if save_freq != "epoch":
-            raise NotImplementedError("BackupAndRestore(save_freq=...) other than 'epoch' is "
-                                      "not supported by dt.keras: backups are per epoch")
+        if save_freq != "epoch" and not (isinstance(save_freq, int) and
+                                         not isinstance(save_freq, bool) and save_freq > 0):
+            raise ValueError(f"Unrecognized save_freq: {save_freq!r}. Expected save_freq "
+                             "are 'epoch' or a positive integer")
+        if save_before_preemption:
+            raise NotImplementedError("BackupAndRestore(save_before_preemption=True) is not "
+                                      "supported by dt.keras; use dt.distribute.experimental."
+                                      "PreemptionCheckpointHandler")
         self.backup_dir = os.fspath(backup_dir)
+        self.save_freq = save_freq
         self.delete_checkpoint = delete_checkpoint
         self.resume_from_epoch: int | None = None
+        self.resume_from_step = 0
+        self._epoch = 0
+        self._batch = 0        # the batch of this epoch about to end
+        self._since_backup = 0
+        if isinstance(save_freq, int):   # a batch hook only when batches count
+            self.on_train_batch_end = self._on_train_batch_end
 
     @property
     def path(self) -> str:
         return os.path.join(self.backup_dir, self.FILE)
 
     async def on_train_begin(self, logs: Any = None) -> None:
-        self.resume_from_epoch = None
+        self.resume_from_epoch, self.resume_from_step = None, 0
+        self._since_backup = 0
         if not os.path.exists(self.path):
             return
         extra = await self.model.state_io.load(self.path)
         epoch = int(np.asarray(extra.get("training/epoch", -1)))
-        self.resume_from_epoch = epoch + 1
-        logger.info("restored the backup of epoch %d from %s: fit resumes at epoch %d",
-                    epoch + 1, self.path, epoch + 2)
+        batch = int(np.asarray(extra.get("training/batch", -1)))
+        steps = self.params.get("steps")
+        if batch >= 0 and not (steps is not None and batch == steps - 1):
+            self.resume_from_epoch, self.resume_from_step = epoch, batch + 1
+        else:
+            self.resume_from_epoch = epoch + 1
+        logger.info("restored the backup of epoch %d (batch %d) from %s: fit resumes at "
+                    "epoch %d, batch %d", epoch + 1, batch, self.path,
+                    self.resume_from_epoch + 1, self.resume_from_step)
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        resumed = self.resume_from_epoch is not None and epoch == self.resume_from_epoch
+        self._epoch, self._batch = epoch, (self.resume_from_step if resumed else 0)
+
+    async def _on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._since_backup += 1
+        if self._since_backup >= self.save_freq:
+            self._since_backup = 0
+            await self._backup(self._epoch, self._batch)
+        self._batch += 1
 
     async def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        await self.model.state_io.save(self.path, extra={"training/epoch": np.int64(epoch)})
+        if self.save_freq == "epoch":
+            await self._backup(epoch, -1)
+
+    async def _backup(self, epoch: int, batch: int) -> None:
+        await self.model.state_io.save(self.path, extra={"training/epoch": np.int64(epoch),
+                                                         "training/batch": np.int64(batch)})
 
     def on_train_end(self, logs: Any = None) -> None:
         strategy = self.model.distribute_strategy

@@ -10,14 +10,16 @@ depth_multiplier)``) and Keras' weight names (``kernel``, ``bias``,
 ``depthwise_kernel``, ``pointwise_kernel``), so a checkpoint's keys and
 ``count_params()`` are Keras'. ``data_format="channels_first"`` runs the ops
 with TF's ``NCHW`` (the bias through ``dt.nn.bias_add(data_format="NCHW")``).
-Keras' regularizers, constraints, ``groups > 1`` and LoRA are not supported:
-passing one is refused, naming it, rather than ignored.
+Keras' regularizers are taken (``kernel_regularizer`` and the others: each
+weight's penalty joins ``layer.losses``, as Dense's); constraints,
+``groups > 1`` and LoRA are not supported: passing one is refused, naming
+it, rather than ignored.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from distrib.keras import activations, conv_utils, initializers
+from distrib.keras import activations, conv_utils, initializers, regularizers
 from distrib.keras.base_layer import Layer, shape_tuple
 from distrib.keras.layer_configs import activation_from, activation_name, initializer_config, initializer_from
 from distrib.ops import math_ops as ops
@@ -48,6 +50,11 @@ class _Conv(Layer):
                  data_format: str | None, dilation_rate: Any, activation: Any,
                  use_bias: bool, initializers_given: dict[str, Any],
                  unsupported: dict[str, Any], **kwargs: Any) -> None:
+        unsupported = dict(unsupported)
+        kwargs["activity_regularizer"] = unsupported.pop("activity_regularizer", None)
+        # weight regularizers: by the weight they apply to (add_weight looks them up)
+        self._regularizers = {key[:-len("_regularizer")]: regularizers.get(unsupported.pop(key))
+                              for key in [k for k in unsupported if k.endswith("_regularizer")]}
         super().__init__(**kwargs)
         refuse_unsupported(type(self).__name__, **unsupported)
         if filters is not None:
@@ -97,6 +104,17 @@ class _Conv(Layer):
         if self.use_bias:
             self.bias = self.add_weight("bias", (n,), initializer=self.bias_initializer)
 
+    def add_weight(self, name: str, shape: Any, dtype: Any = None, initializer: Any = None,
+                   trainable: bool = True, regularizer: Any = None, **kwargs: Any) -> Any:
+        """Layer.add_weight with the weight's own regularizer (``kernel`` is the
+        depthwise kernel of DepthwiseConv2D, as its ``depthwise_regularizer`` says)."""
+        if regularizer is None:
+            key = name[:-len("_kernel")] if name.endswith("_kernel") else name
+            regularizer = self._regularizers.get(key) or (
+                self._regularizers.get("depthwise") if name == "kernel" else None)
+        return super().add_weight(name, shape, dtype=dtype, initializer=initializer,
+                                  trainable=trainable, regularizer=regularizer, **kwargs)
+
     # -- config ---------------------------------------------------------------------------
     def _common_config(self) -> dict[str, Any]:
         return {"kernel_size": self.kernel_size, "strides": self.strides,
@@ -107,6 +125,11 @@ class _Conv(Layer):
     def _tail_config(self) -> dict[str, Any]:
         out = {key: initializer_config(getattr(self, key)) for key in self._INITIALIZERS}
         out.update({key: None for key in self._NONE_KEYS})
+        for key in self._NONE_KEYS:
+            if key == "activity_regularizer":
+                out[key] = regularizers.serialize(self.activity_regularizer)
+            elif key.endswith("_regularizer"):
+                out[key] = regularizers.serialize(self._regularizers.get(key[:-12]))
         return out
 
     @classmethod

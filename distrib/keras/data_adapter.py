@@ -89,12 +89,41 @@ def split_validation(x: Any, y: Any, fraction: float) -> tuple[Any, Any, tuple[A
     if isinstance(x, Dataset):
         raise ValueError("`validation_split` is only supported for numpy arrays; pass "
                          "validation_data with a dataset")
-    x, y = as_array(x, "x"), as_array(y, "y")
-    cut = int(math.floor(len(x) * (1.0 - fraction)))
-    if cut == 0 or cut == len(x):
+    x, y = _arrays(x, "x"), None if y is None else _arrays(y, "y")   # several: each cut
+    rows = len(_leaves(x)[0])
+    cut = int(math.floor(rows * (1.0 - fraction)))
+    if cut == 0 or cut == rows:
         raise ValueError(f"validation_split={fraction} leaves no rows on one side of "
-                         f"{len(x)} examples")
-    return x[:cut], y[:cut], (x[cut:], y[cut:])
+                         f"{rows} examples")
+    head, tail = slice(0, cut), slice(cut, None)
+    y_head, y_tail = (None, None) if y is None else (_take(y, head), _take(y, tail))
+    return _take(x, head), y_head, (_take(x, tail), y_tail)
+
+
+def _arrays(value: Any, name: str) -> Any:
+    """One array, or a tuple (from a list or tuple) or dict of them."""
+    if isinstance(value, dict):
+        return {k: as_array(v, f"{name}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, np.ndarray) or hasattr(v, "__array__") for v in value):
+        return tuple(as_array(v, f"{name}[{i}]") for i, v in enumerate(value))
+    return as_array(value, name)
+
+
+def _leaves(value: Any) -> list[np.ndarray]:
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return list(value.values())
+    return list(value) if isinstance(value, tuple) else [value]
+
+
+def _take(value: Any, rows: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: v[rows] for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(v[rows] for v in value)
+    return value[rows]
 
 
 class _ArrayBatches:
@@ -102,26 +131,34 @@ class _ArrayBatches:
 
     def __init__(self, x: Any, y: Any, batch_size: int, shuffle: bool, seed: int | None
                  ) -> None:
-        self.x = as_array(x, "x")
-        self.y = None if y is None else as_array(y, "y")
-        if self.y is not None and len(self.y) != len(self.x):
-            raise ValueError(f"Data cardinality is ambiguous: x sizes: {len(self.x)}, "
-                             f"y sizes: {len(self.y)}. Make sure all arrays contain the same "
-                             "number of samples.")
+        # several inputs or outputs: a list (kept as a tuple: tf.data's nest) or a dict
+        self.x = _arrays(x, "x")
+        self.y = None if y is None else _arrays(y, "y")
+        sizes = {len(a) for a in _leaves(self.x) + _leaves(self.y)}
+        if len(sizes) > 1:
+            raise ValueError(f"Data cardinality is ambiguous: x sizes: "
+                             f"{[len(a) for a in _leaves(self.x)]}, y sizes: "
+                             f"{[len(a) for a in _leaves(self.y)]}. Make sure all arrays "
+                             "contain the same number of samples.")
+        self._rows = sizes.pop() if sizes else 0
         self.batch_size = batch_size
         self.shuffle = shuffle
         self._rng = np.random.default_rng(seed)
         self._order: np.ndarray | None = None
-        self.num_batches = max(1, -(-len(self.x) // batch_size)) if len(self.x) else 0
+        self.num_batches = max(1, -(-self._rows // batch_size)) if self._rows else 0
 
     def new_epoch(self) -> None:
-        self._order = self._rng.permutation(len(self.x)) if self.shuffle else None
+        self._order = self._rng.permutation(self._rows) if self.shuffle else None
 
     def batch(self, i: Any) -> Any:
         i = int(i)
-        lo, hi = i * self.batch_size, min((i + 1) * self.batch_size, len(self.x))
+        lo, hi = i * self.batch_size, min((i + 1) * self.batch_size, self._rows)
         rows = slice(lo, hi) if self._order is None else self._order[lo:hi]
-        return (self.x[rows],) if self.y is None else (self.x[rows], self.y[rows])
+        x = _take(self.x, rows)
+        return (x,) if self.y is None else (x, _take(self.y, rows))
+
+    def first_x(self) -> Any:
+        return _take(self.x, slice(0, 1))
 
     def __iter__(self) -> Iterator[Any]:
         for i in range(self.num_batches):
@@ -176,7 +213,7 @@ class DataHandler:
     @property
     def first_x(self) -> Any:
         """An x batch's array, to build the model from (arrays only; else None)."""
-        return None if self._arrays is None else self._arrays.x[:1]
+        return None if self._arrays is None else self._arrays.first_x()
 
     def epoch(self) -> Iterator[Any]:
         """The next epoch's batches (``steps`` of them when steps_per_epoch is set)."""

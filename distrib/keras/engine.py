@@ -13,13 +13,18 @@ with no graph building after the first (a short last batch traces once more).
   divided by the replicas in sync (Keras' ``scale_loss_for_distribution``),
   so the summed gradient is the global batch's mean gradient; ``SUM`` (and
   ``NONE``, whose per-example values TF differentiates as their sum) is the
-  plain sum.
+  plain sum. The model's ``losses`` (regularizers' penalties) are added to
+  it, divided by the replicas in sync, as Keras 2's ``LossesContainer`` does,
+  and to the reported loss (Keras' mean over rows of batch loss + penalty).
 * **Statistics in the same fetch, at no op's cost.** The step returns
   ``[sum of the per-example losses, rows, sum of each metric's values]``:
   the loss sum and the rows are the ones the mean loss is made of (nothing
-  more to compute), and each metric adds its own values and their sum, so
+  more to compute), and each metric adds its own statistics (a mean metric
+  its values and their sum; ``AUC`` its confusion counts), so
   the step has no more ops than the same step written by hand plus the
-  metrics asked for (``tests/test_keras.py`` pins it). Without a strategy
+  metrics asked for (``tests/test_keras.py`` pins it). A model of several
+  outputs adds each output's loss sum after ``rows``, and each output's
+  metrics in output order (``compile_utils.py``). Without a strategy
   they come back as scalars in the step's own reply; under a strategy as one
   small vector summed over replicas (one reduce, one collective across
   workers; three ops pack it). The client adds them up (``EpochStats``):
@@ -52,8 +57,6 @@ from distrib.distribute.strategies.parameter_server import ParameterServerStrate
 from distrib.errors import UnimplementedError
 from distrib.framework.graph import Tensor
 from distrib.keras.data_adapter import DataHandler, batch_rows, unpack
-from distrib.keras.losses import Reduction
-from distrib.keras.losses_utils import match_dtype_and_rank
 from distrib.keras.ps_loop import CoordinatorLoop
 from distrib.ops import math_ops as ops
 from distrib.ops.array_ops import concat
@@ -134,60 +137,41 @@ class StepFunctions:
         grads = tape.gradient(loss, variables)
         model.optimizer.apply_gradients(zip(grads, variables))
         if pack:
-            return concat([ops.reshape(s, [1]) for s in stats], 0)
+            return concat([ops.reshape(s, [-1]) for s in stats], 0)
         return stats
 
-    def _loss_and_stats(self, y: Any, y_pred: Tensor, replicas: int
+    def _loss_and_stats(self, y: Any, y_pred: Any, replicas: int
                         ) -> tuple[Tensor, list[Tensor]]:
-        """The loss to differentiate and the statistics (float32 scalars: module header)."""
+        """The loss to differentiate and the statistics (float32 scalars: module header),
+        by the model's ``compile_utils.CompiledLoss`` (one or several outputs)."""
         model = self._model
-        if y is None:
-            raise ValueError("the data has no targets (y): fit and evaluate need (x, y)")
-        # Keras 2's compile: [N] labels against [N, k] outputs are one label per row
-        y, y_pred, _ = match_dtype_and_rank(y, y_pred)
-        per_example = model.loss.per_example(y, y_pred)
-        total = ops.reduce_sum(per_example)
-        rows = ops.reduce_sum(ops.ones_like(per_example))
-        if model.loss.reduction in (Reduction.SUM, Reduction.NONE):
-            loss = total
-        else:
-            loss = total / ops.maximum(rows, 1.0)
-            if replicas > 1:
-                loss = loss * (1.0 / replicas)
-        parts = [total, rows] + [ops.reduce_sum(m.values(y, y_pred))
-                                 for m in model.compiled_metrics]
-        return loss, [p if p.dtype.name == "float32" else ops.cast(p, "float32") for p in parts]
+        return model.compiled_loss.step(y, y_pred, replicas, model.losses)
 
 
 class EpochStats:
     """Running totals of one epoch's (or evaluation's) step statistics."""
 
     def __init__(self, model: Any) -> None:
-        self._metrics = list(model.compiled_metrics)
-        self._by_sum = model.loss.reduction == Reduction.SUM
-        self.totals = np.zeros(2 + len(self._metrics), np.float64)
+        self._compiled = model.compiled_loss
+        self.totals: np.ndarray | None = None   # sized by the first step (outputs known)
         self.steps = 0
         self.examples = 0
 
     def add(self, stats: Any, examples: int) -> None:
-        self.totals += np.asarray(stats, np.float64)
+        if isinstance(stats, (list, tuple)):   # scalars and, for AUC ..., vectors
+            stats = np.concatenate([np.ravel(np.asarray(s, np.float64)) for s in stats])
+        stats = np.asarray(stats, np.float64)
+        self.totals = stats.copy() if self.totals is None else self.totals + stats
         self.steps += 1
         self.examples += examples
 
     def logs(self, prefix: str = "") -> dict[str, float]:
-        """``{'loss': ..., <metric>: ...}``: the loss as the compiled loss reduces it
-        (a mean over examples; SUM: the mean batch sum), metrics as means."""
-        rows = self.totals[1]
-        if self._by_sum:
-            loss = self.totals[0] / max(self.steps, 1)
-        else:
-            loss = self.totals[0] / rows if rows else 0.0
-        out = {prefix + "loss": float(loss)}
-        for i, metric in enumerate(self._metrics):
-            metric.reset_state()
-            metric.update_totals(self.totals[2 + i], rows)
-            out[prefix + metric.name] = metric.result()
-        return out
+        """``{'loss': ..., '<output>_loss' ..., <metric>: ...}``: the loss as the compiled
+        loss reduces it (a mean over examples; SUM: the mean batch sum), metrics as means
+        (``compile_utils.CompiledLoss.logs``)."""
+        totals = self.totals if self.totals is not None else \
+            np.zeros(self._compiled.num_statistics(), np.float64)
+        return self._compiled.logs(totals, self.steps, prefix)
 
 
 class SyncLoop:

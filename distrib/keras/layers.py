@@ -20,7 +20,15 @@ from __future__ import annotations
 import types
 from typing import Any, Sequence
 
-from distrib.keras import activations, backend, conv_utils, initializers, layer_configs, serialization
+from distrib.keras import (
+    activations,
+    backend,
+    conv_utils,
+    initializers,
+    layer_configs,
+    regularizers,
+    serialization,
+)
 from distrib.keras.base_layer import Layer, listed_weights, shape_tuple
 from distrib.keras.conv_layers import (
     Conv2D,
@@ -29,6 +37,26 @@ from distrib.keras.conv_layers import (
     Convolution2DTranspose,
     DepthwiseConv2D,
     SeparableConv2D,
+)
+from distrib.keras.embedding_layers import Embedding, GlobalAveragePooling1D, GlobalAvgPool1D
+from distrib.keras.input_layer import Input, InputLayer
+from distrib.keras.lambda_layer import Lambda
+from distrib.keras.lookup_layers import CategoryEncoding, Hashing, IntegerLookup, StringLookup
+from distrib.keras.merge_layers import (
+    Add,
+    Average,
+    Concatenate,
+    Maximum,
+    Minimum,
+    Multiply,
+    Subtract,
+    add,
+    average,
+    concatenate,
+    maximum,
+    minimum,
+    multiply,
+    subtract,
 )
 from distrib.keras.normalization_layers import BatchNormalization, SyncBatchNormalization
 from distrib.keras.pooling_layers import (
@@ -45,17 +73,25 @@ from distrib.keras.reshaping_layers import Flatten, Reshape, ZeroPadding2D
 from distrib.ops import math_ops as ops
 from distrib.ops import nn
 
-__all__ = ["Layer", "Dense", "Flatten", "Dropout", "Activation", "serialize", "deserialize",
+__all__ = ["Embedding", "GlobalAveragePooling1D", "GlobalAvgPool1D",  # issue 41
+           "StringLookup", "IntegerLookup", "Hashing", "CategoryEncoding",
+           "Layer", "Dense", "Flatten", "Dropout", "Activation", "serialize", "deserialize",
            "listed_weights",
            "Conv2D", "Conv2DTranspose", "Convolution2D", "Convolution2DTranspose",
            "DepthwiseConv2D", "SeparableConv2D", "MaxPooling2D", "MaxPool2D",
            "AveragePooling2D", "AvgPool2D", "GlobalAveragePooling2D", "GlobalAvgPool2D",
            "GlobalMaxPooling2D", "GlobalMaxPool2D", "BatchNormalization",
            "SyncBatchNormalization", "ZeroPadding2D", "Reshape", "SpatialDropout2D",
-           "experimental"]
+           "experimental", "Input", "InputLayer", "Lambda", "Add", "Subtract", "Multiply",
+           "Average", "Maximum", "Minimum", "Concatenate", "add", "subtract", "multiply",
+           "average", "maximum", "minimum", "concatenate"]
 
 # tf.keras.layers.experimental (Keras 2's home of SyncBatchNormalization)
 experimental = types.SimpleNamespace(SyncBatchNormalization=SyncBatchNormalization)
+# (and of the preprocessing layers, before TF 2.6 moved them up)
+experimental.preprocessing = types.SimpleNamespace(
+    StringLookup=StringLookup, IntegerLookup=IntegerLookup, Hashing=Hashing,
+    CategoryEncoding=CategoryEncoding)
 
 
 class Dense(Layer):
@@ -67,15 +103,12 @@ class Dense(Layer):
                  kernel_regularizer: Any = None, bias_regularizer: Any = None,
                  activity_regularizer: Any = None, kernel_constraint: Any = None,
                  bias_constraint: Any = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+        super().__init__(activity_regularizer=activity_regularizer, **kwargs)
         units = int(units) if not isinstance(units, bool) else 0
         if units <= 0:
             raise ValueError(f"Received an invalid value for `units`, expected a positive "
                              f"integer. Received: units={units}")
-        unsupported = {k: v for k, v in (("kernel_regularizer", kernel_regularizer),
-                                         ("bias_regularizer", bias_regularizer),
-                                         ("activity_regularizer", activity_regularizer),
-                                         ("kernel_constraint", kernel_constraint),
+        unsupported = {k: v for k, v in (("kernel_constraint", kernel_constraint),
                                          ("bias_constraint", bias_constraint)) if v is not None}
         if unsupported:
             raise NotImplementedError(f"Dense: {sorted(unsupported)} are not supported by "
@@ -85,6 +118,8 @@ class Dense(Layer):
         self.use_bias = bool(use_bias)
         self.kernel_initializer = initializers.get(kernel_initializer)
         self.bias_initializer = initializers.get(bias_initializer)
+        self.kernel_regularizer = regularizers.get(kernel_regularizer)
+        self.bias_regularizer = regularizers.get(bias_regularizer)
         self.kernel: Any = None
         self.bias: Any = None
 
@@ -94,9 +129,11 @@ class Dense(Layer):
             raise ValueError(f"The last dimension of the inputs to a Dense layer should be "
                              f"defined. Found None. Full input shape received: {shape}")
         self.kernel = self.add_weight("kernel", (shape[-1], self.units),
-                                      initializer=self.kernel_initializer)
+                                      initializer=self.kernel_initializer,
+                                      regularizer=self.kernel_regularizer)
         if self.use_bias:
-            self.bias = self.add_weight("bias", (self.units,), initializer=self.bias_initializer)
+            self.bias = self.add_weight("bias", (self.units,), initializer=self.bias_initializer,
+                                        regularizer=self.bias_regularizer)
         self.built = True
 
     def call(self, inputs: Any, training: Any = None) -> Any:
@@ -122,9 +159,10 @@ class Dense(Layer):
                 "activation": layer_configs.activation_name(self.activation), "use_bias": self.use_bias,
                 "kernel_initializer": layer_configs.initializer_config(self.kernel_initializer),
                 "bias_initializer": layer_configs.initializer_config(self.bias_initializer),
-                "kernel_regularizer": None, "bias_regularizer": None,
-                "activity_regularizer": None, "kernel_constraint": None,
-                "bias_constraint": None}
+                "kernel_regularizer": regularizers.serialize(self.kernel_regularizer),
+                "bias_regularizer": regularizers.serialize(self.bias_regularizer),
+                "activity_regularizer": regularizers.serialize(self.activity_regularizer),
+                "kernel_constraint": None, "bias_constraint": None}
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Any:
@@ -133,6 +171,8 @@ class Dense(Layer):
         for key in ("kernel_initializer", "bias_initializer"):
             if key in config:
                 config[key] = layer_configs.initializer_from(config[key])
+        for key in ("kernel_regularizer", "bias_regularizer", "activity_regularizer"):
+            config[key] = regularizers.deserialize(config.get(key))
         return super().from_config(config)
 
 
@@ -221,7 +261,11 @@ class Activation(Layer):
 _LAYERS = {cls.__name__: cls for cls in (
     Layer, Dense, Flatten, Dropout, Activation, Conv2D, Conv2DTranspose, DepthwiseConv2D,
     SeparableConv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D,
-    BatchNormalization, SyncBatchNormalization, ZeroPadding2D, Reshape, SpatialDropout2D)}
+    BatchNormalization, SyncBatchNormalization, ZeroPadding2D, Reshape, SpatialDropout2D,
+    InputLayer, Lambda, Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate)}
+_LAYERS.update(Embedding=Embedding, GlobalAveragePooling1D=GlobalAveragePooling1D,  # issue 41
+               GlobalAvgPool1D=GlobalAveragePooling1D, StringLookup=StringLookup,
+               IntegerLookup=IntegerLookup, Hashing=Hashing, CategoryEncoding=CategoryEncoding)
 _LAYERS.update(Convolution2D=Conv2D, Convolution2DTranspose=Conv2DTranspose,   # Keras' aliases
                MaxPool2D=MaxPooling2D, AvgPool2D=AveragePooling2D,
                GlobalAvgPool2D=GlobalAveragePooling2D, GlobalMaxPool2D=GlobalMaxPooling2D)

@@ -128,22 +128,42 @@ class _ModelRoot:
 
 # -- configs -----------------------------------------------------------------------------
 
-def compile_config(optimizer: Any, loss: Any, metrics: Any) -> dict[str, Any]:
-    """Keras 3's ``compile_config``: ``compile``'s arguments as JSON values."""
+def compile_config(optimizer: Any, loss: Any, metrics: Any, loss_weights: Any = None
+                   ) -> dict[str, Any]:
+    """Keras 3's ``compile_config``: ``compile``'s arguments as JSON values (a list or a
+    dict by output name kept as one)."""
+    if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
+        metrics = [metrics]
     return {"optimizer": optimizers_mod.serialize(optimizer),
-            "loss": losses_mod.serialize(loss),
-            "metrics": [metrics_mod.serialize(m) for m in metrics or []],
-            "loss_weights": None, "weighted_metrics": None, "run_eagerly": None,
+            "loss": _nest_map(losses_mod.serialize, loss, saved=False),
+            "metrics": _nest_map(metrics_mod.serialize, list(metrics or [])
+                                 if not isinstance(metrics, dict) else metrics, saved=False),
+            "loss_weights": loss_weights, "weighted_metrics": None, "run_eagerly": None,
             "steps_per_execution": None, "jit_compile": None}
 
 
 def compile_arguments(config: dict[str, Any], custom_objects: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
     """``compile``'s keyword arguments from a ``compile_config``."""
-    metrics = config.get("metrics") or []
+    def loss(c: Any) -> Any:
+        return losses_mod.deserialize(c, custom_objects)
+
+    def metric(c: Any) -> Any:
+        return metrics_mod.deserialize(c, custom_objects)
     return {"optimizer": optimizers_mod.deserialize(config["optimizer"], custom_objects),
-            "loss": losses_mod.deserialize(config["loss"], custom_objects),
-            "metrics": [metrics_mod.deserialize(m, custom_objects) for m in metrics]}
+            "loss": _nest_map(loss, config["loss"], saved=True),
+            "metrics": _nest_map(metric, config.get("metrics") or [], saved=True),
+            "loss_weights": config.get("loss_weights")}
+
+
+def _nest_map(fn: Any, value: Any, saved: bool) -> Any:
+    """``fn`` on each loss or metric of a list or a dict by output name (``saved``: a
+    dict with ``class_name`` is one saved object, not a dict of outputs)."""
+    if isinstance(value, dict) and not (saved and "class_name" in value):
+        return {k: None if v is None else _nest_map(fn, v, saved) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [None if v is None else _nest_map(fn, v, saved) for v in value]
+    return fn(value)
 
 
 def _model_entry(model: Any, include_optimizer: bool) -> dict[str, Any]:

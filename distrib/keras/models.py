@@ -13,11 +13,10 @@ makes (and builds) the same stack; ``dt.keras.models.load_model`` and
 """
 from __future__ import annotations
 
-import math
-import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from distrib.keras import layers as layers_mod
+from distrib.keras import node
 from distrib.keras.layers import Layer
 from distrib.keras.model_saving import load_model, model_from_config, model_from_json, save_model
 from distrib.keras.training import Model
@@ -42,7 +41,11 @@ class Sequential(Model):
         return list(self._stack)
 
     def add(self, layer: Layer) -> None:
-        """Append ``layer`` (built at once when the input shape is known)."""
+        """Append ``layer`` (built at once when the input shape is known); a
+        ``keras.Input`` tensor adds its ``InputLayer``, as Keras 2's ``add`` does."""
+        origin = node.history(layer)
+        if origin is not None and getattr(origin[0], "is_input_layer", False):
+            layer = origin[0]
         if not isinstance(layer, Layer):
             raise TypeError(f"The added layer must be an instance of class Layer. Received: "
                             f"layer={layer!r} of type {type(layer)}.")
@@ -107,26 +110,3 @@ class Sequential(Model):
         for layer in self._stack:
             shape = layer.compute_output_shape(shape)
         return shape
-
-    def summary(self, print_fn: Callable[[str], Any] | None = None) -> None:
-        """A table of the layers, their output shapes and parameter counts."""
-        write = print_fn or (lambda line: sys.stdout.write(line + "\n"))
-        rows = [("Layer (type)", "Output Shape", "Param #")]
-        shape = self._stack[0].batch_input_shape if self._stack else None
-        for layer in self._stack:
-            shape = layer.compute_output_shape(shape) if shape is not None else None
-            rows.append((f"{layer.name} ({type(layer).__name__})",
-                         str(shape) if shape is not None else "?",
-                         str(layer.count_params())))
-        widths = [max(len(r[i]) for r in rows) + 2 for i in range(3)]
-        rule = "─" * sum(widths)
-        write(f'Model: "{self.name}"')
-        write(rule)
-        for i, row in enumerate(rows):
-            write("".join(cell.ljust(w) for cell, w in zip(row, widths)))
-            write(rule if i == 0 or i == len(rows) - 1 else "")
-        trainable = sum(int(math.prod(v.shape.as_list()))
-                        for v in self.trainable_weights)
-        write(f" Total params: {self.count_params()}")
-        write(f" Trainable params: {trainable}")
-        write(f" Non-trainable params: {self.count_params() - trainable}")

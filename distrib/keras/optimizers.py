@@ -21,6 +21,11 @@ the optimizer: ``iterations``, each weight's slots (``m``, ``v``, ``momentum``
 ...), and Adam's ``beta1_power``/``beta2_power``, each as the list of its
 copies (one per replica under a mirrored strategy).
 
+``learning_rate`` may be a ``schedules.LearningRateSchedule``: the rate is then
+the schedule's value at ``iterations``, computed in every step (Keras 2's
+``_decayed_lr``). ``legacy`` holds the same classes under
+``tf.keras.optimizers.legacy``'s names: these are Keras 2's ``optimizer_v2``.
+
 Hyper-parameters are read when the train step is traced: set
 ``learning_rate`` before the first ``fit``. ``get_config()`` gives them as
 Keras does (``{"name", "learning_rate", ...}``, the constructor's arguments),
@@ -33,12 +38,14 @@ from __future__ import annotations
 
 import contextlib
 import re
+import types
 from typing import Any, Iterable, Sequence
 
 from distrib.distribute.core.values import local_results
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import Operation, Tensor, get_default_graph
-from distrib.keras import serialization
+from distrib.keras import schedules, serialization
+from distrib.ops import array_gather
 from distrib.ops import math_ops as ops
 from distrib.ops.gradients import gradients
 from distrib.ops.variables import Variable, VariableAggregation
@@ -48,9 +55,11 @@ from distrib.train.optimizers.adam import AdamOptimizer
 from distrib.train.optimizers.gradient_descent import GradientDescentOptimizer
 from distrib.train.optimizers.momentum import MomentumOptimizer
 from distrib.train.optimizers.optimizer import Optimizer as TF1Optimizer
+from distrib.train.optimizers.optimizer import deduplicate
 from distrib.train.optimizers.rmsprop import RMSPropOptimizer
 
-__all__ = ["Optimizer", "SGD", "Adam", "Adagrad", "RMSprop", "get", "serialize", "deserialize"]
+__all__ = ["Optimizer", "SGD", "Adam", "Adagrad", "RMSprop", "get", "serialize", "deserialize",
+           "legacy", "schedules"]
 
 _UNSUPPORTED = ("clipnorm", "clipvalue", "global_clipnorm", "use_ema", "weight_decay")
 
@@ -95,6 +104,13 @@ class Optimizer:
                                             name=f"{self.name}/iterations",
                                             aggregation=VariableAggregation.ONLY_FIRST_REPLICA)
         return self._iterations
+
+    def _lr(self) -> Any:
+        """The learning rate for the step being traced: a schedule's value at
+        ``iterations`` (read before this step advances it), else the number."""
+        if isinstance(self.learning_rate, schedules.LearningRateSchedule):
+            return self.learning_rate(self.iterations)
+        return self.learning_rate
 
     def build_for(self, strategy: Any) -> None:
         """Remember the strategy whose scope the optimizer's variables belong to."""
@@ -187,11 +203,18 @@ class Optimizer:
 
     def get_config(self) -> dict[str, Any]:
         """The constructor's arguments (Keras' config): ``name``, ``learning_rate`` ..."""
-        return {"name": self.name, "learning_rate": self.learning_rate}
+        lr = self.learning_rate
+        if isinstance(lr, schedules.LearningRateSchedule):
+            lr = schedules.serialize(lr)
+        return {"name": self.name, "learning_rate": lr}
 
     @classmethod
     def from_config(cls, config: dict[str, Any], custom_objects: Any = None) -> Optimizer:
         """The optimizer ``get_config`` describes (no state: that is the checkpoint's)."""
+        config = dict(config)
+        if isinstance(config.get("learning_rate"), dict):
+            config["learning_rate"] = schedules.deserialize(config["learning_rate"],
+                                                            custom_objects)
         return cls(**config)
 
     def __repr__(self) -> str:
@@ -211,8 +234,8 @@ class SGD(Optimizer):
 
     def _make_optimizer(self) -> TF1Optimizer:
         if self.momentum == 0.0 and not self.nesterov:
-            return GradientDescentOptimizer(self.learning_rate, name=self.name)
-        return MomentumOptimizer(self.learning_rate, self.momentum, name=self.name,
+            return GradientDescentOptimizer(self._lr(), name=self.name)
+        return MomentumOptimizer(self._lr(), self.momentum, name=self.name,
                                      use_nesterov=self.nesterov)
 
     def get_config(self) -> dict[str, Any]:
@@ -231,7 +254,7 @@ class Adam(Optimizer):
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
 
     def _make_optimizer(self) -> TF1Optimizer:
-        return AdamOptimizer(self.learning_rate, self.beta_1, self.beta_2, self.epsilon,
+        return AdamOptimizer(self._lr(), self.beta_1, self.beta_2, self.epsilon,
                                  name=self.name)
 
     def get_config(self) -> dict[str, Any]:
@@ -250,7 +273,7 @@ class Adagrad(Optimizer):
         self.epsilon = epsilon
 
     def _make_optimizer(self) -> TF1Optimizer:
-        return AdagradOptimizer(self.learning_rate, self.initial_accumulator_value,
+        return AdagradOptimizer(self._lr(), self.initial_accumulator_value,
                                     name=self.name)
 
     def get_config(self) -> dict[str, Any]:
@@ -273,7 +296,7 @@ class RMSprop(Optimizer):
         self.epsilon = epsilon or 1e-7   # Keras: None or 0 take backend.epsilon()
 
     def _make_optimizer(self) -> TF1Optimizer:
-        return _KerasRMSProp(self.learning_rate, self.rho, self.momentum, self.epsilon,
+        return _KerasRMSProp(self._lr(), self.rho, self.momentum, self.epsilon,
                              centered=self.centered, name=self.name)
 
     def get_config(self) -> dict[str, Any]:
@@ -314,8 +337,35 @@ class _KerasRMSProp(RMSPropOptimizer):
             denom = denom - ops.square(mg_t)
         return var.assign(var - lr * grad / (ops.sqrt(denom) + epsilon), read_value=False)
 
+    def _apply_sparse(self, grad: Any, var: Variable) -> Operation:
+        """Keras 2's sparse rule: with momentum TF1's row kernel; without, ``rms``
+        (and ``mg``) decay whole, the rows' terms are scattered in, rows of var move."""
+        if self._with_momentum:
+            return super()._apply_sparse(grad, var)
+        grad = deduplicate(grad)   # rms adds squares: one row per index
+        lr = self._hyper(self._learning_rate, var, "learning_rate")
+        rho = self._hyper(self._decay, var, "rho")
+        one_minus_rho = ops.subtract(ops.constant(1, dtype=var.dtype), rho)
+        epsilon = self._hyper(self._epsilon, var, "epsilon")
+        graph = var.graph
+
+        def decayed(slot: Variable, rows: Tensor) -> Tensor:
+            with graph.control_dependencies([slot.assign(slot.read_value() * rho)]):
+                new = array_gather.scatter_add(slot, grad.indices, one_minus_rho * rows)
+            return array_gather.gather(new, grad.indices)
+        denom = decayed(self.get_slot(var, "rms"), ops.square(grad.values))
+        if self._centered:
+            denom = denom - ops.square(decayed(self.get_slot(var, "mg"), grad.values))
+        step = lr * grad.values / (ops.sqrt(denom) + epsilon)
+        return array_gather.scatter_sub(var, grad.indices, step).op
+
 
 _BY_NAME = {"sgd": SGD, "adam": Adam, "adagrad": Adagrad, "rmsprop": RMSprop}
+
+# tf.keras.optimizers.legacy (tf_keras 2.11+): Keras 2's optimizer_v2 classes, which these
+# are (same rules, slots, defaults and configs)
+legacy = types.SimpleNamespace(Optimizer=Optimizer, SGD=SGD, Adam=Adam, Adagrad=Adagrad,
+                               RMSprop=RMSprop)
 
 
 def serialize(optimizer: Optimizer) -> dict[str, Any]:

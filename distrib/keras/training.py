@@ -23,6 +23,7 @@ to one folder; ``model_saving.py`` has it and ``load_model``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from typing import Any, Iterator, Sequence
 
@@ -31,14 +32,13 @@ import numpy as np
 from distrib.distribute.core.values import local_results
 from distrib.framework import distribution_context
 from distrib.framework.graph import get_default_graph
-from distrib.keras import losses as losses_mod
+from distrib.keras import compile_utils, model_saving, model_summary, node
 from distrib.keras import metrics as metrics_mod
-from distrib.keras import model_saving
 from distrib.keras import optimizers as optimizers_mod
 from distrib.keras.callbacks import BackupAndRestore, CallbackList, History, ProgbarLogger
 from distrib.keras.data_adapter import DataHandler, batch_rows, split_validation, unpack
 from distrib.keras.engine import EpochStats, StepFunctions, training_loop_for
-from distrib.keras.layers import Layer, listed_weights
+from distrib.keras.layers import Layer, distrib_models, listed_weights
 from distrib.keras.saving import StateIO
 from distrib.train.checkpoints import trackable
 
@@ -46,7 +46,13 @@ __all__ = ["Model"]
 
 
 class Model(Layer):
-    """``dt.keras.Model(name=None)``: see the module header."""
+    """``dt.keras.Model(name=None)``: see the module header; ``Model(inputs, outputs)``
+    is a functional model (``functional.Functional``)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is Model and (args or "inputs" in kwargs or "outputs" in kwargs):
+            cls = distrib_models()["Functional"]   # looked up: functional imports this module
+        return super().__new__(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.__dict__.setdefault("_tracked", [])   # a subclass may assign layers first
@@ -55,9 +61,9 @@ class Model(Layer):
         self._graph = get_default_graph()
         self.optimizer: Any = None
         self.loss: Any = None
-        self.compiled_metrics: list[metrics_mod.Metric] = []
+        self.compiled_loss: compile_utils.CompiledLoss | None = None
         self._optimizer_id: Any = None
-        self._compile_args: tuple[Any, list[Any]] = (None, [])
+        self._compile_args: tuple[Any, Any, Any] = (None, None, None)
         self.stop_training = False
         self.history: History | None = None
         self._steps = StepFunctions(self)
@@ -94,6 +100,17 @@ class Model(Layer):
     @property
     def layers(self) -> list[Layer]:
         return list(self._tracked)
+
+    def _sublayers(self) -> list[Layer]:
+        return self.layers
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any],
+                    custom_objects: dict[str, Any] | None = None) -> Any:
+        """A functional model's config makes a functional model (Keras'); else ``cls(**config)``."""
+        if cls is Model and "input_layers" in config:
+            return distrib_models()["Functional"].from_config(config, custom_objects)
+        return super().from_config(config)
 
     @property
     def distribute_strategy(self) -> Any:
@@ -162,35 +179,57 @@ class Model(Layer):
                 loss_weights: Any = None, weighted_metrics: Any = None,
                 run_eagerly: Any = None, steps_per_execution: Any = None,
                 jit_compile: Any = None, **kwargs: Any) -> None:
-        """``compile(optimizer, loss, metrics)`` with Keras' strings or objects."""
-        if loss_weights is not None or weighted_metrics is not None:
-            raise NotImplementedError("compile(loss_weights=..., weighted_metrics=...) are "
-                                      "not supported by dt.keras (one output, one loss)")
+        """``compile(optimizer, loss, metrics, loss_weights)`` with Keras' strings or
+        objects; ``loss``, ``loss_weights`` and ``metrics`` one for all outputs, a list
+        or a dict by output name (``compile_utils.py``)."""
+        if weighted_metrics is not None:
+            raise NotImplementedError("compile(weighted_metrics=...) is not supported by "
+                                      "dt.keras (no sample weights)")
         if kwargs:
             raise TypeError(f"Invalid keyword argument(s) in `compile()`: {sorted(kwargs)}")
         self._adopt_strategy(distribution_context.strategy())
-        if loss is None:
-            raise ValueError("compile needs a loss: a name ('mse', "
-                             "'sparse_categorical_crossentropy' ...) or a dt.keras.losses "
-                             "object")
-        self.loss = losses_mod.get(loss)
+        compiled = compile_utils.CompiledLoss(loss, loss_weights, metrics)
         self._optimizer_id = optimizer
         # Keras' names and objects, resolved now: an unknown name fails here, naming the known
         self.optimizer = optimizers_mod.get(optimizer)
         self.optimizer.build_for(self._strategy)
-        if isinstance(metrics, (str, metrics_mod.Metric)) or callable(metrics):
-            metrics = [metrics]
-        self.compiled_metrics = [metrics_mod.get(m, self.loss) for m in (metrics or [])]
-        self._compile_args = (loss, list(metrics or []))   # as given: what save keeps
+        self.compiled_loss = compiled
+        self.loss = compiled.loss
+        structure = self._output_structure()
+        if structure is not None:
+            compiled.build(*structure)
+        self._compile_args = (loss, metrics, loss_weights)   # as given: what save keeps
         self._steps = StepFunctions(self)
         trackable.children_changed(self)   # a restore done before compile finds the optimizer
+
+    def _output_structure(self) -> tuple[Any, list[str]] | None:
+        """The outputs' structure and names when known before a step (a Sequential has one
+        output; a functional model its ``outputs``); None: found by the first step."""
+        if hasattr(self, "output_names") and hasattr(self, "_nested_outputs"):
+            return self._nested_outputs, list(self.output_names)
+        if hasattr(self, "_stack"):
+            return 0, [self.layers[-1].name if self.layers else "output_1"]
+        return None
+
+    @property
+    def compiled_metrics(self) -> list[metrics_mod.Metric]:
+        """The compiled metrics, every output's, in the logs' order."""
+        compiled = self.__dict__.get("compiled_loss")
+        return [] if compiled is None else compiled.metrics_in_order()
+
+    @property
+    def metrics_names(self) -> list[str]:
+        """Keras 2's: the logs' names in order (``loss``, ``<output>_loss`` ...,
+        the metrics); empty until the model is compiled and its outputs known."""
+        compiled = self.__dict__.get("compiled_loss")
+        return compiled.metrics_names() if compiled is not None and compiled.built else []
 
     def get_compile_config(self) -> dict[str, Any] | None:
         """Keras 3's: ``compile``'s arguments as JSON values (None: not compiled)."""
         if self.loss is None or self.optimizer is None:
             return None
-        loss, metrics = self._compile_args
-        return model_saving.compile_config(self.optimizer, loss, metrics)
+        loss, metrics, loss_weights = self._compile_args
+        return model_saving.compile_config(self.optimizer, loss, metrics, loss_weights)
 
     def compile_from_config(self, config: dict[str, Any],
                             custom_objects: dict[str, Any] | None = None) -> None:
@@ -250,17 +289,21 @@ class Model(Layer):
         train_function = loop.train_function(self._steps)
         try:
             await cbs.call("on_train_begin", None)
+            skip = 0   # a backup taken mid-epoch: that epoch's remaining batches run
             for cb in cbs.callbacks:
                 if isinstance(cb, BackupAndRestore) and cb.resume_from_epoch is not None:
                     initial_epoch = max(initial_epoch, cb.resume_from_epoch)
+                    skip = cb.resume_from_step
             logs: dict[str, float] = {}
             for epoch in range(initial_epoch, epochs):
                 stats = EpochStats(self)
                 stats_box.append(stats)
                 await cbs.call("on_epoch_begin", epoch, None)
+                batches = itertools.islice(data.epoch(), skip, None) if skip else data.epoch()
+                skip = 0
                 with self.function_scope():
                     await loop.run_epoch(
-                        train_function, data.epoch(), stats, cbs, lambda: self.stop_training,
+                        train_function, batches, stats, cbs, lambda: self.stop_training,
                         before_first=lambda batch: self._prepare_first_step(train_function,
                                                                             batch))
                 logs = stats.logs()
@@ -316,7 +359,7 @@ class Model(Layer):
         await cbs.call("on_test_end", logs)
         if return_dict:
             return logs
-        values = [logs["loss"], *(logs[m.name] for m in self.compiled_metrics)]
+        values = [logs[name] for name in self.metrics_names]
         return values[0] if len(values) == 1 else values
 
     async def _run_test(self, data: DataHandler, cbs: CallbackList | None) -> EpochStats:
@@ -343,7 +386,7 @@ class Model(Layer):
         outputs = []
         with self.function_scope():
             for step, batch in enumerate(data.epoch()):
-                outputs.append(np.asarray(await predict_function(batch)))
+                outputs.append(await predict_function(batch))
                 if cbs.wants("on_predict_batch_end"):
                     await cbs.call("on_predict_batch_end", step, {})
         await cbs.call("on_predict_end", {})
@@ -351,7 +394,11 @@ class Model(Layer):
             raise ValueError("Unexpected result of `predict_function` (Empty batch_outputs). "
                              "Please use `Model.compile(..., run_eagerly=True)`, or "
                              "`tf.data.Dataset` with at least one element.")
-        return np.concatenate(outputs, axis=0)
+        # several outputs (a list or dict): each concatenated over the batches
+        leaves = [np.concatenate([np.asarray(b) for b in parts], axis=0)
+                  for parts in zip(*(node.flatten(out) for out in outputs))]
+        return node.pack_like(outputs[0], leaves) if len(leaves) != 1 or \
+            isinstance(outputs[0], (list, dict)) else leaves[0]
 
     def _callbacks(self, callbacks: Sequence[Any] | None, verbose: int, data: DataHandler,
                    mode: str) -> CallbackList:
@@ -402,6 +449,17 @@ class Model(Layer):
 
     def count_params(self) -> int:
         return sum(int(np.prod(v.shape.as_list())) for v in self.weights)
+
+    def summary(self, line_length: int | None = None, positions: Sequence[float] | None = None,
+                print_fn: Any = None, expand_nested: bool = False,
+                show_trainable: bool = False, layer_range: Sequence[str] | None = None) -> None:
+        """Print the table of layers, shapes and parameters in tf_keras' format
+        (``model_summary.py``); ``print_fn`` gets each line (default: stdout)."""
+        if not self.built:
+            raise ValueError("This model has not yet been built. Build the model first by "
+                             "calling `build()` or by calling the model on a batch of data.")
+        model_summary.print_summary(self, line_length, positions, print_fn, expand_nested,
+                                    show_trainable, layer_range)
 
     # -- the whole model ------------------------------------------------------------------------
     async def save(self, filepath: Any, overwrite: bool = True, include_optimizer: bool = True,

@@ -72,7 +72,7 @@ from distrib.launch.process import (
     pdeathsig_setup,
     write_line,
 )
-from distrib.launch.tasks import TRAINING_JOBS, gpu_slice, tf_config
+from distrib.launch.tasks import TRAINING_JOBS, gpu_slice, task_argv, tf_config
 from distrib.server import request_stop
 from distrib.settings import ELASTIC
 
@@ -156,7 +156,7 @@ class Launcher:
 
     def _new_task(self, job: str, i: int) -> TaskProcess:
         logdir = self.config.logdir
-        return TaskProcess(job, i, self._argv,
+        return TaskProcess(job, i, task_argv(self._argv, self.cluster, job, i),
                            self._task_env(self._base_env, job, i, self._bare, self._threads),
                            self.config.tail_lines,
                            os.path.join(logdir, f"{job}-{i}.log") if logdir else None)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Sequence
 
 from distrib.cluster import ClusterSpec
 
-__all__ = ["TRAINING_JOBS", "free_ports", "loopback_cluster", "select_tasks", "tf_config",
+__all__ = ["TRAINING_JOBS", "free_ports", "loopback_cluster", "select_tasks", "tf_config", "task_argv",
            "gpu_slice"]
 
 # The jobs whose end is the end of training: when every launched task of
@@ -88,6 +89,24 @@ def tf_config(cluster: ClusterSpec, job: str, index: int) -> str:
     """The ``TF_CONFIG`` value for task ``index`` of ``job``."""
     return json.dumps({"cluster": json.loads(cluster.to_json()),
                        "task": {"type": job, "index": index}}, sort_keys=True)
+
+
+def task_argv(argv: Sequence[str], cluster: ClusterSpec, job: str, index: int) -> list[str]:
+    """``argv`` with ``{job_name}``, ``{task_index}`` and ``{<job>_hosts}`` (that
+    job's comma-separated addresses: ``{ps_hosts}``, ``{worker_hosts}``) written
+    in, so a TF1 script that takes its place as flags (``mnist_replica.py``'s
+    ``--job_name --task_index --ps_hosts --worker_hosts``) runs unchanged under
+    the launcher. Other braces are left as they are."""
+    values = {"{job_name}": job, "{task_index}": str(index)}
+    for name in cluster.jobs:
+        hosts = [a for a in cluster.job_tasks(name) if a is not None]
+        values["{" + name + "_hosts}"] = ",".join(hosts)
+    out = []
+    for arg in argv:
+        for key, value in values.items():
+            arg = arg.replace(key, value)
+        out.append(arg)
+    return out
 
 
 def gpu_slice(cluster: ClusterSpec, job: str, index: int, per_task: int,

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+from distrib.eager.context import executing_eagerly
+from distrib.eager.tape import EagerTape
 from distrib.errors import InvalidArgumentError
 from distrib.framework.graph import get_default_graph
 from distrib.ops import math_ops as ops
@@ -45,11 +47,18 @@ class GradientTape:
         self._graph: Any = None
         self._spans: list[list[Any]] = []   # [first, end) op indices recorded; end None: open
         self._inside_stop = False
+        self._eager: EagerTape | None = None   # eager values on: the ops it saw run
 
     def __enter__(self) -> GradientTape:
         if self._recording:
             raise ValueError("Tape is still recording: a GradientTape cannot be entered again "
                              "inside its own `with` block")
+        if executing_eagerly():   # records the ops that run at once (distrib.eager.tape)
+            if self._eager is None:
+                self._eager = EagerTape(self._watch_accessed)
+            self._eager.start()
+            self._recording = True
+            return self
         graph = get_default_graph()
         if graph is not self._graph:    # a tape entered again goes on recording (TF's)
             self._graph, self._spans = graph, []
@@ -61,7 +70,9 @@ class GradientTape:
         self._pause()
 
     def _pause(self) -> None:
-        if self._spans and self._spans[-1][1] is None:
+        if self._eager is not None:
+            self._eager.stop()
+        elif self._spans and self._spans[-1][1] is None:
             self._spans[-1][1] = len(self._graph)
         self._recording = False
 
@@ -77,7 +88,10 @@ class GradientTape:
             yield
         finally:
             self._inside_stop = False
-            self._spans.append([len(self._graph), None])
+            if self._eager is not None:
+                self._eager.start()
+            else:
+                self._spans.append([len(self._graph), None])
             self._recording = True
 
     def reset(self) -> None:
@@ -87,6 +101,11 @@ class GradientTape:
             raise ValueError("reset() inside stop_recording(): leave that block first")
         self._watched = []
         self._used = False
+        if self._eager is not None:
+            self._eager.stop()
+            self._eager = EagerTape(self._watch_accessed)
+            if self._recording:
+                self._eager.start()
         self._spans = [[len(self._graph), None]] if self._recording else []
 
     def _unrecorded(self, graph: Any) -> list[Any]:
@@ -107,8 +126,13 @@ class GradientTape:
     def watch(self, tensor: Any) -> None:
         """Watch ``tensor`` (a tensor or variable, or a nested structure of them)."""
         self._watched.extend(_flatten(tensor))
+        if self._eager is not None:
+            for value in _flatten(tensor):
+                self._eager.watch(value)
 
     def watched_variables(self) -> tuple[Any, ...]:
+        if self._eager is not None:
+            return tuple(self._eager.variables.values())
         return tuple(v for v in self._watched if hasattr(v, "_reads"))
 
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
@@ -127,6 +151,18 @@ class GradientTape:
         if not flat:
             return _pack(sources, iter([]))
         targets = _flatten(target)
+        if self._eager is not None:
+            grads = self._eager.gradient(
+                [ops.convert_to_tensor(t) for t in targets], flat,
+                None if output_gradients is None else _flatten(output_gradients),
+                ops.ones_like, ops.add_n)
+            if not self._persistent:   # answered once: let go of the values it recorded
+                self._eager.release()   # (TF's does too): a read kept here made the next
+                # update copy its variable
+            if unconnected_gradients == UnconnectedGradients.ZERO:
+                grads = [g if g is not None else ops.zeros_like(ops.convert_to_tensor(s))
+                         for g, s in zip(grads, flat)]
+            return _pack(sources, iter(grads))
         graph = ops.convert_to_tensor(targets[0]).graph
         grads = gradients(targets, flat, grad_ys=None if output_gradients is None
                           else _flatten(output_gradients), stop_gradients=self._unrecorded(graph))

@@ -22,6 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from distrib.eager.context import executing_eagerly
+from distrib.eager.tensor import EagerTensor, wrap
 from distrib.errors import InvalidArgumentError
 from distrib.framework import dtypes, op_def, op_shapes
 from distrib.framework.dtypes import DType
@@ -48,8 +50,8 @@ def op_output(op_type: str, inputs: Sequence[Tensor], attrs: dict | None, name: 
 
 # -- conversion ---------------------------------------------------------------
 def is_tensor(x: Any) -> bool:
-    """True for a Tensor or a tensor-like object (Variable)."""
-    return isinstance(x, Tensor) or hasattr(x, "_as_tensor")
+    """True for a Tensor, an eager tensor or a tensor-like object (Variable)."""
+    return isinstance(x, (Tensor, EagerTensor)) or hasattr(x, "_as_tensor")
 
 
 def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None,
@@ -61,6 +63,15 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None,
         # the conversion hook of variable-like objects, private by design as TF's
         # ``_as_graph_element``: no unrelated object's public attribute is taken for it
         value = value._as_tensor()  # noqa: SLF001 - the conversion hook
+    if type(value) is EagerTensor:   # an eager value: itself while eager, else a constant
+        if not executing_eagerly():
+            return constant(value.numpy(), dtype=want if want is not None else value.dtype,
+                            name=name or "Const")
+        if want is not None and value.dtype != want:
+            raise InvalidArgumentError(
+                f"an eager tensor of dtype {value.dtype.name} is used where {want.name} is "
+                f"needed (shape {value.shape}); convert it with dt.cast(x, dt.{want.name})")
+        return value
     if isinstance(value, Tensor):
         if want is not None and value.dtype != want:
             raise InvalidArgumentError(
@@ -79,6 +90,8 @@ def convert_to_tensor(value: Any, dtype: Any = None, name: str | None = None,
 
 
 def _to_numpy(value: Any, dtype: DType | None) -> tuple[np.ndarray, DType]:
+    if isinstance(value, bytes):   # binary data (a JPEG, a record): kept whole, as bytes
+        value = np.array(value, dtype=object)   # (numpy's 'S' drops trailing zero bytes)
     is_np = isinstance(value, (np.ndarray, np.generic))
     try:
         arr = np.asarray(value)
@@ -139,6 +152,8 @@ def constant(value: Any, dtype: Any = None, shape: Any = None, name: str | None 
     if shape is not None:
         dims = op_shapes.check_shape_arg("Const", shape)
         arr = _fit(arr, dims, verify_shape, name)
+    if executing_eagerly():   # a value at once, the caller's array copied (TF's)
+        return wrap(np.array(arr))
     return op_output("Const", [], {"value": arr, "dtype": dt}, name or "Const")
 
 

@@ -29,9 +29,21 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework import op_def as catalogue
 from distrib.framework.graph import Operation, Tensor, name_scope
-from distrib.ops import array_grad, conv_grad, math_grad, nn_grad, slicing_grad, state_grad
+from distrib.ops import (
+    array_grad,
+    array_ops,
+    conv_grad,
+    gather_grad,
+    image_grad,
+    math_grad,
+    nn_grad,
+    slicing_grad,
+    state_grad,
+    vocabulary_grad,
+)
 from distrib.ops import math_ops as ops
 from distrib.ops.custom_gradient import CustomGradient, custom_gradients
+from distrib.ops.indexed_slices import IndexedSlices
 
 __all__ = ["gradients", "register_gradient", "no_gradient", "NotDifferentiable",
            "get_gradient_function", "install_gradients", "install_builtin_gradients",
@@ -201,11 +213,23 @@ def _aggregate(t: Tensor, grads: list[Tensor] | None, colocate: bool) -> Tensor 
     if len(grads) == 1:
         return grads[0]
     with _maybe_colocate(t.graph, t.op, colocate), name_scope(t.op.name + "_grad"):
-        return ops.add_n(grads, name="AddN")
+        if all(isinstance(g, IndexedSlices) for g in grads):
+            return _join_slices(grads)
+        return ops.add_n(grads, name="AddN")   # (an IndexedSlices among tensors densifies)
+
+
+def _join_slices(grads: list[IndexedSlices]) -> IndexedSlices:
+    """Sparse gradients that meet stay sparse: values and indices concatenated
+    (TF's ``AggregateIndexedSlicesGradients``); repeated rows add later."""
+    indices = [g.indices if g.indices.dtype == grads[0].indices.dtype
+               else ops.cast(g.indices, grads[0].indices.dtype) for g in grads]
+    return IndexedSlices(array_ops.concat([g.values for g in grads], 0, name="values"),
+                         array_ops.concat(indices, 0, name="indices"), grads[0].dense_shape)
 
 
 # -- the built-in gradients --------------------------------------------------------------
-BUILTIN_FAMILIES = (math_grad, nn_grad, conv_grad, array_grad, slicing_grad, state_grad)
+BUILTIN_FAMILIES = (math_grad, nn_grad, conv_grad, array_grad, slicing_grad, state_grad,
+                    gather_grad, vocabulary_grad, image_grad)
 
 
 def install_builtin_gradients() -> None:

@@ -1,5 +1,5 @@
-"""TF1's readers and raw decoding: ``dt.FixedLengthRecordReader`` (TF's
-``io_ops``) and ``dt.decode_raw`` / ``dt.io.decode_raw`` (``parsing_ops``).
+"""TF1's readers and raw decoding: ``dt.FixedLengthRecordReader``,
+``dt.TFRecordReader``, ``dt.WholeFileReader`` (TF's ``io_ops``) and ``dt.decode_raw`` / ``dt.io.decode_raw`` (``parsing_ops``).
 
 ``reader.read(queue)`` is one ``ReaderReadV2`` op colocated with the queue
 of file names (a reader takes its files from that queue on the queue's
@@ -9,15 +9,20 @@ as TF's. The reader reads the files of the task it runs on.
 """
 from __future__ import annotations
 
+import builtins
 from typing import Any
+
+import numpy as np
 
 from distrib.errors import InvalidArgumentError
 from distrib.framework import dtypes
 from distrib.framework.graph import Tensor, get_default_graph
 from distrib.ops import math_ops as ops
+from distrib.ops import value_mode
 from distrib.ops.data_flow_ops import QueueBase
 
-__all__ = ["ReaderBase", "FixedLengthRecordReader", "decode_raw"]
+__all__ = ["ReaderBase", "FixedLengthRecordReader", "TFRecordReader", "WholeFileReader",
+           "decode_raw"]
 
 
 class ReaderBase:
@@ -72,6 +77,24 @@ class FixedLengthRecordReader(ReaderBase):
         super().__init__("fixed_length", spec, name or "FixedLengthRecordReaderV2")
 
 
+class TFRecordReader(ReaderBase):
+    """``dt.TFRecordReader(name=None, options=None)``: the records of TFRecord
+    files, keyed ``"<file>:<offset>"`` (TF1's; ``options`` a
+    ``dt.io.TFRecordOptions`` or compression type)."""
+
+    def __init__(self, name: str | None = None, options: Any = None) -> None:
+        from distrib.io.tf_record import compression_of
+        super().__init__("tf_record", {"compression_type": compression_of(options)},
+                         name or "TFRecordReaderV2")
+
+
+class WholeFileReader(ReaderBase):
+    """``dt.WholeFileReader(name=None)``: each file whole, keyed by its name (TF1's)."""
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__("whole_file", {}, name or "WholeFileReaderV2")
+
+
 def decode_raw(input_bytes: Any = None, out_type: Any = None, little_endian: bool = True,
                name: str | None = None, bytes: Any = None) -> Tensor:  # noqa: A002 - TF1's name
     """Each string of ``input_bytes`` as a vector of ``out_type`` numbers
@@ -79,6 +102,19 @@ def decode_raw(input_bytes: Any = None, out_type: Any = None, little_endian: boo
     value = input_bytes if input_bytes is not None else bytes
     if value is None or out_type is None:
         raise InvalidArgumentError("decode_raw needs input_bytes and out_type")
+    if value_mode.values_now(value):   # in a dataset function: the kernel, at once
+        one = value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+        if isinstance(one, builtins.bytes) and little_endian:   # one record: a view of it
+            want = np.dtype(dtypes.as_dtype(out_type).as_numpy_dtype)
+            if len(one) % want.itemsize == 0:
+                return np.frombuffer(one, dtype=want)
+        from kernels.cpu.image import decode_raw as kernel
+        from kernels.registry import KernelError
+        try:
+            return kernel([value_mode.as_value(value)], {"out_type": dtypes.as_dtype(out_type),
+                                                         "little_endian": little_endian})[0]
+        except KernelError as e:
+            raise InvalidArgumentError(str(e)) from None
     t = ops.convert_to_tensor(value, dtype=dtypes.string)
     return ops.op_output("DecodeRaw", [t], {"out_type": dtypes.as_dtype(out_type),
                                           "little_endian": bool(little_endian)},

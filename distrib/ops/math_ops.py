@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from distrib.eager import context as eager_context
 from distrib.errors import InvalidArgumentError
 from distrib.framework import dtypes, op_shapes
 from distrib.framework.graph import Operation, Tensor, get_default_graph, name_scope
@@ -308,8 +309,11 @@ def ones_like(tensor: Any, dtype: Any = None, name: str | None = None) -> Tensor
 
 
 def set_random_seed(seed: int | None) -> None:
-    """The graph-level seed: random ops without their own seed derive one from it (TF1)."""
+    """The graph-level seed: random ops without their own seed derive one from it (TF1);
+    with eager values on, the eager random ops' sequences start over (TF2's set_seed)."""
     get_default_graph().seed = seed
+    if eager_context.executing_eagerly():
+        eager_context.runner().reset_random()  # type: ignore[attr-defined]
 
 
 def _seed(seed: int | None) -> int | None:

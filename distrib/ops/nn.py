@@ -28,6 +28,18 @@ from distrib.framework.graph import Tensor, get_default_graph, name_scope
 from distrib.framework.tensor_shape import TensorShape
 from distrib.ops import math_ops as ops
 from distrib.ops.math_ops import sigmoid, tanh  # noqa: F401 - dt.nn.sigmoid, dt.nn.tanh
+from distrib.ops.nn_activations import (  # noqa: F401 - re-exported
+    crelu,
+    elu,
+    gelu,
+    leaky_relu,
+    relu6,
+    selu,
+    silu,
+    softplus,
+    softsign,
+    swish,
+)
 from distrib.ops.nn_classification import (  # noqa: F401 - re-exported
     in_top_k,
     sigmoid_cross_entropy_with_logits,
@@ -57,11 +69,12 @@ from distrib.ops.nn_norm import (  # noqa: F401 - re-exported
     moments,
 )
 from distrib.ops.nn_pool import avg_pool, avg_pool2d, max_pool, max_pool2d  # noqa: F401
+from distrib.ops.nn_regularization import scale_regularization_loss  # noqa: F401
 
 __all__ = [
     "relu", "sigmoid", "tanh", "softmax", "log_softmax", "bias_add",
     "softmax_cross_entropy_with_logits", "sparse_softmax_cross_entropy_with_logits",
-    "l2_loss", "compute_average_loss", "dropout", "DropoutArgumentError",
+    "l2_loss", "compute_average_loss", "scale_regularization_loss", "dropout", "DropoutArgumentError",
     # nn_conv, nn_pool, nn_norm, nn_classification
     "conv2d", "conv2d_transpose", "conv2d_backprop_input", "conv2d_backprop_filter",
     "depthwise_conv2d", "depthwise_conv2d_native", "depthwise_conv2d_native_backprop_input",
@@ -71,6 +84,8 @@ __all__ = [
     "batch_normalization", "l2_normalize",
     "top_k", "in_top_k", "sigmoid_cross_entropy_with_logits",
     "softmax_cross_entropy_with_logits_v2", "xw_plus_b", "zero_fraction",
+    # nn_activations (issue 39)
+    "elu", "selu", "gelu", "leaky_relu", "relu6", "silu", "swish", "softplus", "softsign", "crelu",
 ]
 
 logger = logging.getLogger(__name__)

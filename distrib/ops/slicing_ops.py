@@ -59,11 +59,18 @@ def slice(input_: Any, begin: Any, size: Sequence[int], name: str | None = None 
 
 def pad(tensor: Any, paddings: Any, mode: str = "CONSTANT", name: str | None = None,
         constant_values: Any = 0) -> Tensor:
-    """TF's ``tf.pad`` in ``CONSTANT`` mode: ``paddings[d] = [before, after]``."""
-    if str(mode).upper() != "CONSTANT":
-        raise InvalidArgumentError(f"pad: mode {mode!r} is not supported here (only CONSTANT)")
+    """TF's ``tf.pad``: ``paddings[d] = [before, after]`` of ``constant_values``
+    (``CONSTANT``), or mirrored (``REFLECT``: the edge not repeated; ``SYMMETRIC``:
+    repeated; op ``MirrorPad``)."""
+    kind = str(mode).upper()
+    if kind not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
+        raise InvalidArgumentError(f"pad: mode {mode!r} is not one of CONSTANT, REFLECT, "
+                                   "SYMMETRIC")
     x = ops.convert_operand(tensor)
     pairs = np.asarray(_ints(paddings, "paddings", "pad")).reshape(-1, 2).tolist()
+    if kind != "CONSTANT":
+        return ops.op_output("MirrorPad", [x], {"paddings": pairs, "mode": kind},
+                             name or "MirrorPad")
     attrs: dict[str, Any] = {"paddings": pairs}
     if constant_values != 0:
         attrs["constant_values"] = float(constant_values) if x.dtype.is_floating \

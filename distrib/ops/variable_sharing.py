@@ -27,7 +27,7 @@ from typing import Any
 from distrib.errors import InvalidArgumentError, UnimplementedError
 from distrib.framework import dtypes
 from distrib.framework.tensor_shape import TensorShape
-from distrib.ops import init_ops
+from distrib.ops import init_ops, partitioned_variables
 from distrib.ops.variables import Variable, VariableAggregation, VariableSynchronization
 
 __all__ = ["SharedVariableStore", "VariableScopeError", "REGULARIZATION_LOSSES"]
@@ -84,11 +84,17 @@ class SharedVariableStore:
                      synchronization: Any = VariableSynchronization.AUTO,
                      aggregation: Any = VariableAggregation.NONE) -> Any:
         is_scalar = shape is not None and isinstance(shape, Sequence) and not shape
-        if partitioner is not None and not is_scalar:
-            raise UnimplementedError(
-                f"get_variable({name!r}, partitioner=...): partitioned variables are not "
-                "supported by dt.get_variable; shard with dt.distribute.experimental."
-                "ParameterServerStrategy(variable_partitioner=...) instead")
+        if partitioner is not None and not is_scalar:   # shards: <name>/part_<i>
+            if name in self.vars:
+                return self._existing(name, TensorShape(shape), dtypes.as_dtype(dtype), reuse)
+            var = partitioned_variables.create_partitioned_variable(
+                name, shape, dtype, initializer, partitioner, lambda part, dims, init:
+                self._get_single_variable(part, None if init is not None and not callable(init)
+                                          else dims, dtype, init, regularizer, reuse, trainable,
+                                          collections, caching_device, validate_shape,
+                                          synchronization, aggregation))
+            self.vars[name] = var
+            return var
         if constraint is not None:
             raise UnimplementedError(
                 f"get_variable({name!r}, constraint=...): the dt.train optimizers do not "

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from distrib.eager.context import executing_eagerly
+from distrib.eager.remote import RemoteRead, numpy_unavailable
 from distrib.errors import InvalidArgumentError
 from distrib.framework import auto_deps, distribution_context, dtypes
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
 from distrib.framework.operation import TensorOperators
 from distrib.framework.tensor_shape import TensorShape, unknown_shape
+from distrib.ops import array_gather
 from distrib.ops import math_ops as ops
 
 __all__ = [
@@ -27,6 +30,16 @@ __all__ = [
     "global_variables_initializer", "local_variables_initializer", "variables_initializer",
     "is_variable_initialized", "initialize_all_variables",
 ]
+
+
+# the class dt.Variable makes while eager values are on (distrib.ops.eager_variables),
+# registered by the process runtime
+_EAGER_CLASS: list[type] = []
+
+
+def register_eager_variable(cls: type) -> None:
+    """Make ``dt.Variable(...)`` return a ``cls`` while eager execution is on."""
+    _EAGER_CLASS[:] = [cls]
 
 
 class VariableAggregation:
@@ -72,6 +85,8 @@ class Variable(TensorOperators):
         strategy = distribution_context.creating_variable() if cls is Variable else None
         if strategy is not None:
             return strategy.create_variable(*args, **kwargs)   # not a Variable: no __init__
+        if cls is Variable and _EAGER_CLASS and executing_eagerly():
+            return super().__new__(_EAGER_CLASS[0])   # its value in this process (eager)
         return super().__new__(cls)
 
     def __init__(self, initial_value: Any = None, trainable: bool = True,
@@ -95,7 +110,8 @@ class Variable(TensorOperators):
     def _build(self, scope: str, initial_value: Any, validate_shape: bool, dtype: Any,
                shape: Any) -> None:
         graph = get_default_graph()
-        if callable(initial_value):
+        from_fn, first = callable(initial_value), len(graph)
+        if from_fn:
             with name_scope("Initializer"):
                 initial_value = initial_value()
         init = ops.convert_to_tensor(initial_value, dtype=dtype, name="initial_value")
@@ -104,6 +120,10 @@ class Variable(TensorOperators):
         self._variable_op = graph.create_op(
             "VariableV2", [], {"var": shared, "dtype": init.dtype, "shape": var_shape.as_list()},
             name=scope, output_specs=[(init.dtype, var_shape)])
+        if from_fn:   # the initializer runs where the variable lives (TF's colocation)
+            made = graph.get_operations()[first:]
+            if made and made[-1] is self._variable_op:
+                graph.colocate_built_ops(made[:-1], self._variable_op)
         self._initial_value = init
         with graph.colocate_with(self._variable_op):
             self._initializer_op = self._update("Assign", init, "Assign", validate_shape).op
@@ -166,6 +186,30 @@ class Variable(TensorOperators):
         out = self._update("AssignSub", delta, name or "AssignSub")
         return out if read_value else out.op
 
+    # -- rows (distrib.ops.array_gather: run where the variable lives) ----------------
+    def sparse_read(self, indices: Any, name: str | None = None) -> Tensor:
+        """The rows ``indices``, gathered on the variable's task (a ``ResourceGather``)."""
+        return array_gather.sparse_read(self, indices, name=name)
+
+    def scatter_add(self, sparse_delta: Any, use_locking: bool = False,
+                    name: str | None = None) -> Tensor:
+        """Add an ``IndexedSlices`` into its rows (``ScatterAdd``); the new value."""
+        return array_gather.scatter_add(self, sparse_delta.indices, sparse_delta.values,
+                                        use_locking, name)
+
+    def scatter_sub(self, sparse_delta: Any, use_locking: bool = False,
+                    name: str | None = None) -> Tensor:
+        return array_gather.scatter_sub(self, sparse_delta.indices, sparse_delta.values,
+                                        use_locking, name)
+
+    def scatter_update(self, sparse_delta: Any, use_locking: bool = False,
+                       name: str | None = None) -> Tensor:
+        return array_gather.scatter_update(self, sparse_delta.indices, sparse_delta.values,
+                                           use_locking, name)
+
+    def scatter_nd_update(self, indices: Any, updates: Any, name: str | None = None) -> Tensor:
+        return array_gather.scatter_nd_update(self, indices, updates, name=name)
+
     # -- reading --------------------------------------------------------------------
     def value(self) -> Tensor:
         """The snapshot ``name/read`` that ops consume (in a ``dt.function``'s
@@ -182,11 +226,18 @@ class Variable(TensorOperators):
         ``var``, colocated) carrying the control inputs; an Identity of the shared
         node could run before them.
         """
+        if executing_eagerly():   # its value is on a task: read in a step, awaited
+            return RemoteRead(self)
         graph = self.graph
         with graph.as_default(), graph.colocate_with(self._variable_op):
             op = graph.create_op("VariableV2", [], dict(self._variable_op.attrs), "read",
                                  output_specs=[(self.dtype, self.shape)])
         return op.outputs[0]
+
+    def numpy(self) -> Any:
+        """TF2's ``v.numpy()``: a graph variable's value is on a task; the error says
+        to ``await v.read_value()`` (eager variables, ``eager_variables``, have it)."""
+        raise numpy_unavailable(self)
 
     def _ref(self) -> Tensor:
         """The ``VariableV2`` output itself: what gradients treat as the leaf."""

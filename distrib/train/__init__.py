@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from distrib.cluster import ClusterSpec
 from distrib.server import Server
+from distrib.train.checkpoints.checkpoints_iterator import checkpoints_iterator, wait_for_new_checkpoint
 from distrib.train.checkpoints.manager import CheckpointManager
 from distrib.train.checkpoints.object_checkpoint import Checkpoint
 from distrib.train.checkpoints.reader import CheckpointReader, list_variables, load_checkpoint
@@ -41,8 +42,10 @@ from distrib.train.input.input import (
     string_input_producer,
 )
 from distrib.train.input.queue_runner import QueueRunner, add_queue_runner, start_queue_runners
+from distrib.train.optimizers.adadelta import AdadeltaOptimizer
 from distrib.train.optimizers.adagrad import AdagradOptimizer
 from distrib.train.optimizers.adam import AdamOptimizer
+from distrib.train.optimizers.ftrl import FtrlOptimizer
 from distrib.train.optimizers.global_step import (
     create_global_step,
     get_global_step,
@@ -59,6 +62,11 @@ from distrib.train.optimizers.learning_rate_decay import (
 from distrib.train.optimizers.momentum import MomentumOptimizer
 from distrib.train.optimizers.moving_averages import ExponentialMovingAverage, moving_average_variables
 from distrib.train.optimizers.optimizer import Optimizer
+from distrib.train.optimizers.proximal import (
+    AdagradDAOptimizer,
+    ProximalAdagradOptimizer,
+    ProximalGradientDescentOptimizer,
+)
 from distrib.train.optimizers.rmsprop import RMSPropOptimizer
 from distrib.train.replicas.device_setter import replica_device_setter
 from distrib.train.replicas.sync_replicas import SyncReplicasOptimizer
@@ -104,4 +112,20 @@ __all__ = [
     # TF1's queue-based input (the input/ wing)
     "QueueRunner", "add_queue_runner", "start_queue_runners", "string_input_producer",
     "input_producer", "limit_epochs", "batch", "shuffle_batch",
+    # issue 39: TF1's remaining optimizers, an evaluator's checkpoint loop
+    "AdadeltaOptimizer", "FtrlOptimizer", "ProximalAdagradOptimizer",
+    "ProximalGradientDescentOptimizer", "AdagradDAOptimizer", "checkpoints_iterator",
+    "wait_for_new_checkpoint",
 ]
+
+# tf.train.Example and its parts (distrib/io/example_pb.py): protobuf classes made on first use
+_EXAMPLE_NAMES = ("Example", "Features", "Feature", "BytesList", "FloatList", "Int64List",
+                  "FeatureList", "FeatureLists", "SequenceExample")
+__all__ += list(_EXAMPLE_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _EXAMPLE_NAMES:
+        from distrib.io import example_pb
+        return getattr(example_pb.messages(), name)
+    raise AttributeError(f"module 'distrib.train' has no attribute {name!r}")

@@ -15,7 +15,8 @@ once on tiny arrays of ``dtype``. Its functions release the GIL
 (``nogil=True``), so :func:`split_batch` can run slices of a batch on the
 task's intra-op threads (:func:`set_intra_op_threads`; 1 by default, as the
 runtime hands a task's threads to kernels explicitly: this package reads no
-environment).
+environment), and :func:`split_matmul` splits a matrix product over
+them while BLAS runs on one thread.
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kernels.cpu import blas_threads
+
 __all__ = ["BackgroundJit", "JIT_DTYPES", "LOADER_EXIT_WAIT_S", "join_loaders",
-           "set_intra_op_threads", "intra_op_threads", "split_batch"]
+           "set_intra_op_threads", "intra_op_threads", "split_batch", "split_matmul"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ _threads = [1]
 # (the old one finishes what it was given, then its threads end)
 _pool: list[ThreadPoolExecutor | None] = [None]
 _pool_lock = threading.Lock()
+_blas_start: list[int | None] = [None]   # BLAS's own thread count, read before the first change
 
 
 class BackgroundJit:
@@ -132,9 +136,19 @@ def join_loaders(timeout: float = LOADER_EXIT_WAIT_S) -> None:
 
 
 def set_intra_op_threads(n: int) -> None:
-    """How many threads one kernel of these modules may use (>= 1)."""
+    """How many threads one kernel of these modules may use (>= 1). Above one,
+    BLAS runs on one thread and the kernels split their GEMMs over these
+    (:mod:`kernels.cpu.blas_threads`: no thread of a kernel starts BLAS
+    threads of its own); at one, BLAS gets back the count it started with."""
     if int(n) < 1:
         raise ValueError(f"intra-op threads must be >= 1, got {n}")
+    with _pool_lock:
+        if _blas_start[0] is None:
+            _blas_start[0] = blas_threads.blas_threads() or 0
+        if int(n) > 1:
+            blas_threads.set_blas_threads(1)
+        elif _blas_start[0]:
+            blas_threads.set_blas_threads(_blas_start[0])
     _threads[0] = int(n)
 
 
@@ -169,3 +183,31 @@ def split_batch(fn: Callable[[int, int], None], batch: int, elements: int) -> No
     fn(bounds[0], bounds[1])
     for f in futures:
         f.result()
+
+
+# a product of fewer multiply-adds than this runs whole: a thread hop costs ~50 us,
+# about 2.5 M multiply-adds of one BLAS thread
+_SPLIT_MIN_MACS = 1 << 22
+
+
+def split_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``a @ b`` of two matrices, its rows (or, for a short ``a``, its
+    columns) split over the intra-op threads when there are several and the
+    product is worth a hop; each part is one BLAS call on one thread, and
+    the parts write disjoint blocks of ``out``."""
+    m, k = a.shape
+    n = b.shape[1]
+    threads = _threads[0]
+    if out is None:
+        out = np.empty((m, n), np.result_type(a, b))
+    if threads <= 1 or m * k * n < _SPLIT_MIN_MACS:
+        return np.matmul(a, b, out=out)
+    if m >= 2 * threads:
+        split_batch(lambda i, j: np.matmul(a[i:j], b, out=out[i:j]), m, _SPLIT_MIN_ELEMENTS)
+    elif n >= 2 * threads:
+        def columns(i: int, j: int) -> None:
+            out[:, i:j] = a @ b[:, i:j]
+        split_batch(columns, n, _SPLIT_MIN_ELEMENTS)
+    else:
+        np.matmul(a, b, out=out)
+    return out

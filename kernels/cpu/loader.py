@@ -13,7 +13,9 @@ from kernels.registry import register_table
 __all__ = ["MODULES", "load"]
 
 MODULES = ("array", "math", "nn", "update", "fused", "pooling", "normalization", "topk", "conv",
-           "slicing", "image")
+           "slicing", "image", "gather", "sparse_update", "hashing",
+           "math_extra", "activations", "array_extra", "update_extra", "parsing",
+           "image_codec", "image_resize", "image_color")
 
 
 def load() -> None:

@@ -37,7 +37,8 @@ _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 # --- random ----------------------------------------------------------------------
 
 # Random ops a running step keeps a generator for (see rng_attrs).
-RANDOM_OPS = frozenset({"RandomStandardNormal", "RandomUniform", "RandomShuffle"})
+RANDOM_OPS = frozenset({"RandomStandardNormal", "RandomUniform", "RandomShuffle",
+                        "TruncatedNormal", "Multinomial"})
 
 
 def rng_attrs(attrs: dict, name: str, generators: dict) -> dict:

@@ -1,6 +1,7 @@
 """CPU kernels for the neural-network ops: MatMul, BiasAdd, softmax and losses.
 
-MatMul goes to BLAS through ``np.matmul``; a transposed operand is passed as a
+MatMul goes to BLAS through ``np.matmul``, a matrix product split over the
+task's intra-op threads (:func:`kernels.cpu.jit_loader.split_matmul`); a transposed operand is passed as a
 transposed *view*, which numpy hands to BLAS as a transpose flag instead of
 copying. The softmax family subtracts the row maximum before ``exp`` so large
 logits cannot overflow (the loss of a 1000-logit row is finite).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.cpu.jit_loader import split_matmul
 from kernels.registry import CPU, KernelError, KernelTable, get_kernel
 
 __all__ = ["softmax", "log_softmax"]
@@ -37,11 +39,12 @@ def matmul(inputs: list, attrs: dict) -> list:
         raise KernelError(f"MatMul: inner dimensions differ: {list(a.shape)} @ "
                           f"{list(b.shape)} (after transpose_a={bool(attrs.get('transpose_a'))}, "
                           f"transpose_b={bool(attrs.get('transpose_b'))})")
-    alloc = attrs.get("_alloc")
-    if alloc is not None and a.ndim == 2 and b.ndim == 2:
+    if a.ndim == 2 and b.ndim == 2:
         # the executor's allocator (shared memory, for a result that goes to
-        # another process on this host)
-        return [np.matmul(a, b, out=alloc((a.shape[0], b.shape[1]), a.dtype))]
+        # another process on this host); split over the intra-op threads
+        alloc = attrs.get("_alloc")
+        out = alloc((a.shape[0], b.shape[1]), a.dtype) if alloc is not None else None
+        return [split_matmul(a, b, out)]
     return [np.matmul(a, b)]
 
 

@@ -1,6 +1,7 @@
 """GPU kernels of TF's 2-D convolution ops: ``Conv2D``,
 ``Conv2DBackpropInput`` and ``Conv2DBackpropFilter`` as implicit GEMMs
-(:mod:`kernels.cuda.conv_gemm`), and the depthwise ops through the CPU kernel.
+(:mod:`kernels.cuda.conv_gemm`); the depthwise ops are
+:mod:`kernels.cuda.conv_depthwise`.
 
 Same inputs, attrs and checks as the CPU kernels (:mod:`kernels.cpu.conv`,
 whose attr decoding and output-size rules, :mod:`kernels.cpu.conv_geometry`,
@@ -16,10 +17,6 @@ filter's), empty tensors, and any operand the CPU kernel would refuse, whose
 The shape inputs (``input_sizes``, ``filter_sizes``) are read on the host,
 as TF's GPU kernels read them from host memory: a device array there is
 copied out (a synchronisation).
-
-``DepthwiseConv2dNative`` and its two gradients run the CPU kernel on host
-copies for now (registered so a GPU-placed graph keeps them on its device
-and says so in the log, rather than failing placement).
 """
 from __future__ import annotations
 
@@ -113,13 +110,3 @@ def conv2d_backprop_filter(inputs: list, attrs: dict) -> list:
     xs, dys = to_nhwc(x, a.nchw), to_nhwc(dy, a.nchw)
     return [implicit_gemm(BACKPROP_FILTER, xs, dys, g, fs[3], fs)]
 
-
-def _on_host(op: str) -> None:
-    @gpu_kernel(op)
-    def kernel(inputs: list, attrs: dict) -> list:
-        return host_fallback(op, inputs, attrs)
-
-
-for _op in ("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
-            "DepthwiseConv2dNativeBackpropFilter"):
-    _on_host(_op)

@@ -7,7 +7,7 @@ import importlib
 
 __all__ = ["MODULES", "load"]
 
-MODULES = ("elementwise", "nn", "conv", "pooling", "normalization")
+MODULES = ("elementwise", "nn", "conv", "conv_depthwise", "pooling", "normalization", "gather", "activations", "optimizers")
 
 
 def load() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from distrib.eager.context import graph_mode
 from distrib.framework import distribution_context
 from distrib.ops import math_ops as ops
 from distrib.ops.variables import Variable, VariableAggregation
@@ -101,6 +102,9 @@ class MirroredVariable(DistributedValues):
     def read_value(self) -> Any:
         return self._component().read_value()
 
+    def numpy(self) -> Any:   # eager values: a typed error naming `await v.read_value()`
+        return self._component().numpy()
+
     # -- updates: the replica's copy inside strategy.run, every copy outside ------------
     def _update(self, method: str, value: Any, **kwargs: Any) -> Any:
         replica = distribution_context.replica_context()
@@ -177,7 +181,8 @@ class MirroredVariable(DistributedValues):
 
     @property
     def initializer(self) -> Any:
-        return ops.group(*[c.initializer for c in self._values])
+        with graph_mode():   # a graph op, also when built outside a trace with eager on
+            return ops.group(*[c.initializer for c in self._values])
 
     def get_shape(self) -> Any:
         return self.shape

@@ -59,6 +59,7 @@ from distrib.distribute.core.distribute_lib import (
     variable_owner,
 )
 from distrib.distribute.core.values import DistributedValues, PerReplica
+from distrib.distribute.functions import eager_sync
 from distrib.distribute.functions.inputs import (
     IteratorReads,
     check_signature,
@@ -67,6 +68,8 @@ from distrib.distribute.functions.inputs import (
     signature,
 )
 from distrib.distribute.functions.local_target import default_target, home_of
+from distrib.eager.context import executing_eagerly, graph_mode
+from distrib.eager.tensor import wrap as wrap_eager
 from distrib.errors import OpError
 from distrib.framework import auto_deps, distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph, name_scope
@@ -120,8 +123,8 @@ class Function:
         if auto_deps.tracing():
             return self._fn(*args, **kwargs)
         trace = self._trace_for(args, kwargs)
-        if trace.agreement is None:
-            return trace.run(args, kwargs)
+        if trace.agreement is None:   # eager on, called eagerly: EagerTensors back, as TF2's
+            return trace.run(args, kwargs, executing_eagerly())
         return self._run_elastic(trace, args, kwargs)
 
     async def _run_elastic(self, trace: _Trace, args: tuple, kwargs: dict) -> Any:
@@ -194,7 +197,7 @@ class _Trace:
 
         first_new = len(graph.get_operations())
         place = graph.device(device) if device is not None else contextlib.nullcontext()
-        with graph.as_default(), place, name_scope(name):
+        with graph_mode(), graph.as_default(), place, name_scope(name):   # a graph, eager or not
             if input_signature is not None:   # placeholders of the specs' (partial) shapes
                 call_args = tuple(placeholders(spec, self._placeholders)
                                   for spec in input_signature)
@@ -211,6 +214,8 @@ class _Trace:
                         outputs = _as_fetchable(fn(*call_args, **call_kwargs))
                 else:
                     outputs = _as_fetchable(fn(*call_args, **call_kwargs))
+                # eager variables the body used: their twins' sync (eager_sync)
+                self._eager = eager_sync.collect(graph, graph.get_operations()[first_new:])
         if self.strategy is None and used:
             self.strategy = used[0]   # called outside its scope: its strategy.run says where
         self._outputs = outputs
@@ -220,7 +225,7 @@ class _Trace:
         self.agreement = agree(graph) if agree is not None else None
         # (a variable's initializer runs once, on first use: not in the step)
         inits = {v.initializer for key in (GraphKeys.GLOBAL_VARIABLES, GraphKeys.LOCAL_VARIABLES)
-                 for v in graph.get_collection(key)}
+                 for v in graph.get_collection(key)} | self._eager.initializers
         # reads and writes of each variable in the order the Python body made them
         auto_deps.order(graph.get_operations()[first_new:], inits)
         self._fetches, self._rebuild = _fetch_plan(outputs)
@@ -247,11 +252,12 @@ class _Trace:
         the op catalogue, and the groups nothing waits on."""
         return list(self._effects)
 
-    async def run(self, args: tuple, kwargs: dict) -> Any:
+    async def run(self, args: tuple, kwargs: dict, eager: bool = False) -> Any:
+        """One call's result (``eager``: each array as an ``EagerTensor``)."""
         result, agreed = await self.step(args, kwargs)
         if self.agreement is not None:
             await self.agreement.after_step(await _session(self.graph, self.target()), agreed)
-        return result
+        return _eager_values(result) if eager else result
 
     async def step(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         """Run once: the result, and the agreed membership version (elastic; else None)."""
@@ -262,13 +268,20 @@ class _Trace:
             self._feeds(given, values)
         session = await _session(self.graph, self.target())
         await _initialize_variables(session, self.graph, self.strategy)
+        if not self._eager:   # (the graph path: no context manager per call)
+            return await self._call(session, given, values)
+        async with self._eager.exclusive(session):   # eager variables' push .. pull
+            return await self._call(session, given, values)
+
+    async def _call(self, session: Any, given: Any, values: list[Any]) -> tuple[Any, Any]:
+        agreement = self.agreement
         if agreement is not None:   # read after first use: a newcomer's input moves to the group's
             if self.epoch != getattr(self.strategy, "trace_epoch", None):
                 raise _Retrace()   # its first use joined a newer group than this trace's
             self._feeds(given, values)
         call = self._calls.get(session)   # fetches and feed names worked out once a session
         if call is None:
-            fetches = [self._fetches, self._effects, self._summaries.fetches()]
+            fetches = [self._fetches, self._effects, self._summaries.fetches(), self._eager.reads]
             feeds = self._placeholders
             if agreement is not None:
                 fetches, feeds = [*fetches, agreement.fetch], [*feeds, agreement.feed]
@@ -279,7 +292,9 @@ class _Trace:
         out = await (call(*values) if tracing is None else call(*values, **tracing.run_kwargs()))
         if self._summaries:
             self._summaries.write(out[2])
-        return self._rebuild(out[0]), (out[3] if agreement is not None else None)
+        if self._eager.written:
+            self._eager.pull(session.target, out[3])
+        return self._rebuild(out[0]), (out[4] if agreement is not None else None)
 
     def _feeds(self, given: Any, values: list[Any]) -> None:
         """The arrays of this call's arguments, then one element of the iterator
@@ -352,6 +367,21 @@ def _fetch_plan(outputs: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
         return lambda vals: value   # None, or a Python value returned as is
     build = plan(outputs)
     return fetches, build
+
+
+def _eager_values(value: Any) -> Any:
+    """A call's result with each array an ``EagerTensor`` (TF2's ``tf.function`` called
+    eagerly returns eager tensors); nests, None and Python values kept as they are."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return wrap_eager(np.asarray(value))
+    if isinstance(value, tuple):
+        items = [_eager_values(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_eager_values(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _eager_values(v) for k, v in value.items()}
+    return value
 
 
 # -- sessions and first-use initialization -------------------------------------------------

@@ -55,6 +55,7 @@ from distrib.distribute.functions.checkpoint_steps import SAVE_AGREEMENT_GROUP_K
 from distrib.distribute.functions.local_target import local_server, set_default_target
 from distrib.distribute.preemption.signals import AGREEMENT_GROUP_KEY
 from distrib.distribute.strategies.mirrored import MirroringStrategy, local_devices
+from distrib.eager.context import graph_mode
 from distrib.framework.graph import get_default_graph
 from distrib.ops import collective_ops
 from distrib.ops import math_ops as ops
@@ -277,9 +278,10 @@ class MultiWorkerMirroredStrategy(MirroringStrategy):
             return
         graph = session.graph
         ops_to_run = []
-        with graph.as_default(), graph.device(self._devices[0]):
-            if self.is_chief:
-                await session.run([c.initializer for c in containers])
+        if self.is_chief:
+            await session.run([c.initializer for c in containers])
+        # graph ops, also with eager values on (first use is outside any trace)
+        with graph_mode(), graph.as_default(), graph.device(self._devices[0]):
             for c in containers:
                 key = self._keys.instance_key(graph)
                 if self.is_chief:

@@ -25,12 +25,14 @@ from typing import Any, Sequence
 
 from distrib.distribute.core.cross_device_ops import CrossDeviceOps, ReduceOp, ReductionToOneDevice
 from distrib.distribute.core.distribute_lib import ReplicaContext, Strategy
+from distrib.distribute.core.sparse_reduce import reduce_indexed_slices
 from distrib.distribute.core.values import DistributedValues, Mirrored, MirroredVariable
 from distrib.distribute.functions.local_target import local_server
 from distrib.framework import config, distribution_context
 from distrib.framework.device import DeviceSpec
 from distrib.framework.graph import GraphKeys, get_default_graph
 from distrib.ops import math_ops as ops
+from distrib.ops.indexed_slices import IndexedSlices
 from distrib.ops.variables import Variable
 
 logger = logging.getLogger(__name__)
@@ -133,10 +135,17 @@ class MirroringStrategy(Strategy):
         steps = _per_replica(global_step) if isinstance(global_step, DistributedValues) \
             else [global_step] + [None] * (len(lists) - 1)
         positions = [k for k, (g, _) in enumerate(lists[0]) if g is not None]
+        dense = [k for k in positions if not isinstance(lists[0][k][0], IndexedSlices)]
         grads = [[ops.convert_to_tensor(lists[r][k][0]) for r in range(len(lists))]
-                 for k in positions]
-        reduced = self._cross_device.batch_reduce(ReduceOp.SUM, grads, self._devices,
-                                                  self.num_replicas_in_sync)
+                 for k in dense]
+        by_position = dict(zip(dense, self._cross_device.batch_reduce(
+            ReduceOp.SUM, grads, self._devices, self.num_replicas_in_sync) if grads else []))
+        for k in positions:   # sparse gradients: the replicas' rows gathered (sparse_reduce)
+            if k not in by_position:
+                by_position[k] = reduce_indexed_slices(
+                    self._cross_device, ReduceOp.SUM, [x[k][0] for x in lists], self._devices,
+                    self.num_replicas_in_sync)
+        reduced = [by_position[k] for k in positions]
         graph = get_default_graph()
         train_ops = []
         with distribution_context.variable_creation_paused():
@@ -204,6 +213,11 @@ class CentralStorageStrategy(Strategy):
         graph = get_default_graph()
         for k, (g, var) in enumerate(lists[0]):
             if g is None:
+                continue
+            if isinstance(g, IndexedSlices):   # rows joined on the parameter device, not densified
+                pairs.append((reduce_indexed_slices(
+                    self._cross_device, ReduceOp.SUM, [x[k][0] for x in lists],
+                    [self._parameter_device], self.num_replicas_in_sync)[0], var))
                 continue
             grads = [ops.convert_to_tensor(lists[r][k][0]) for r in range(len(lists))]
             with graph.device(self._parameter_device):

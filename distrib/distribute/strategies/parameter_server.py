@@ -35,6 +35,7 @@ from distrib.cluster.resolvers import ClusterResolver
 from distrib.distribute.core.distribute_lib import Strategy
 from distrib.distribute.core.values import DistributedValues, tensor_operator
 from distrib.distribute.strategies.mirrored import variable_args
+from distrib.eager.context import graph_mode
 from distrib.errors import FailedPreconditionError
 from distrib.framework import distribution_context, dtypes
 from distrib.framework.graph import get_default_graph
@@ -148,7 +149,8 @@ class ShardedVariable(DistributedValues):
 
     @property
     def initializer(self) -> Any:
-        return ops.group(*[v.initializer for v in self._values])
+        with graph_mode():   # a graph op, also when built outside a trace with eager on
+            return ops.group(*[v.initializer for v in self._values])
 
     def assign(self, value: Any, use_locking: bool = False, name: str | None = None,
                read_value: bool = True) -> Any:

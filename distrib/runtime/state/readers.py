@@ -1,6 +1,7 @@
 """TF1's readers on a task, and the ops of the input queues and readers.
 
-A reader (``FixedLengthRecordReader``) is a resource of the task its read op
+A reader (``FixedLengthRecordReader``; ``TFRecordReader`` and
+``WholeFileReader`` in record_readers.py) is a resource of the task its read op
 runs on, by shared name, as a queue is: it holds the file it is reading and
 its place in it, and reads files of that task's file system. When it has no
 file, or has read the last whole record of one, it dequeues the next file
@@ -23,9 +24,10 @@ from typing import Any, Callable
 import numpy as np
 
 from distrib.errors import InvalidArgumentError, NotFoundError
+from distrib.runtime.state import record_readers
 from distrib.runtime.state.input_queues import InputQueue
 
-__all__ = ["FixedLengthRecordReader", "INPUT_OPS", "run_input_op"]
+__all__ = ["FixedLengthRecordReader", "INPUT_OPS", "run_input_op", "make_reader"]
 
 INPUT_OPS = frozenset({
     "FIFOQueueV2", "RandomShuffleQueueV2", "QueueEnqueueV2", "QueueEnqueueManyV2",
@@ -121,7 +123,7 @@ def run_input_op(node: dict[str, Any], args: list[Any], store: Any, wait: Callab
     if op == "ReaderReadV2":
         reader = store.readers.get(attrs["reader"])
         if reader is None:
-            reader = store.readers[attrs["reader"]] = FixedLengthRecordReader(
+            reader = store.readers[attrs["reader"]] = make_reader(
                 attrs["reader"], attrs["reader_spec"])
         read = asyncio.ensure_future(reader.read(lambda: queue.dequeue(None)))
         return _outputs(wait(read, f"a record of reader {reader.name}",
@@ -131,6 +133,18 @@ def run_input_op(node: dict[str, Any], args: list[Any], store: Any, wait: Callab
     fut = queue.dequeue(n, up_to=op == "QueueDequeueUpToV2")
     what = f"{'an element' if n is None else f'{n} elements'} of queue {queue.name}"
     return _outputs(wait(fut, what, lambda: f"{what} ({queue.size()} there)", queue), None)
+
+
+def make_reader(name: str, spec: dict[str, Any]) -> Any:
+    """The reader of ``spec["kind"]``: fixed_length, tf_record or whole_file."""
+    kind = spec.get("kind")
+    if kind == "tf_record":
+        return record_readers.TFRecordReader(name, spec)
+    if kind == "whole_file":
+        return record_readers.WholeFileReader(name, spec)
+    if kind == "fixed_length":
+        return FixedLengthRecordReader(name, spec)
+    raise InvalidArgumentError(f"reader {name}: unknown kind {kind!r}")
 
 
 def _queue(store: Any, name: str, spec: dict[str, Any]) -> InputQueue:

@@ -6,10 +6,11 @@ update finds the array shared, by its reference count, only while some step,
 fetch or send still holds a read of it), so a read is always a snapshot and a
 training step whose reads are done before its updates copies nothing.
 Updates run on the event loop, so they are atomic with respect to reads and
-to each other (no lost updates between asynchronous replicas); the one
-exception is a GPU variable's update on its first run with new argument
+to each other (no lost updates between asynchronous replicas); the
+exceptions: a GPU variable's update on its first run with new argument
 types, which may compile its kernel and so runs on the kernel pool (the
-executor). A GPU variable is a device array: its updates run GPU kernels
+executor), and the copy of a big Assign's value (too long for the loop,
+``kernel_pool.weigh``), which runs there too, its swap into the store on the loop. A GPU variable is a device array: its updates run GPU kernels
 (numpy cannot write into device memory), or a CPU kernel on host copies
 written back where the update has no GPU kernel. The ops on
 accumulators and queues (``is_resource`` in the op catalogue,
@@ -17,6 +18,7 @@ accumulators and queues (``is_resource`` in the op catalogue,
 """
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ import numpy as np
 import kernels
 from distrib.errors import InvalidArgumentError, OutOfRangeError
 from distrib.framework.op_def import op_defs
+from distrib.runtime.core import kernel_pool
 from distrib.runtime.core.tensor_values import Node, host_array
 from distrib.runtime.state.variable_store import VariableStore
 from kernels.cpu import update as cpu_update
@@ -58,6 +61,10 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
         return [store.get(name, node["name"])]   # no copy: the store copies on write
     if op == "IsVariableInitialized":
         return [np.array(name in store)]
+    if op == "ResourceGather":   # rows read now (input 0 is the variable, for its shape)
+        table = store.get(name, node["name"])
+        on = dev[0] if not isinstance(table, np.ndarray) else "CPU"
+        return kernels.get_kernel(op, on)([table, args[1]], attrs)
     if op == "CountUpTo":   # TF's: the old value; OutOfRangeError once it reached the limit
         cur = store.get(name, node["name"])
         if int(cur) >= int(attrs["limit"]):
@@ -66,6 +73,8 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
         store.set(name, np.array(cur + 1, dtype=cur.dtype))
         return [np.array(cur)]
     if op == "Assign":
+        if dev[0] == "CPU" and kernel_pool.weigh(None, args[:1], attrs)[0] == 2 and _on_loop():
+            return _assign_off_loop(store, name, args[0], attrs, dev)
         store.set(name, _as_var_value(args[0], attrs, name, dev))
         return [args[0]]
     if op in ("AssignAdd", "AssignSub"):
@@ -98,6 +107,28 @@ def run_stateful(node: Node, args: list[Any], store: VariableStore, wanted: bool
     else:
         kernels.get_kernel(op, on)([var, *slots, *args], attrs)
     return [var if wanted else None]
+
+
+def _on_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:   # a pool thread (a GPU update's locked run): already off the loop
+        return False
+    return True
+
+
+def _assign_off_loop(store: VariableStore, name: str, value: Any, attrs: dict[str, Any],
+                     dev: tuple[str, int]) -> asyncio.Future:
+    """A big Assign (a table's initial value: 1.28 GB is ~2 s of copying): its copy
+    into shared memory runs on the kernel pool, and only the swap into the store
+    on the loop, which meanwhile answers heartbeats, pings and other steps. The
+    executor waits for the future as for a kernel on the pool."""
+    copied = kernel_pool.thread_pool().submit(_as_var_value, value, attrs, name, dev)
+
+    async def swap() -> list[Any]:
+        store.set(name, await asyncio.wrap_future(copied))
+        return [value]
+    return asyncio.ensure_future(swap())
 
 
 def _update_on_host(fn: Any, state: list[Any], args: list[Any], attrs: dict[str, Any]) -> None:

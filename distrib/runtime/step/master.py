@@ -47,9 +47,10 @@ from distrib.errors import (
 )
 from distrib.runtime.actors.system import ActorSystem, caller_key, session_gc_s
 from distrib.runtime.core.kernel_pool import spin_until
+from distrib.runtime.step.device_filters import place_filtered
 from distrib.runtime.step.doors import RegisterPartition, WorkerDoor
 from distrib.runtime.step.graph_optimizer import optimize_partitions
-from distrib.runtime.step.plan import partition, place, prune, tensor_op
+from distrib.runtime.step.plan import partition, prune, tensor_op
 from distrib.runtime.step.sessions import (
     SessionState,
     StepPlan,
@@ -273,8 +274,8 @@ class MasterService:
         plan = s.plans.get(key)
         if plan is None:
             order = prune(s.nodes, fetches, targets, feeds)
-            placed = place(s.nodes, order, default_job=self.job, default_task=self.task_index,
-                           tasks=self._valid)
+            placed = place_filtered(s.nodes, order, default_job=self.job, default_task=self.task_index,
+                                    tasks=self._valid, filters=s.config.get("device_filters"))
             full = [f"{tensor_op(t)[0]}:{tensor_op(t)[1]}" for t in fetches]
             parts = partition(s.nodes, order, placed, full, feeds, targets)
             # each partition rewritten once, here, before it is registered and cached

@@ -35,6 +35,7 @@ import numpy as np
 from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.framework.graph import Graph, GraphKeys, Operation, Tensor, get_default_graph
 from distrib.ops import math_ops as ops
+from distrib.ops import partitioned_variables
 from distrib.ops.variables import Variable
 from distrib.train.checkpoints import file_format, state_file
 from distrib.train.checkpoints.readiness import run_fetches
@@ -67,6 +68,7 @@ def _named_variables(var_list: Sequence[Variable] | Mapping[str, Variable] | Non
     moves between one replica and many."""
     if var_list is None:
         var_list = get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES)
+    var_list = partitioned_variables.as_shards(var_list)   # a PartitionedVariable: its shards
     if isinstance(var_list, Mapping):
         named = dict(var_list)
     else:
@@ -268,7 +270,7 @@ class Saver:
         for name, var in self._named.items():
             if np.dtype(var.dtype.as_numpy_dtype).kind == "O":
                 values[name] = np.asarray(values[name], dtype=object)
-        return values, step
+        return partitioned_variables.saved_whole(values, self._named), step
 
     def _write(self, save_path: str, values: dict[str, np.ndarray], step: int | None,
                latest_filename: str | None, write_state: bool) -> str:
@@ -343,15 +345,18 @@ class Saver:
 
     def _read(self, path: str) -> dict[str, np.ndarray]:
         stored = file_format.list_checkpoint_tensors(path)
-        missing = [name for name in self._named if name not in stored]
+        keys = partitioned_variables.checkpoint_keys(self._named, stored)  # shards: their whole
+        missing = [name for name in self._named if keys[name] not in stored]
         if missing:
             raise NotFoundError(
                 f"Key(s) {missing} not found in checkpoint {path!r}: the checkpoint does not hold "
                 f"these variables (it holds {sorted(stored)}); restore with a Saver whose var_list "
                 "matches the checkpoint")
         for name, var in self._named.items():
-            _check_compatible(name, var, stored[name], path)
-        return file_format.read_checkpoint(path, list(self._named))
+            if keys[name] == name:
+                _check_compatible(name, var, stored[name], path)
+        values = file_format.read_checkpoint(path, sorted(set(keys.values())))
+        return partitioned_variables.split_saved(values, self._named, keys)
 
     # -- blocking twins --------------------------------------------------------------------
     def save_sync(self, sess: Any, save_path: str, global_step: Any = None,

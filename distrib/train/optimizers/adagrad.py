@@ -7,6 +7,7 @@ from typing import Any
 
 from distrib.framework.graph import Operation, Tensor
 from distrib.ops import math_ops as ops
+from distrib.ops.indexed_slices import IndexedSlices
 from distrib.ops.variables import Variable
 from distrib.train.optimizers.optimizer import Optimizer, OptimizerArgumentError
 
@@ -39,3 +40,8 @@ class AdagradOptimizer(Optimizer):
         lr = self._hyper(self._learning_rate, var, "learning_rate")
         accum = self.get_slot(var, "accumulator")
         return self._apply_op("ApplyAdagrad", var, [lr, grad], {"accum": accum})
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        lr = self._hyper(self._learning_rate, var, "learning_rate")
+        return self._apply_op("SparseApplyAdagrad", var, [lr, grad.values, grad.indices],
+                              {"accum": self.get_slot(var, "accumulator")})

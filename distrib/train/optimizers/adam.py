@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from distrib.framework.graph import Operation, Tensor
+from distrib.ops import array_gather
 from distrib.ops import math_ops as ops
+from distrib.ops.indexed_slices import IndexedSlices
 from distrib.ops.variables import Variable
-from distrib.train.optimizers.optimizer import Optimizer, OptimizerArgumentError
+from distrib.train.optimizers.optimizer import Optimizer, OptimizerArgumentError, deduplicate
 
 __all__ = ["AdamOptimizer"]
 
@@ -59,6 +61,32 @@ class AdamOptimizer(Optimizer):
                   self._hyper(self._epsilon, var, "epsilon"), grad]
         slots = {"m": self.get_slot(var, "m"), "v": self.get_slot(var, "v")}
         return self._apply_op("ApplyAdam", var, inputs, slots)
+
+    def _apply_sparse_duplicate_indices(self, grad: IndexedSlices, var: Variable) -> Operation:
+        return self._apply_sparse(deduplicate(grad), var)   # v sums squares: one row per index
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        """TF1's sparse Adam: ``m`` and ``v`` decay whole, the rows' terms are
+        scattered in, and the whole variable moves (not lazy: TF1's rule)."""
+        beta1_power, beta2_power = self._get_beta_accumulators(var.graph)
+        b1p, b2p = (self._hyper(p, var, n) for p, n in ((beta1_power, "beta1_power"),
+                                                        (beta2_power, "beta2_power")))
+        lr_t = self._hyper(self._learning_rate, var, "learning_rate")
+        b1, b2 = self._hyper(self._beta1, var, "beta1"), self._hyper(self._beta2, var, "beta2")
+        eps = self._hyper(self._epsilon, var, "epsilon")
+        one = ops.constant(1, dtype=var.dtype, name="one")
+        lr = lr_t * ops.sqrt(one - b2p) / (one - b1p)
+        m, v = self.get_slot(var, "m"), self.get_slot(var, "v")
+        graph = var.graph
+        m_t = m.assign(m.read_value() * b1)
+        with graph.control_dependencies([m_t]):
+            m_t = array_gather.scatter_add(m, grad.indices, grad.values * (one - b1))
+        v_t = v.assign(v.read_value() * b2)
+        with graph.control_dependencies([v_t]):
+            v_t = array_gather.scatter_add(v, grad.indices,
+                                           grad.values * grad.values * (one - b2))
+        var_update = var.assign_sub(lr * m_t / (ops.sqrt(v_t) + eps), read_value=False)
+        return ops.group(var_update, m_t.op, v_t.op)
 
     def _finish(self, update_ops: list[Operation], name: str) -> Operation:
         """Advance ``beta1_power`` and ``beta2_power`` after every update of this step."""

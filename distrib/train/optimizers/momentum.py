@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from distrib.framework.graph import Operation, Tensor
+from distrib.ops.indexed_slices import IndexedSlices
 from distrib.ops.variables import Variable
 from distrib.train.optimizers.optimizer import Optimizer
 
@@ -31,4 +32,12 @@ class MomentumOptimizer(Optimizer):
         momentum = self._hyper(self._momentum, var, "momentum")
         accum = self.get_slot(var, "momentum")
         return self._apply_op("ApplyMomentum", var, [lr, grad, momentum], {"accum": accum},
+                              use_nesterov=self._use_nesterov)
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        lr = self._hyper(self._learning_rate, var, "learning_rate")
+        momentum = self._hyper(self._momentum, var, "momentum")
+        return self._apply_op("SparseApplyMomentum", var,
+                              [lr, grad.values, grad.indices, momentum],
+                              {"accum": self.get_slot(var, "momentum")},
                               use_nesterov=self._use_nesterov)

@@ -31,13 +31,16 @@ from typing import Any
 from distrib.errors import InvalidArgumentError
 from distrib.framework import distribution_context
 from distrib.framework.graph import GraphKeys, Operation, Tensor, get_default_graph
+from distrib.ops import array_gather
 from distrib.ops import math_ops as ops
+from distrib.ops.indexed_slices import IndexedSlices
 from distrib.ops.variables import Variable, trainable_variables
 from distrib.train.checkpoints import trackable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Optimizer", "OptimizerArgumentError", "checked_pairs", "gradient_tensor"]
+__all__ = ["Optimizer", "OptimizerArgumentError", "checked_pairs", "gradient_tensor",
+           "sparse_gradient", "deduplicate"]
 
 GradsAndVars = list[tuple[Any, Variable]]
 
@@ -202,9 +205,23 @@ class Optimizer:
     def _finish(self, update_ops: list[Operation], name: str) -> Operation:
         return ops.group(*update_ops, name=name)
 
+    def _apply_sparse_duplicate_indices(self, grad: IndexedSlices, var: Variable) -> Operation:
+        """A sparse gradient's update (TF1's hook): the ``SparseApply*`` kernels
+        sum the rows of a repeated index first, so ``_apply_sparse`` gets it as is."""
+        return self._apply_sparse(grad, var)
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        """The update of an ``IndexedSlices`` gradient; an optimizer without a
+        sparse rule densifies it beside the variable (TF1 would raise)."""
+        return self._apply_dense(ops.convert_to_tensor(grad), var)
+
     # -- building blocks ----------------------------------------------------------------
     def _update_one(self, grad: Any, var: Variable) -> Operation:
         graph = var.graph
+        if isinstance(grad, IndexedSlices):   # rows only: applied where the variable lives
+            grad = sparse_gradient(grad, var)
+            with graph.name_scope("update_" + var.op.name), graph.colocate_with(var.op):
+                return self._apply_sparse_duplicate_indices(grad, var)
         grad = gradient_tensor(grad, var)
         with graph.name_scope("update_" + var.op.name), graph.colocate_with(var.op):
             return self._apply_dense(grad, var)
@@ -349,6 +366,30 @@ def checked_pairs(grads_and_vars: Sequence[tuple[Any, Variable]]) -> list[tuple[
         raise OptimizerArgumentError(
             f"No gradients provided for any variable: {[v.name for _, v in pairs]}")
     return pairs  # type: ignore[return-value]
+
+
+def sparse_gradient(grad: IndexedSlices, var: Variable) -> IndexedSlices:
+    """``grad`` checked against ``var``: its dtype, and rows of the variable's row shape."""
+    if grad.dtype != var.dtype:
+        raise OptimizerArgumentError(
+            f"gradient {grad.values.name} has dtype {grad.dtype.name} but variable {var.name} "
+            f"is {var.dtype.name}; cast the gradient with dt.cast")
+    rows, want = grad.values.shape, var.shape
+    if rows.rank is not None and want.rank is not None and not (
+            rows.rank == want.rank and rows[1:].is_compatible_with(want[1:])):
+        raise OptimizerArgumentError(
+            f"sparse gradient {grad.values.name} has rows of shape {rows} for variable "
+            f"{var.name} of shape {want}")
+    return grad
+
+
+def deduplicate(grad: IndexedSlices) -> IndexedSlices:
+    """The rows of each repeated index summed, one row per index (TF1's
+    ``_deduplicate_indexed_slices``: ``Unique`` + ``UnsortedSegmentSum``)."""
+    unique_indices, positions = array_gather.unique(grad.indices)
+    summed = array_gather.unsorted_segment_sum(grad.values, positions,
+                                               array_gather.size(unique_indices))
+    return IndexedSlices(summed, unique_indices, grad.dense_shape)
 
 
 def gradient_tensor(grad: Any, var: Variable) -> Tensor:

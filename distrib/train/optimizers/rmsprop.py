@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from distrib.framework.graph import Operation, Tensor
 from distrib.ops import math_ops as ops
+from distrib.ops.indexed_slices import IndexedSlices
 from distrib.ops.variables import Variable
 from distrib.train.optimizers.optimizer import Optimizer
 
@@ -73,3 +74,15 @@ class RMSPropOptimizer(Optimizer):
             return self._apply_op("ApplyCenteredRMSProp", var, inputs,
                                   {"mg": self.get_slot(var, "mg"), **slots})
         return self._apply_op("ApplyRMSProp", var, inputs, slots)
+
+    def _apply_sparse(self, grad: IndexedSlices, var: Variable) -> Operation:
+        """TF1's ``SparseApply(Centered)RMSProp``: the rows of the gradient only."""
+        inputs = [self._hyper(self._learning_rate, var, "learning_rate"),
+                  self._hyper(self._decay, var, "decay"),
+                  self._hyper(self._momentum, var, "momentum"),
+                  self._hyper(self._epsilon, var, "epsilon"), grad.values, grad.indices]
+        slots = {"ms": self.get_slot(var, "rms"), "mom": self.get_slot(var, "momentum")}
+        if self._centered:
+            return self._apply_op("SparseApplyCenteredRMSProp", var, inputs,
+                                  {"mg": self.get_slot(var, "mg"), **slots})
+        return self._apply_op("SparseApplyRMSProp", var, inputs, slots)

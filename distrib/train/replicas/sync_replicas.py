@@ -25,13 +25,21 @@ replica does not stop training, and its late gradients are dropped.
 Without backup replicas a dead or stopped replica stalls the chief's take
 until the replica (or its restarted process) sends again (as in TF, a spare
 token left in the queue can let another replica contribute twice instead).
-That is TF's behaviour and the contract's, but it must not be silent, so
+That is TF's behaviour, but it must not be silent, so
 every gradient names its replica: ``AccumulatorApplyGradient`` carries attr
 ``replica``, the worker's ``/job:J/task:T`` taken from the device of the
 local step (which ``replica_device_setter`` puts on the worker). A task index survives a
 restart, so a restarted replica is recognised as the one that was missing.
 The ps then logs, every ``DISTRIB_STALL_S`` seconds, which replicas have not
 contributed to the current round (``distrib.runtime.state.resources``).
+
+When the chief's aggregation loop is cancelled (its program ends with the
+loop running, as TF's mnist_replica.py's chief does) it enqueues one last
+token per replica carrying the current global step: a replica whose last
+step waits for a round that will never be aggregated gets its step back and
+sees the final global step (mnist_replica.py with 2 of 2 hung there). A
+loop ended by ``stop()`` enqueues none: replicas given a token would train
+on, completing the aggregation left waiting on the ps after training ended.
 
 The ops (``docs/ops.md``, "Synchronous training resources") run on the tasks
 that own the resources; a waiting take or dequeue honours
@@ -52,6 +60,7 @@ from distrib.framework import dtypes
 from distrib.framework.device import DeviceSpec
 from distrib.framework.graph import GraphKeys, Operation, Tensor
 from distrib.ops import math_ops as ops
+from distrib.ops.indexed_slices import IndexedSlices
 from distrib.ops.variables import Variable, global_variables, is_variable_initialized
 from distrib.runtime.state.resources import stall_s
 from distrib.train.optimizers.optimizer import (
@@ -61,6 +70,7 @@ from distrib.train.optimizers.optimizer import (
     checked_pairs,
     gradient_tensor,
 )
+from distrib.train.replicas.accumulators import Accumulator, SparseAccumulator
 from distrib.train.sessions.session_run_hooks import SessionRunHook
 
 logger = logging.getLogger(__name__)
@@ -68,44 +78,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["SyncReplicasOptimizer"]
 
 TOKEN_QUEUE_NAME = "sync_token_q"
-
-
-class _Accumulator:
-    """Graph side of one ``ConditionalAccumulator`` (ops colocated with its variable)."""
-
-    def __init__(self, var: Variable, dtype: Any, shape: list | None) -> None:
-        self.var = var
-        self.name = var.op.name + "/grad_accum"
-        self._attrs = {"acc": self.name, "dtype": dtypes.as_dtype(dtype).name, "shape": shape}
-
-    def _op(self, op_type: str, inputs: list, name: str, outputs: list | None = None,
-            **extra: Any) -> Operation:
-        graph = self.var.graph
-        with graph.as_default(), graph.colocate_with(self.var.op):
-            return graph.create_op(op_type, inputs, {**self._attrs, **extra}, name,
-                                   output_specs=outputs or [])
-
-    def apply_grad(self, grad: Tensor, local_step: Tensor, replica: str = "") -> Operation:
-        """``replica`` names the sender, so a stalled take can say who is missing."""
-        return self._op("AccumulatorApplyGradient", [local_step, grad],
-                        "AccumulatorApplyGradient", replica=replica)
-
-    def take_grad(self, num_required: int, num_replicas: int = 0) -> Tensor:
-        """``num_replicas`` (total_num_replicas; 0: unknown) lets a stalled take
-        count the replicas it has never heard from."""
-        with self.var.graph.as_default(), self.var.graph.colocate_with(self.var.op):
-            n = ops.constant(num_required, dtype=dtypes.int32, name="num_required")
-        shape = self._attrs["shape"]
-        op = self._op("AccumulatorTakeGradient", [n], "AccumulatorTakeGradient",
-                      [(self._attrs["dtype"], shape)], num_replicas=num_replicas)
-        return op.outputs[0]
-
-    def set_global_step(self, step: Tensor, name: str = "SetGlobalStep") -> Operation:
-        return self._op("AccumulatorSetGlobalStep", [step], name)
-
-    def num_accumulated(self) -> Tensor:
-        return self._op("AccumulatorNumAccumulated", [], "AccumulatorNumAccumulated",
-                        [(dtypes.int32, [])]).outputs[0]
+_Accumulator = Accumulator   # (its old name here)
 
 
 class TokenQueue:
@@ -149,10 +122,24 @@ class ChiefQueueRunner:
     # a Supervisor runs it on whichever task is chief: it moves with the role
     chief_only = True
 
-    def __init__(self, step_op: Operation, poll_s: float = 0.05) -> None:
+    def __init__(self, step_op: Operation, poll_s: float = 0.05,
+                 release_op: Operation | None = None) -> None:
         self.step_op = step_op
+        self.release_op = release_op   # the last tokens, run if the loop is cancelled (header)
         self.steps = 0
         self._poll_s = poll_s
+
+    async def _release(self, sess: Any, options: Callable[[], dict | None] | None) -> None:
+        """Give each replica a token of the current step, within a bound (module header)."""
+        if self.release_op is None:
+            return
+        try:
+            await asyncio.wait_for(_run(sess, self.release_op,
+                                        options() if options is not None else None), 10.0)
+            logger.info("chief queue runner stops: each replica got a last token")
+        except Exception as e:   # noqa: BLE001 - a closed session, a ps gone: nothing waits
+            logger.warning("chief queue runner stops; the replicas' last tokens were not "
+                           "enqueued (%s): a replica waiting for this round waits on", e)
 
     async def run(self, sess: Any, stop: Callable[[], bool] | None = None,
                   options: Callable[[], dict | None] | None = None) -> int:
@@ -163,6 +150,15 @@ class ChiefQueueRunner:
         ``options()``: each step's run options (a Supervisor's chief passes its
         fencing term: a chief that lost the role cannot apply an update)."""
         stop = stop or (lambda: False)
+        try:
+            await self._aggregate(sess, stop, options)
+        except asyncio.CancelledError:   # the program ends with its runner running
+            await self._release(sess, options)
+            raise
+        return self.steps
+
+    async def _aggregate(self, sess: Any, stop: Callable[[], bool],
+                         options: Callable[[], dict | None] | None) -> None:
         every = stall_s()
         while not stop():
             step = asyncio.ensure_future(_run(sess, self.step_op,
@@ -174,7 +170,7 @@ class ChiefQueueRunner:
                     await asyncio.wait([step], timeout=self._poll_s)
                     if not step.done() and stop():
                         step.cancel()
-                        return self.steps
+                        return
                     now = time.monotonic()
                     if not step.done() and now - warned >= every:
                         warned = now
@@ -188,7 +184,6 @@ class ChiefQueueRunner:
                 if not step.done():
                     step.cancel()
             self.steps += 1
-        return self.steps
 
     def start(self, sess: Any, stop: Callable[[], bool] | None = None,
               options: Callable[[], dict | None] | None = None) -> asyncio.Task:
@@ -281,7 +276,10 @@ class SyncReplicasOptimizer(Optimizer):
                 queue = self._sync_token_queue = TokenQueue(global_step)
                 train_op = self._worker_train_op(graph, train_ops, queue)
                 step_op = self._chief_step(graph, pairs, aggregated, queue)
-            self._chief_queue_runner = ChiefQueueRunner(step_op)
+                with graph.colocate_with(global_step.op):
+                    last = ops.zeros([self._total_num_replicas], dtype=global_step.dtype)
+                    release = queue.enqueue_many(last + global_step.value())
+            self._chief_queue_runner = ChiefQueueRunner(step_op, release_op=release)
             self._build_init_ops(graph, global_step)
         train_ops_ref = graph.get_collection_ref(GraphKeys.TRAIN_OP)
         if train_op not in train_ops_ref:
@@ -305,9 +303,10 @@ class SyncReplicasOptimizer(Optimizer):
             if grad is None:
                 aggregated.append(None)
                 continue
-            grad = gradient_tensor(grad, var)
+            sparse = isinstance(grad, IndexedSlices)   # its rows only: a sparse accumulator
+            grad = grad if sparse else gradient_tensor(grad, var)
             shape = var.shape.as_list() if var.shape.rank is not None else None
-            acc = _Accumulator(var, var.dtype, shape)
+            acc = (SparseAccumulator if sparse else Accumulator)(var, var.dtype, shape)
             self._accumulators.append(acc)
             train_ops.append(acc.apply_grad(grad, self._local_step.value(), self.replica_id))
             aggregated.append(acc.take_grad(self._replicas_to_aggregate,
