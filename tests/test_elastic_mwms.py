@@ -536,6 +536,57 @@ async def test_a_step_whose_second_pack_fails_leaves_the_weights_untouched() -> 
     assert overlapped[0] == 0.0 and overlapped[1] == overlapped[2] == 16.0
 
 
+async def test_a_step_whose_agreement_fails_after_its_gradients_wrote_nothing() -> None:
+    """The window a kill -9 opened: task 1's gradient all-reduce finished,
+    then task 0 (here: it never runs the agreement) went away before the
+    step's membership agreement. With every write gated on every collective
+    that does not itself wait for a write (``auto_deps.writes_after_collectives``,
+    what an elastic ``dt.function`` does) task 1's step fails having written
+    nothing, so running it again counts it once; ungated, the update landed."""
+    from distrib.framework import auto_deps
+    from distrib.ops import collective_ops
+
+    spec = {"worker": [f"localhost:{p}" for p in free_ports(2)]}
+
+    def build(t: int, gate: bool, key: int) -> tuple:
+        g = dt.Graph()
+        device = f"/job:worker/replica:0/task:{t}/device:CPU:0"
+        with g.as_default(), dt.device(device):
+            keys = CollectiveKeys(key)
+            grad = collective_ops.all_reduce(dt.constant(np.ones(4, np.float32)), 2,
+                                             keys.group_key, keys.instance_key(g), timeout=1.0)
+            param = dt.Variable(np.zeros(4, np.float32))
+            update = param.assign_sub(grad)
+            agreed = collective_ops.all_reduce(dt.constant(np.int64(1)), 2, keys.group_key,
+                                               keys.instance_key(g), merge_op="Max", timeout=1.0)
+            with g.control_dependencies([update]):   # a collective after the write
+                after = collective_ops.all_reduce(dt.identity(grad), 2, keys.group_key,
+                                                  keys.instance_key(g), timeout=1.0)
+            if gate:
+                assert auto_deps.writes_after_collectives(g.get_operations(), {param.initializer}) == 2
+                # the collective that reads the written value is not a gate (no cycle)
+                assert after.op not in update.op.control_inputs
+                assert grad.op in update.op.control_inputs and agreed.op in update.op.control_inputs
+        return g, param, grad, update, agreed
+
+    async def case(servers: list, gate: bool, key: int) -> float:
+        g1, param, _, update, agreed = build(1, gate, key)
+        g0, _, grad0, _, _ = build(0, False, key)
+        async with dt.Session(servers[0].target, graph=g0) as s0, \
+                dt.Session(servers[1].target, graph=g1) as s1:
+            await s1.run(param.initializer)
+            peer = asyncio.ensure_future(s0.run(grad0))   # task 0 never agrees
+            with pytest.raises(OpError):
+                await asyncio.wait_for(s1.run([update, agreed]), 30)
+            await asyncio.wait_for(peer, 30)
+            return float(np.abs(await s1.run(param.value())).sum())
+
+    async with contextlib.AsyncExitStack() as stack:
+        servers = [await stack.enter_async_context(dt.serve(spec, "worker", i)) for i in range(2)]
+        assert await case(servers, True, 41) == 0.0
+        assert await case(servers, False, 42) == 8.0
+
+
 # -- under a real elastic launcher -----------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Sequence
 
 from distrib.framework.op_def import op_defs
 
-__all__ = ["tracing", "trace", "order"]
+__all__ = ["tracing", "trace", "order", "writes_after_collectives"]
 
 # ops that write a variable (its "var" attr), each with the attrs naming the
 # slots it writes too (the op catalogue's is_update and slot_attrs)
@@ -77,4 +77,54 @@ def order(ops: Sequence[Any], skip: Any = frozenset()) -> int:
                         op.add_control_input(dep)
                         added += 1
                 last_write[name] = op
+    return added
+
+
+# ops that run with a group of tasks (the op catalogue's is_collective)
+_COLLECTIVES = frozenset(d.name for d in op_defs() if d.is_collective)
+
+
+def writes_after_collectives(ops: Sequence[Any], skip: Any = frozenset()) -> int:
+    """Make every variable write of ``ops`` wait for every collective of
+    ``ops`` that does not itself come after a write (an elastic step: a step
+    that fails in any of its collectives, its membership agreement included,
+    has then written nothing, so it can run again exactly). Run after
+    :func:`order` (its edges count as ancestry). A collective that waits for a
+    write of the step (directly or not) cannot gate it and is left out, so no
+    cycle can form. Returns how many control edges were added."""
+    ops = [op for op in ops if op not in skip]
+    writes = [op for op in ops if op.type in _WRITE_SLOTS]
+    collectives = [op for op in ops if op.type in _COLLECTIVES]
+    if not writes or not collectives:
+        return 0
+    written = set(writes)
+    after_write: dict[Any, bool] = {}   # op -> a write of the step is among its ancestors
+
+    def before(op: Any) -> list[Any]:
+        return [*(t.op for t in op.inputs), *op.control_inputs]
+
+    def waits_on_write(op: Any) -> bool:
+        stack, entered = [op], set()
+        while stack:   # iterative depth-first over the (acyclic) graph: it can be deep
+            top = stack[-1]
+            if top in after_write:
+                stack.pop()
+                continue
+            pending = [p for p in before(top) if p not in after_write]
+            if pending and top not in entered:
+                entered.add(top)
+                stack.extend(pending)
+                continue
+            stack.pop()
+            after_write[top] = any(p in written or after_write.get(p, False)
+                                   for p in before(top))
+        return after_write[op]
+
+    gates = [c for c in collectives if not waits_on_write(c)]
+    added = 0
+    for write in writes:
+        for gate in gates:
+            if gate not in write.control_inputs:
+                write.add_control_input(gate)
+                added += 1
     return added

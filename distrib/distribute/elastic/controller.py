@@ -70,8 +70,12 @@ records are ``group.py``'s, a regroup's collectives ``broadcast.py``'s.
   batch again on the new group, so the step counts once. Otherwise the error
   is raised as before. In elastic mode every variable update of a step
   waits for all of the step's gradient all-reduces
-  (``CollectiveAllReduce(wait_all=True)``), so a failed step updated
-  nothing and its retry is exact; a non-elastic run keeps the overlap.
+  (``CollectiveAllReduce(wait_all=True)``) and for every other collective
+  of the step that does not itself follow a write, the membership agreement
+  included (``auto_deps.writes_after_collectives``, applied to each elastic
+  trace), so a failed step updated nothing and its retry is exact (a member
+  killed after the gradients' all-reduce but before the agreement once left
+  the survivor's global step one ahead); a non-elastic run keeps the overlap.
 """
 from __future__ import annotations
 

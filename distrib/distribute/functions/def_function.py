@@ -228,6 +228,8 @@ class _Trace:
                  for v in graph.get_collection(key)} | self._eager.initializers
         # reads and writes of each variable in the order the Python body made them
         auto_deps.order(graph.get_operations()[first_new:], inits)
+        if self.agreement is not None:   # elastic: a step failed in any collective wrote nothing
+            auto_deps.writes_after_collectives(graph.get_operations()[first_new:], inits)
         self._fetches, self._rebuild = _fetch_plan(outputs)
         # TF runs every stateful op a function made (its automatic control
         # dependencies): updates, collectives, queue ops run even when unfetched
