@@ -129,54 +129,7 @@ from distrib.ops.io_ops import (
     WholeFileReader,
     decode_raw,
 )
-from distrib.ops.math_extra_ops import (
-    acos,
-    acosh,
-    argmin,
-    asin,
-    asinh,
-    atan,
-    atan2,
-    atanh,
-    ceil,
-    check_numerics,
-    cos,
-    cosh,
-    count_nonzero,
-    cumprod,
-    cumsum,
-    digamma,
-    divide_no_nan,
-    erf,
-    erfc,
-    expm1,
-    floor,
-    floor_div,
-    floordiv,
-    floormod,
-    is_finite,
-    is_inf,
-    is_nan,
-    lgamma,
-    log1p,
-    log_sigmoid,
-    logical_xor,
-    mod,
-    reciprocal,
-    reduce_all,
-    reduce_any,
-    reduce_logsumexp,
-    rint,
-    round,
-    rsqrt,
-    scalar_mul,
-    sin,
-    sinh,
-    squared_difference,
-    tan,
-    truncatemod,
-    verify_tensor_all_finite,
-)
+from distrib.ops.math_extra_ops import check_numerics, floor_div, verify_tensor_all_finite
 from distrib.ops.math_ops import (
     abs,
     add,
@@ -271,6 +224,9 @@ io.decode_raw = decode_raw
 for _name, _builder in io_names.names().items():   # parse_single_example, decode_jpeg ...
     setattr(io, _name, _builder)
 
+# tf.math's names TF1 also has at the top level (dt.log1p is dt.math.log1p)
+globals().update({_name: getattr(math, _name) for _name in math.TOP_LEVEL})
+
 # dt.nn's embedding lookups (TF's embedding_ops; issue 41)
 for _name in ("embedding_lookup", "embedding_lookup_sparse", "safe_embedding_lookup_sparse"):
     setattr(nn, _name, getattr(_embedding_ops, _name))
@@ -313,13 +269,8 @@ _graph_all = [
     # the everyday vocabulary (issue 39): tf.math's names at the top level, as TF1's
     "debugging", "math", "random", "dtypes", "boolean_mask", "clip_by_value", "one_hot", "range",
     "split", "squeeze", "stack", "tile", "unstack", "where", "clip_by_average_norm",
-    "clip_by_global_norm", "clip_by_norm", "global_norm", "add_check_numerics_ops", "acos",
-    "acosh", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "check_numerics",
-    "cos", "cosh", "count_nonzero", "cumprod", "cumsum", "digamma", "divide_no_nan", "erf",
-    "erfc", "expm1", "floor", "floor_div", "floordiv", "floormod", "is_finite", "is_inf",
-    "is_nan", "lgamma", "log1p", "log_sigmoid", "logical_xor", "mod", "reciprocal",
-    "reduce_all", "reduce_any", "reduce_logsumexp", "rint", "round", "rsqrt", "scalar_mul",
-    "sin", "sinh", "squared_difference", "tan", "truncatemod", "verify_tensor_all_finite",
+    "clip_by_global_norm", "clip_by_norm", "global_norm", "add_check_numerics_ops",
+    "check_numerics", "floor_div", "verify_tensor_all_finite", *math.TOP_LEVEL,
     "multinomial", "random_shuffle", "truncated_normal", "newaxis", "complex64", "complex128",
     "double", "half", "uint16", "uint32", "uint64", "losses", "layers", "compat",
 ]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -55,6 +56,22 @@ def enabled() -> bool:
 
 def _env(spec: Spec) -> dict[str, str]:
     return {**spec.env, ENV_SWITCH: "0"}
+
+
+def simulator_suite(path: str, timeout: float) -> Spec:
+    """The child pytest of the CUDA simulator suite ``path`` (numba reads
+    ``NUMBA_ENABLE_CUDASIM`` once, at import: a fresh interpreter)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["NUMBA_ENABLE_CUDASIM"] = "1"
+    return Spec([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", path],
+                env, timeout)
+
+
+def assert_suite_passed(out: subprocess.CompletedProcess) -> None:
+    """A child pytest's run passed, every test of it, none skipped."""
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert " passed" in last and "skipped" not in last and "failed" not in last, last
 
 
 class Runner:

@@ -3,17 +3,9 @@ interpreter (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import):
 ``tests/test_gather_cudasim.py`` against the CPU kernels."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import background
 
 
 def test_gather_gpu_kernels_match_cpu_under_the_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                          "tests/test_gather_cudasim.py"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
-    assert " passed" in out.stdout and "skipped" not in out.stdout.splitlines()[-1]
+    spec = background.simulator_suite("tests/test_gather_cudasim.py", 120)
+    background.assert_suite_passed(background.run("gather_cudasim", spec))

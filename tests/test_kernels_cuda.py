@@ -34,8 +34,7 @@ def _python(code: str, **env: str) -> str:
 
 
 def _simulator_suite() -> background.Spec:
-    return background.Spec([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                            "tests/test_kernels_cudasim.py"], _env(NUMBA_ENABLE_CUDASIM="1"), 110)
+    return background.simulator_suite("tests/test_kernels_cudasim.py", 110)
 
 
 BACKGROUND = {"kernels_cudasim": _simulator_suite}
@@ -43,9 +42,7 @@ BACKGROUND = {"kernels_cudasim": _simulator_suite}
 
 @pytest.mark.background("kernels_cudasim")
 def test_gpu_kernels_match_cpu_under_the_simulator():
-    out = background.run("kernels_cudasim", _simulator_suite())
-    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]
-    assert " passed" in out.stdout and "skipped" not in out.stdout.splitlines()[-1]
+    background.assert_suite_passed(background.run("kernels_cudasim", _simulator_suite()))
 
 
 def test_no_visible_gpu_means_no_devices_and_no_crash():

@@ -13,9 +13,6 @@ Gradients are checked against central differences in float64.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -23,7 +20,7 @@ import pytest
 import distrib as dt
 from distrib.runtime.state.variable_store import VariableStore
 from distrib.runtime.step.local_eval import evaluate
-from tests.helpers import ROOT
+from tests import background
 
 RNG = np.random.default_rng(3)
 
@@ -482,9 +479,5 @@ def test_namespaces_resolve_tfs_names():
 
 # -- the GPU kernels, under the simulator ----------------------------------------------------------
 def test_gpu_kernels_match_cpu_under_the_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
-                          "tests/test_vocabulary_cudasim.py"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert " passed" in out.stdout and "skipped" not in out.stdout.splitlines()[-1]
+    spec = background.simulator_suite("tests/test_vocabulary_cudasim.py", 120)
+    background.assert_suite_passed(background.run("vocabulary_cudasim", spec))

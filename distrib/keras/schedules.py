@@ -50,9 +50,11 @@ def _step(step: Any) -> Tensor:
     return ops.cast(ops.convert_to_tensor(step), "float32")
 
 
-class ExponentialDecay(LearningRateSchedule):
-    """``initial_learning_rate * decay_rate ** (step / decay_steps)`` (floored with
-    ``staircase``)."""
+class _RateDecay(LearningRateSchedule):
+    """What ``ExponentialDecay`` and ``InverseTimeDecay`` share: the same arguments,
+    handed to TF1's ``_decay`` function (named by the class when unnamed)."""
+
+    _decay: Any = None
 
     def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float,
                  staircase: bool = False, name: str | None = None) -> None:
@@ -63,14 +65,22 @@ class ExponentialDecay(LearningRateSchedule):
         self.name = name
 
     def __call__(self, step: Any) -> Tensor:
-        return decay.exponential_decay(float(self.initial_learning_rate), _step(step),
-                                       self.decay_steps, self.decay_rate, self.staircase,
-                                       name=self.name or "ExponentialDecay")
+        return self._decay(float(self.initial_learning_rate), _step(step),
+                           self.decay_steps, self.decay_rate, self.staircase,
+                           name=self.name or self._default_name)
 
     def get_config(self) -> dict[str, Any]:
         return {"initial_learning_rate": self.initial_learning_rate,
                 "decay_steps": self.decay_steps, "decay_rate": self.decay_rate,
                 "staircase": self.staircase, "name": self.name}
+
+
+class ExponentialDecay(_RateDecay):
+    """``initial_learning_rate * decay_rate ** (step / decay_steps)`` (floored with
+    ``staircase``)."""
+
+    _decay = staticmethod(decay.exponential_decay)
+    _default_name = "ExponentialDecay"
 
 
 class PiecewiseConstantDecay(LearningRateSchedule):
@@ -121,27 +131,12 @@ class PolynomialDecay(LearningRateSchedule):
                 "power": self.power, "cycle": self.cycle, "name": self.name}
 
 
-class InverseTimeDecay(LearningRateSchedule):
+class InverseTimeDecay(_RateDecay):
     """``initial_learning_rate / (1 + decay_rate * step / decay_steps)`` (floored with
     ``staircase``)."""
 
-    def __init__(self, initial_learning_rate: float, decay_steps: int, decay_rate: float,
-                 staircase: bool = False, name: str | None = None) -> None:
-        self.initial_learning_rate = initial_learning_rate
-        self.decay_steps = decay_steps
-        self.decay_rate = decay_rate
-        self.staircase = staircase
-        self.name = name
-
-    def __call__(self, step: Any) -> Tensor:
-        return decay.inverse_time_decay(float(self.initial_learning_rate), _step(step),
-                                        self.decay_steps, self.decay_rate, self.staircase,
-                                        name=self.name or "InverseTimeDecay")
-
-    def get_config(self) -> dict[str, Any]:
-        return {"initial_learning_rate": self.initial_learning_rate,
-                "decay_steps": self.decay_steps, "decay_rate": self.decay_rate,
-                "staircase": self.staircase, "name": self.name}
+    _decay = staticmethod(decay.inverse_time_decay)
+    _default_name = "InverseTimeDecay"
 
 
 class CosineDecay(LearningRateSchedule):

@@ -114,3 +114,14 @@ __all__ = [
     "squared_difference", "subtract", "tan", "tanh", "top_k", "truediv", "truncatemod",
     "unsorted_segment_sum", "xdivy", "xlogy", "zero_fraction",
 ]
+
+# tf.math's names that TF1 also has at the top level: the ``dt`` namespace takes
+# these from here (``dt.log1p is dt.math.log1p``)
+TOP_LEVEL = (
+    "acos", "acosh", "argmin", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "cos", "cosh",
+    "count_nonzero", "cumprod", "cumsum", "digamma", "divide_no_nan", "erf", "erfc", "expm1",
+    "floor", "floordiv", "floormod", "is_finite", "is_inf", "is_nan", "lgamma", "log1p",
+    "log_sigmoid", "logical_xor", "mod", "reciprocal", "reduce_all", "reduce_any",
+    "reduce_logsumexp", "rint", "round", "rsqrt", "scalar_mul", "sin", "sinh",
+    "squared_difference", "tan", "truncatemod",
+)

@@ -27,19 +27,10 @@ import numpy as np
 from kernels.cpu.conv_geometry import ConvGeometry, conv_attrs, geometry, nhwc_shape, sizes_vector
 from kernels.cuda.conv_gemm import BACKPROP_FILTER, BACKPROP_INPUT, FORWARD, implicit_gemm
 from kernels.cuda.devices import to_host
-from kernels.cuda.launch import as_device, gpu_kernel, host_fallback
+from kernels.cuda.launch import as_device, covered, gpu_kernel, host_fallback
 from kernels.cuda.layout import from_nhwc, to_nhwc
 
 __all__ = ["conv2d", "conv2d_backprop_input", "conv2d_backprop_filter"]
-
-_DEVICE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _covered(*arrays: Any) -> bool:
-    """Rank 4, one device dtype, no empty operand."""
-    dt = np.dtype(arrays[0].dtype)
-    return (dt in _DEVICE_DTYPES and all(x.ndim == 4 and x.size > 0 for x in arrays)
-            and all(np.dtype(x.dtype) == dt for x in arrays))
 
 
 def _out_matches(g: ConvGeometry, dy_nhwc: tuple[int, ...], out_c: int) -> bool:
@@ -54,7 +45,7 @@ def _sizes(x: Any) -> np.ndarray:
 def conv2d(inputs: list, attrs: dict) -> list:
     op = "Conv2D"
     x, w = as_device(inputs[0]), as_device(inputs[1])
-    if not _covered(x, w):
+    if not covered(x, w):
         return host_fallback(op, inputs, attrs)
     a = conv_attrs(op, attrs)
     in_shape = nhwc_shape(tuple(x.shape), a.nchw)
@@ -73,7 +64,7 @@ def conv2d(inputs: list, attrs: dict) -> list:
 def conv2d_backprop_input(inputs: list, attrs: dict) -> list:
     op = "Conv2DBackpropInput"
     w, dy = as_device(inputs[1]), as_device(inputs[2])
-    if not _covered(w, dy):
+    if not covered(w, dy):
         return host_fallback(op, inputs, attrs)
     a = conv_attrs(op, attrs)
     sizes = sizes_vector(op, "input_sizes", _sizes(inputs[0]), (4, 2))
@@ -96,7 +87,7 @@ def conv2d_backprop_input(inputs: list, attrs: dict) -> list:
 def conv2d_backprop_filter(inputs: list, attrs: dict) -> list:
     op = "Conv2DBackpropFilter"
     x, dy = as_device(inputs[0]), as_device(inputs[2])
-    if not _covered(x, dy):
+    if not covered(x, dy):
         return host_fallback(op, inputs, attrs)
     a = conv_attrs(op, attrs)
     fs = tuple(sizes_vector(op, "filter_sizes", _sizes(inputs[1]), (4,)))

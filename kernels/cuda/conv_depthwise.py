@@ -47,20 +47,20 @@ from kernels.cuda.devices import to_host
 from kernels.cuda.launch import (
     SIM,
     as_device,
+    covered,
     device_empty,
     flat,
     gpu_kernel,
     host_fallback,
     launch,
-    launch_1d,
+    run_1d,
+    typed_kernel,
 )
 from kernels.cuda.layout import from_nhwc, to_nhwc
 
 __all__ = ["DW_X", "DW_Y", "depthwise_forward", "depthwise_input_grad", "depthwise_filter_grad",
            "filter_grad", "plan_filter_splits", "depthwise_conv2d", "depthwise_conv2d_backprop_input",
            "depthwise_conv2d_backprop_filter"]
-
-_DEVICE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 # the filter gradient's block: DW_X filter elements x DW_Y rows of positions; the
 # shared array's shape (the real compiler needs constants, DW_Y a power of two)
@@ -81,9 +81,7 @@ def depthwise_forward(t: Any) -> Any:
     def kernel(x, w, out, geo):
         i = cuda.grid(1)
         step = cuda.gridsize(1)
-        hgt, wid, chans, mult = geo[1], geo[2], geo[3], geo[4]
-        kh, kw, oh_n, ow_n = geo[5], geo[6], geo[7], geo[8]
-        sh, sw, dh, dw, pt, pl = geo[9], geo[10], geo[11], geo[12], geo[13], geo[14]
+        _, hgt, wid, chans, mult, kh, kw, oh_n, ow_n, sh, sw, dh, dw, pt, pl = geo
         cm_n = chans * mult
         while i < out.size:
             cm = i % cm_n
@@ -116,9 +114,7 @@ def depthwise_input_grad(t: Any) -> Any:
     def kernel(dy, w, dx, geo):
         i = cuda.grid(1)
         step = cuda.gridsize(1)
-        hgt, wid, chans, mult = geo[1], geo[2], geo[3], geo[4]
-        kh, kw, oh_n, ow_n = geo[5], geo[6], geo[7], geo[8]
-        sh, sw, dh, dw, pt, pl = geo[9], geo[10], geo[11], geo[12], geo[13], geo[14]
+        _, hgt, wid, chans, mult, kh, kw, oh_n, ow_n, sh, sw, dh, dw, pt, pl = geo
         cm_n = chans * mult
         while i < dx.size:
             c = i % chans
@@ -161,11 +157,9 @@ def depthwise_filter_grad(t: Any) -> Any:
         red = cuda.shared.array((DW_Y, DW_X), t)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        n_img, hgt, wid, chans, mult = geo[0], geo[1], geo[2], geo[3], geo[4]
-        kw, oh_n, ow_n = geo[6], geo[7], geo[8]
-        sh, sw, dh, dw, pt, pl = geo[9], geo[10], geo[11], geo[12], geo[13], geo[14]
+        n_img, hgt, wid, chans, mult, kh, kw, oh_n, ow_n, sh, sw, dh, dw, pt, pl = geo
         cm_n = chans * mult
-        f_total = geo[5] * kw * cm_n
+        f_total = kh * kw * cm_n
         positions = n_img * oh_n * ow_n
         f = cuda.blockIdx.x * DW_X + tx
         p0 = cuda.blockIdx.y * chunk
@@ -210,18 +204,6 @@ def depthwise_filter_grad(t: Any) -> Any:
     return kernel
 
 
-_typed: dict[tuple[str, str], Any] = {}
-
-
-def _kernel(factory: Any, dtype: Any) -> Any:
-    """``factory``'s kernel for ``dtype``, built once."""
-    key = (factory.__name__, np.dtype(dtype).name)
-    kern = _typed.get(key)
-    if kern is None:
-        kern = _typed[key] = factory(np.dtype(dtype).type)
-    return kern
-
-
 # --- host side ------------------------------------------------------------------------
 
 def _geo(g: ConvGeometry, mult: int) -> tuple:
@@ -244,18 +226,6 @@ def plan_filter_splits(filters: int, positions: int, splits: int | None = None) 
     return math.ceil(positions / chunk), chunk
 
 
-def _run(kern: Any, size: int, *args: Any) -> None:
-    blocks, threads = launch_1d(size)
-    launch(kern, blocks, threads, *args)
-
-
-def _covered(*arrays: Any) -> bool:
-    """Rank 4, one device dtype, no empty operand."""
-    dt = np.dtype(arrays[0].dtype)
-    return (dt in _DEVICE_DTYPES and all(x.ndim == 4 and x.size > 0 for x in arrays)
-            and all(np.dtype(x.dtype) == dt for x in arrays))
-
-
 def _sizes(op: str, name: str, x: Any) -> list[int]:
     return sizes_vector(op, name, np.asarray(to_host(x)), (4,))
 
@@ -268,7 +238,7 @@ def filter_grad(x: Any, dy: Any, g: ConvGeometry, fs: tuple[int, int, int, int],
     out = device_empty(fs, dtype)
     f_total, positions = out.size, g.batch * g.out_h * g.out_w
     n_splits, chunk = plan_filter_splits(f_total, positions, splits)
-    kern = _kernel(depthwise_filter_grad, dtype)
+    kern = typed_kernel(depthwise_filter_grad, dtype)
     grid = (math.ceil(f_total / DW_X), n_splits)
     geo = _geo(g, fs[3])
     if n_splits == 1:
@@ -276,8 +246,7 @@ def filter_grad(x: Any, dy: Any, g: ConvGeometry, fs: tuple[int, int, int, int],
         return out
     partial = device_empty((n_splits * f_total,), dtype)
     launch(kern, grid, (DW_X, DW_Y), flat(x), flat(dy), partial, geo, chunk)
-    blocks, threads = launch_1d(f_total)
-    launch(sum_splits, blocks, threads, partial, flat(out), n_splits)
+    run_1d(sum_splits, f_total, partial, flat(out), n_splits)
     return out
 
 
@@ -285,7 +254,7 @@ def filter_grad(x: Any, dy: Any, g: ConvGeometry, fs: tuple[int, int, int, int],
 def depthwise_conv2d(inputs: list, attrs: dict) -> list:
     op = "DepthwiseConv2dNative"
     x, w = as_device(inputs[0]), as_device(inputs[1])
-    if not _covered(x, w):
+    if not covered(x, w):
         return host_fallback(op, inputs, attrs)
     a = conv_attrs(op, attrs)
     in_shape = nhwc_shape(tuple(x.shape), a.nchw)
@@ -297,7 +266,7 @@ def depthwise_conv2d(inputs: list, attrs: dict) -> list:
         return host_fallback(op, inputs, attrs)
     xs = to_nhwc(x, a.nchw)
     out = device_empty((g.batch, g.out_h, g.out_w, ws[2] * ws[3]), x.dtype)
-    _run(_kernel(depthwise_forward, x.dtype), out.size, flat(xs), flat(w), flat(out),
+    run_1d(typed_kernel(depthwise_forward, x.dtype), out.size, flat(xs), flat(w), flat(out),
          _geo(g, ws[3]))
     return [from_nhwc(out, a.nchw)]
 
@@ -306,7 +275,7 @@ def depthwise_conv2d(inputs: list, attrs: dict) -> list:
 def depthwise_conv2d_backprop_input(inputs: list, attrs: dict) -> list:
     op = "DepthwiseConv2dNativeBackpropInput"
     w, dy = as_device(inputs[1]), as_device(inputs[2])
-    if not _covered(w, dy):
+    if not covered(w, dy):
         return host_fallback(op, inputs, attrs)
     a = conv_attrs(op, attrs)
     sizes = _sizes(op, "input_sizes", inputs[0])
@@ -320,7 +289,7 @@ def depthwise_conv2d_backprop_input(inputs: list, attrs: dict) -> list:
         return host_fallback(op, host_sizes, attrs)   # the CPU kernel says what is wrong
     dys = to_nhwc(dy, a.nchw)
     dx = device_empty(in_shape, dy.dtype)
-    _run(_kernel(depthwise_input_grad, dy.dtype), dx.size, flat(dys), flat(w), flat(dx),
+    run_1d(typed_kernel(depthwise_input_grad, dy.dtype), dx.size, flat(dys), flat(w), flat(dx),
          _geo(g, ws[3]))
     return [from_nhwc(dx, a.nchw)]
 
@@ -329,7 +298,7 @@ def depthwise_conv2d_backprop_input(inputs: list, attrs: dict) -> list:
 def depthwise_conv2d_backprop_filter(inputs: list, attrs: dict) -> list:
     op = "DepthwiseConv2dNativeBackpropFilter"
     x, dy = as_device(inputs[0]), as_device(inputs[2])
-    if not _covered(x, dy):
+    if not covered(x, dy):
         return host_fallback(op, inputs, attrs)
     a = conv_attrs(op, attrs)
     fs = tuple(_sizes(op, "filter_sizes", inputs[1]))

@@ -16,9 +16,10 @@ from kernels.counters import note
 from kernels.cuda import math as cm
 from kernels.cuda import memory
 from kernels.cuda.devices import CUDASIM, backend, is_device_array, to_host
-from kernels.registry import CPU, GPU, get_kernel, register
+from kernels.registry import CPU, GPU, KernelError, get_kernel, register
 
-__all__ = ["SIM", "launch", "launch_1d", "repeat_plan", "as_device", "flat", "device_empty", "device_filled",
+__all__ = ["SIM", "launch", "launch_1d", "run_1d", "typed_kernel", "covered", "FLOAT_DTYPES", "scalar_operand",
+           "repeat_plan", "as_device", "flat", "device_empty", "device_filled",
            "host_fallback", "gpu_kernel", "register_gpu"]
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,49 @@ _fallback_logged: set[str] = set()
 def launch_1d(n: int) -> tuple[int, int]:
     """(blocks, threads) for a grid-stride kernel over ``n`` elements."""
     return max(1, min(math.ceil(n / THREADS), MAX_BLOCKS)), THREADS
+
+
+def run_1d(kernel: Any, n: int, *args: Any) -> None:
+    """Launch grid-stride ``kernel`` over ``n`` elements (``launch_1d``'s grid)."""
+    blocks, threads = launch_1d(n)
+    launch(kernel, blocks, threads, *args)
+
+
+# (factory, dtype name) -> the kernel ``factory`` built for that storage type
+_TYPED: dict[tuple[Any, str], Any] = {}
+
+
+def typed_kernel(factory: Any, dtype: Any) -> Any:
+    """``factory(t)``'s kernel for ``dtype``'s scalar type ``t``, built once."""
+    key = (factory, np.dtype(dtype).name)
+    kern = _TYPED.get(key)
+    if kern is None:
+        kern = _TYPED[key] = factory(np.dtype(dtype).type)
+    return kern
+
+
+# the dtypes the floating-point device kernels (conv, pooling, normalization) cover
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def covered(*arrays: Any, ndim: int = 4) -> bool:
+    """Rank ``ndim``, one of ``FLOAT_DTYPES`` for all, no empty operand."""
+    dt = np.dtype(arrays[0].dtype)
+    return (dt in FLOAT_DTYPES and all(x.ndim == ndim and x.size > 0 for x in arrays)
+            and all(np.dtype(x.dtype) == dt for x in arrays))
+
+
+def scalar_operand(op: str, name: str, x: Any, dtype: Any) -> Any:
+    """A hyper-parameter as a 1-element device array, read inside the kernel
+    (so a device-resident lr never costs a synchronizing copy to the host)."""
+    if is_device_array(x):
+        if x.size != 1:
+            raise KernelError(f"{op}: {name} must be a scalar, got shape {list(x.shape)}")
+        return x.reshape(1)
+    a = np.asarray(x)
+    if a.size != 1:
+        raise KernelError(f"{op}: {name} must be a scalar, got shape {list(a.shape)}")
+    return memory.device_scalar(a, dtype)
 
 
 def as_device(x: Any) -> Any:

@@ -24,6 +24,8 @@ from kernels.cuda.launch import (
     launch,
     launch_1d,
     repeat_plan,
+    run_1d,
+    scalar_operand,
 )
 from kernels.cuda.matmul import matmul_device
 from kernels.cuda.memory import device_scalar
@@ -273,30 +275,16 @@ def _grad(op: str, grad: Any, var: Any) -> Any:
     return flat(g)
 
 
-def _scalar(op: str, name: str, x: Any, dtype: Any) -> Any:
-    """A hyper-parameter as a 1-element device array, read inside the kernel
-    (so a device-resident lr never costs a synchronizing copy to the host)."""
-    if is_device_array(x):
-        if x.size != 1:
-            raise KernelError(f"{op}: {name} must be a scalar, got shape {list(x.shape)}")
-        return x.reshape(1)
-    a = np.asarray(x)
-    if a.size != 1:
-        raise KernelError(f"{op}: {name} must be a scalar, got shape {list(a.shape)}")
-    return device_scalar(a, dtype)
-
-
 def _launch_update(kern: Any, var: Any, *args: Any) -> None:
     if var.size:
-        blocks, threads = launch_1d(var.size)
-        launch(kern, blocks, threads, *args)
+        run_1d(kern, var.size, *args)
 
 
 @gpu_kernel("ApplyGradientDescent")
 def apply_gradient_descent(inputs: list, attrs: dict) -> list:
     op, var = "ApplyGradientDescent", inputs[0]
     flat = _state(op, "var", var)
-    lr = _scalar(op, "lr", inputs[1], var.dtype)
+    lr = scalar_operand(op, "lr", inputs[1], var.dtype)
     _launch_update(cm.apply_gd, var, flat, lr, _grad(op, inputs[2], var))
     return [var]
 
@@ -305,7 +293,7 @@ def apply_gradient_descent(inputs: list, attrs: dict) -> list:
 def apply_momentum(inputs: list, attrs: dict) -> list:
     op, var = "ApplyMomentum", inputs[0]
     flat, accum = _state(op, "var", var), _state(op, "accum", inputs[1], var)
-    lr, mom = (_scalar(op, n, x, var.dtype) for n, x in (("lr", inputs[2]), ("momentum", inputs[4])))
+    lr, mom = (scalar_operand(op, n, x, var.dtype) for n, x in (("lr", inputs[2]), ("momentum", inputs[4])))
     _launch_update(cm.apply_momentum, var, flat, accum, lr, _grad(op, inputs[3], var), mom,
                    bool(attrs.get("use_nesterov")))
     return [var]
@@ -315,7 +303,7 @@ def apply_momentum(inputs: list, attrs: dict) -> list:
 def apply_adagrad(inputs: list, attrs: dict) -> list:
     op, var = "ApplyAdagrad", inputs[0]
     flat, accum = _state(op, "var", var), _state(op, "accum", inputs[1], var)
-    lr = _scalar(op, "lr", inputs[2], var.dtype)
+    lr = scalar_operand(op, "lr", inputs[2], var.dtype)
     _launch_update(cm.apply_adagrad, var, flat, accum, lr, _grad(op, inputs[3], var))
     return [var]
 
@@ -326,7 +314,7 @@ def apply_adam(inputs: list, attrs: dict) -> list:
     flat = _state(op, "var", var)
     m, v = _state(op, "m", inputs[1], var), _state(op, "v", inputs[2], var)
     names = ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon")
-    hyper = [_scalar(op, n, x, var.dtype) for n, x in zip(names, inputs[3:9])]
+    hyper = [scalar_operand(op, n, x, var.dtype) for n, x in zip(names, inputs[3:9])]
     _launch_update(cm.apply_adam, var, flat, m, v, *hyper, _grad(op, inputs[9], var))
     return [var]
 
@@ -337,7 +325,7 @@ def apply_rms_prop(inputs: list, attrs: dict) -> list:
     flat = _state(op, "var", var)
     ms, mom = _state(op, "ms", inputs[1], var), _state(op, "mom", inputs[2], var)
     names = ("lr", "rho", "momentum", "epsilon")
-    hyper = [_scalar(op, n, x, var.dtype) for n, x in zip(names, inputs[3:7])]
+    hyper = [scalar_operand(op, n, x, var.dtype) for n, x in zip(names, inputs[3:7])]
     _launch_update(cm.apply_rms_prop, var, flat, ms, mom, *hyper, _grad(op, inputs[7], var))
     return [var]
 
@@ -348,7 +336,7 @@ def apply_centered_rms_prop(inputs: list, attrs: dict) -> list:
     flat = _state(op, "var", var)
     mg, ms, mom = (_state(op, n, x, var) for n, x in zip(("mg", "ms", "mom"), inputs[1:4]))
     names = ("lr", "rho", "momentum", "epsilon")
-    hyper = [_scalar(op, n, x, var.dtype) for n, x in zip(names, inputs[4:8])]
+    hyper = [scalar_operand(op, n, x, var.dtype) for n, x in zip(names, inputs[4:8])]
     _launch_update(cm.apply_centered_rms_prop, var, flat, mg, ms, mom, *hyper,
                    _grad(op, inputs[8], var))
     return [var]

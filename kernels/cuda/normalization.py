@@ -30,6 +30,7 @@ from numba import cuda, float64
 
 from kernels.cpu.pooling import attr_str
 from kernels.cuda.launch import (
+    FLOAT_DTYPES,
     SIM,
     as_device,
     device_empty,
@@ -38,14 +39,14 @@ from kernels.cuda.launch import (
     gpu_kernel,
     host_fallback,
     launch,
-    launch_1d,
+    run_1d,
+    typed_kernel,
 )
 from kernels.cuda.layout import from_nhwc, to_nhwc
 
 __all__ = ["pow_kind", "lrn_kernel", "lrn_grad_pass1", "lrn_grad_pass2", "column_partials",
            "sum_chunks", "bn_stats", "bn_grad_stats", "bn_apply", "bn_grad_apply"]
 
-_DEVICE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 POW_ANY, POW_1, POW_HALF, POW_3_4 = 0, 1, 2, 3
 BN_TX = 32      # channels a column-sum block covers
 BN_TY = 8       # rows it walks at once
@@ -136,14 +137,9 @@ def _lrn_attrs(attrs: dict) -> tuple[int, float, float, float] | None:
 
 def _covered(*arrays: Any, ndim: int = 4) -> bool:
     dt = np.dtype(arrays[0].dtype)
-    return (dt in _DEVICE_DTYPES and all(x.ndim == ndim and x.size > 0 for x in arrays)
+    return (dt in FLOAT_DTYPES and all(x.ndim == ndim and x.size > 0 for x in arrays)
             and all(np.dtype(x.dtype) == dt and tuple(x.shape) == tuple(arrays[0].shape)
                     for x in arrays))
-
-
-def _run(kern: Any, size: int, *args: Any) -> None:
-    blocks, threads = launch_1d(size)
-    launch(kern, blocks, threads, *args)
 
 
 @gpu_kernel("LRN")
@@ -155,7 +151,7 @@ def lrn(inputs: list, attrs: dict) -> list:
     radius, bias, alpha, beta = params
     t = np.dtype(x.dtype).type
     out = device_empty(x.shape, x.dtype)
-    _run(lrn_kernel, x.size, flat(x), flat(out), tuple(x.shape)[-1], radius, t(bias), t(alpha),
+    run_1d(lrn_kernel, x.size, flat(x), flat(out), tuple(x.shape)[-1], radius, t(bias), t(alpha),
          t(beta), pow_kind(beta), t(1))
     return [out]
 
@@ -170,11 +166,11 @@ def lrn_grad(inputs: list, attrs: dict) -> list:
     t = np.dtype(x.dtype).type
     depth = tuple(x.shape)[-1]
     norm, tmp, dx = (device_empty(x.shape, x.dtype) for _ in range(3))
-    _run(lrn_grad_pass1, x.size, flat(g), flat(x), flat(y), flat(norm), flat(tmp), depth,
+    run_1d(lrn_grad_pass1, x.size, flat(g), flat(x), flat(y), flat(norm), flat(tmp), depth,
          radius, t(bias), t(alpha))
     coef = t(alpha) * t(beta)
     coef += coef
-    _run(lrn_grad_pass2, x.size, flat(g), flat(x), flat(norm), flat(tmp), flat(dx), depth,
+    run_1d(lrn_grad_pass2, x.size, flat(g), flat(x), flat(norm), flat(tmp), flat(dx), depth,
          radius, coef, t(beta), pow_kind(beta), t(1))
     return [dx]
 
@@ -254,7 +250,7 @@ def _column_sums(kind: int, a2: Any, b2: Any, mean: Any, rows: int, cols: int,
     outs = []
     for p in ((p1, p2) if two else (p1,)):
         out = device_empty((cols,), np.float64)
-        _run(sum_chunks, cols, p, chunks, np.float64(divisor), out)
+        run_1d(sum_chunks, cols, p, chunks, np.float64(divisor), out)
         outs.append(out)
     return outs[0], (outs[1] if two else None)
 
@@ -341,17 +337,6 @@ def bn_grad_apply(dy, x, mean, a, b, k, dx, cols):
         i += step
 
 
-_typed: dict[tuple[str, str], Any] = {}
-
-
-def _kernel(factory: Any, dtype: Any) -> Any:
-    key = (factory.__name__, np.dtype(dtype).name)
-    kern = _typed.get(key)
-    if kern is None:
-        kern = _typed[key] = factory(np.dtype(dtype).type)
-    return kern
-
-
 def _layout(attrs: dict, op: str, x: Any) -> bool | None:
     """True for NCHW, False for NHWC, None for what the device code leaves to
     the CPU kernel (5-D, another format, an x of the wrong rank)."""
@@ -399,11 +384,11 @@ def fused_batch_norm(inputs: list, attrs: dict) -> list:
         mean_in = var_in = scale   # (unread)
     mul, batch_mean, batch_var, rs1, rs2 = (device_empty((depth,), u) for _ in range(5))
     adjust = t(rows) / t(rows - 1 if rows > 1 else 1)
-    _run(_kernel(bn_stats, u), depth, mean64, var64, scale, mean_in, var_in,
+    run_1d(typed_kernel(bn_stats, u), depth, mean64, var64, scale, mean_in, var_in,
          t(float(attrs.get("epsilon", 1e-4))), t(factor), adjust, training, blend,
          mul, batch_mean, batch_var, rs1, rs2)
     y = device_empty(tuple(xs.shape), u)
-    _run(bn_apply, y.size, flat(xs), rs1, mul, offset, flat(y), depth)
+    run_1d(bn_apply, y.size, flat(xs), rs1, mul, offset, flat(y), depth)
     return [from_nhwc(y, nchw), batch_mean, batch_var, rs1, rs2, device_filled((), u, 0)]
 
 
@@ -426,10 +411,10 @@ def fused_batch_norm_grad(inputs: list, attrs: dict) -> list:
     sum_dy, sum_dy_xc = _column_sums(SUM_GRAD, flat(xs), flat(dys), mean, rows, depth, 1.0,
                                      two=True)
     scale_bp, offset_bp, a, b, k = (device_empty((depth,), u) for _ in range(5))
-    _run(_kernel(bn_grad_stats, u), depth, sum_dy, sum_dy_xc, scale, var,
+    run_1d(typed_kernel(bn_grad_stats, u), depth, sum_dy, sum_dy_xc, scale, var,
          t(float(attrs.get("epsilon", 1e-4))), np.float64(rows), bool(attrs.get("is_training", True)),
          scale_bp, offset_bp, a, b, k)
     dx = device_empty(tuple(xs.shape), u)
-    _run(bn_grad_apply, dx.size, flat(dys), flat(xs), mean, a, b, k, flat(dx), depth)
+    run_1d(bn_grad_apply, dx.size, flat(dys), flat(xs), mean, a, b, k, flat(dx), depth)
     return [from_nhwc(dx, nchw), scale_bp, offset_bp, device_empty((0,), u),
             device_empty((0,), u)]

@@ -19,7 +19,7 @@ import numpy as np
 from numba import cuda
 
 from kernels.cuda.devices import is_device_array
-from kernels.cuda.launch import as_device, flat, gpu_kernel, launch, launch_1d
+from kernels.cuda.launch import as_device, flat, gpu_kernel, run_1d, scalar_operand
 from kernels.cuda.memory import device_scalar
 from kernels.registry import KernelError
 
@@ -46,21 +46,9 @@ def _tensor(op: str, name: str, x: Any, var: Any) -> Any:
     return flat(g)
 
 
-def _scalar(op: str, name: str, x: Any, dtype: Any) -> Any:
-    if is_device_array(x):
-        if x.size != 1:
-            raise KernelError(f"{op}: {name} must be a scalar, got shape {list(x.shape)}")
-        return x.reshape(1)
-    a = np.asarray(x)
-    if a.size != 1:
-        raise KernelError(f"{op}: {name} must be a scalar, got shape {list(a.shape)}")
-    return device_scalar(a, dtype)
-
-
 def _run(kern: Any, var: Any, *args: Any) -> None:
     if var.size:
-        blocks, threads = launch_1d(var.size)
-        launch(kern, blocks, threads, *args)
+        run_1d(kern, var.size, *args)
 
 
 @cuda.jit(device=True)
@@ -156,7 +144,7 @@ def adagrad_da_kernel(var, g_acc, g_sq, grad, lr, l1, l2, step):
 
 
 def _hyper(op: str, names: tuple[str, ...], values: list, dtype: Any) -> list:
-    return [_scalar(op, n, x, dtype) for n, x in zip(names, values)]
+    return [scalar_operand(op, n, x, dtype) for n, x in zip(names, values)]
 
 
 @gpu_kernel("ApplyAdadelta")

@@ -31,13 +31,20 @@ from numba import cuda
 
 from kernels.cpu.pooling import Window, attr_str, window
 from kernels.cuda.devices import to_host
-from kernels.cuda.launch import as_device, device_empty, flat, gpu_kernel, host_fallback, launch, launch_1d
+from kernels.cuda.launch import (
+    as_device,
+    covered,
+    device_empty,
+    flat,
+    gpu_kernel,
+    host_fallback,
+    run_1d,
+    typed_kernel,
+)
 from kernels.cuda.layout import from_nhwc, to_nhwc
 
 __all__ = ["max_pool_fwd", "avg_pool_fwd", "max_pool_arg", "max_pool_grad_gather",
            "avg_pool_grad_gather"]
-
-_DEVICE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 # --- device code: geo = (H, W, C, OH, OW, KH, KW, SH, SW, PT, PL) ----------------------
@@ -189,18 +196,6 @@ def avg_pool_grad_gather(t: Any) -> Any:
     return kernel
 
 
-_typed: dict[tuple[str, str], Any] = {}
-
-
-def _kernel(factory: Any, dtype: Any) -> Any:
-    """``factory``'s kernel for ``dtype``, built once."""
-    key = (factory.__name__, np.dtype(dtype).name)
-    kern = _typed.get(key)
-    if kern is None:
-        kern = _typed[key] = factory(np.dtype(dtype).type)
-    return kern
-
-
 # --- host side ------------------------------------------------------------------------
 
 def _format(attrs: dict, op: str) -> str | None:
@@ -214,21 +209,10 @@ def _geo(shape_nhwc: tuple, win: Window) -> tuple:
                                   win.pt, win.pl))
 
 
-def _covered(*arrays: Any) -> bool:
-    dt = np.dtype(arrays[0].dtype)
-    return (dt in _DEVICE_DTYPES and all(x.ndim == 4 and x.size > 0 for x in arrays)
-            and all(np.dtype(x.dtype) == dt for x in arrays))
-
-
-def _run(kern: Any, size: int, *args: Any) -> None:
-    blocks, threads = launch_1d(size)
-    launch(kern, blocks, threads, *args)
-
-
 def _forward(op: str, kern: Any, inputs: list, attrs: dict, explicit: bool) -> list:
     x = as_device(inputs[0])
     fmt = _format(attrs, op)
-    if fmt is None or not _covered(x):
+    if fmt is None or not covered(x):
         return host_fallback(op, inputs, attrs)
     nchw = fmt == "NCHW"
     shape = tuple(x.shape)
@@ -239,8 +223,8 @@ def _forward(op: str, kern: Any, inputs: list, attrs: dict, explicit: bool) -> l
     xs = to_nhwc(x, nchw)
     out = device_empty((shape_nhwc[0], win.oh, win.ow, shape_nhwc[3]), x.dtype)
     if kern is avg_pool_fwd:
-        kern = _kernel(avg_pool_fwd, x.dtype)
-    _run(kern, out.size, flat(xs), flat(out), _geo(shape_nhwc, win))
+        kern = typed_kernel(avg_pool_fwd, x.dtype)
+    run_1d(kern, out.size, flat(xs), flat(out), _geo(shape_nhwc, win))
     return [from_nhwc(out, nchw)]
 
 
@@ -259,7 +243,7 @@ def max_pool_grad(inputs: list, attrs: dict) -> list:
     op = "MaxPoolGrad"
     x, y, g = (as_device(v) for v in inputs[:3])
     fmt = _format(attrs, op)
-    if fmt is None or not _covered(x, y, g):
+    if fmt is None or not covered(x, y, g):
         return host_fallback(op, inputs, attrs)
     nchw = fmt == "NCHW"
     s = tuple(x.shape)
@@ -274,9 +258,9 @@ def max_pool_grad(inputs: list, attrs: dict) -> list:
     xs, gn = to_nhwc(x, nchw), to_nhwc(g, nchw)
     geo = _geo(shape_nhwc, win)
     arg = device_empty(want, np.int64)
-    _run(max_pool_arg, arg.size, flat(xs), flat(arg), geo)
+    run_1d(max_pool_arg, arg.size, flat(xs), flat(arg), geo)
     dx = device_empty(shape_nhwc, x.dtype)
-    _run(_kernel(max_pool_grad_gather, x.dtype), dx.size, flat(gn), flat(arg), flat(dx), geo)
+    run_1d(typed_kernel(max_pool_grad_gather, x.dtype), dx.size, flat(gn), flat(arg), flat(dx), geo)
     return [from_nhwc(dx, nchw)]
 
 
@@ -286,7 +270,7 @@ def avg_pool_grad(inputs: list, attrs: dict) -> list:
     g = as_device(inputs[1])
     fmt = _format(attrs, op)
     shape = np.asarray(to_host(inputs[0]))
-    if (fmt is None or not _covered(g) or shape.shape != (4,) or shape.dtype.kind not in "iu"
+    if (fmt is None or not covered(g) or shape.shape != (4,) or shape.dtype.kind not in "iu"
             or (shape <= 0).any()):
         return host_fallback(op, [shape, inputs[1]], attrs)
     nchw = fmt == "NCHW"
@@ -299,5 +283,5 @@ def avg_pool_grad(inputs: list, attrs: dict) -> list:
         return host_fallback(op, [shape, inputs[1]], attrs)
     gn = to_nhwc(g, nchw)
     dx = device_empty(shape_nhwc, g.dtype)
-    _run(_kernel(avg_pool_grad_gather, g.dtype), dx.size, flat(gn), flat(dx), _geo(shape_nhwc, win))
+    run_1d(typed_kernel(avg_pool_grad_gather, g.dtype), dx.size, flat(gn), flat(dx), _geo(shape_nhwc, win))
     return [from_nhwc(dx, nchw)]
