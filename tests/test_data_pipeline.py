@@ -295,6 +295,41 @@ def test_a_map_in_worker_processes_gives_the_sequential_maps_batches(monkeypatch
         list(dt.data.Dataset.range(10).map(bad, num_parallel_calls=2).batch(4))
 
 
+def test_a_map_moved_to_worker_processes_after_a_batch_gives_the_same_batches(monkeypatch):
+    """The tuner's usual way: a batch mapped here first, then worker processes
+    that write into shared memory (the first batch's layout) with the next
+    block sent before this one is collected; the batches are the sequential
+    map's, a short last one included."""
+    from distrib.data import parallel_map, process_map
+
+    def augment(x):
+        return dt.image.random_flip_left_right(dt.image.random_crop(x, [3, 3, 1])), x.sum()
+    images = np.arange(30 * 5 * 5, dtype=np.float32).reshape(30, 5, 5, 1)
+    seq = [b for b in _seeded(lambda: dt.data.Dataset.from_tensor_slices(images)
+                              .map(augment).batch(4))]
+    arenas: list = []
+    real = process_map.ProcessMap
+
+    class Spy(real):
+        def __init__(self, *args):
+            super().__init__(*args)
+            arenas.append(self.arena is not None)
+    monkeypatch.setattr(process_map, "ProcessMap", Spy)
+    original = parallel_map._Tuner.__init__
+
+    def inline_then_processes(self, enabled, processes):
+        original(self, False, processes)
+        self.mode = "inline"
+        self.tick = lambda: setattr(self, "mode", "processes")
+    monkeypatch.setattr(parallel_map._Tuner, "__init__", inline_then_processes)
+    par = [b for b in _seeded(lambda: dt.data.Dataset.from_tensor_slices(images)
+                              .map(augment, num_parallel_calls=2).batch(4))]
+    assert arenas == [True] and len(par) == len(seq) == 8
+    for (a, sa), (b, sb) in zip(seq, par):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(sa, sb)
+
+
 def test_autotune_keeps_the_fastest_way_and_stops_measuring_a_slow_one(monkeypatch):
     from distrib.data import parallel_map
     clock = [0.0]
@@ -394,6 +429,48 @@ def test_a_failed_or_refused_block_leaves_the_workers_in_step():
             workers.map_block(0, 6, [np.float32(-1), np.float32(8)])
     finally:
         workers.close()
+
+
+def _image_and_index(element, epoch, index):
+    if float(element) == 7.0:   # not the layout the arena was made for: the pipe takes it
+        return np.zeros((2, 2), np.float64), np.int64(index)
+    return np.full((2, 3), element, np.float32) + index, np.int64(index)
+
+
+def test_workers_write_results_in_place_and_take_the_next_block_meanwhile():
+    """Given an element the map made, the workers write their results into
+    shared memory made before the fork (no /dev/shm file) instead of the pipe;
+    two blocks sent before either is collected come back in order (each
+    worker reads its requests on a thread of its own: both sides writing to
+    full pipes cannot deadlock); an element of another layout goes back
+    through the pipe; bigger results than the arena's limit never use one."""
+    from distrib.data import process_map
+    before = set(os.listdir("/dev/shm"))
+    example = _image_and_index(np.float32(0), 0, 0)
+    workers = process_map.ProcessMap(_image_and_index, 2, example, rows=4)
+    try:
+        assert workers.arena is not None
+        first = workers.submit(0, 0, [np.float32(v) for v in (1, 2, 3, 4)])
+        second = workers.submit(0, 4, [np.float32(v) for v in (5, 6, 7)])
+        got = workers.collect(first)
+        assert [start for start, _, _ in got] == [0, 2]
+        images = np.concatenate([leaves[0] for _, _, leaves in got])
+        assert images.dtype == np.float32 and images.shape == (4, 2, 3)
+        assert [float(i[0, 0]) for i in images] == [1.0, 3.0, 5.0, 7.0]   # element + index
+        assert np.concatenate([leaves[1] for _, _, leaves in got]).tolist() == [0, 1, 2, 3]
+        assert all(np.shares_memory(leaves[0], workers.arena.mem) for _, _, leaves in got)
+        got = workers.collect(second)   # worker 1's part holds 7: through the pipe, whole
+        (s0, _, in_place), (s1, _, piped) = got
+        assert (s0, s1) == (0, 2) and [float(i[0, 0]) for i in in_place[0]] == [9.0, 11.0]
+        assert np.shares_memory(in_place[0], workers.arena.mem)
+        assert piped[0].shape == (1, 2, 2) and not np.shares_memory(piped[0], workers.arena.mem)
+        assert piped[1].tolist() == [6]
+        assert set(os.listdir("/dev/shm")) == before
+    finally:
+        workers.close()
+    big = (np.zeros((1024, 1024, 8), np.float32),)   # 32 MiB an element
+    assert process_map._Arena.for_element(big, 64) is None
+    assert process_map._Arena.for_element((np.array(b"x", dtype=object),), 4) is None
 
 
 def test_padded_batch_takes_shapes_as_tuples_up_to_the_elements_nest():

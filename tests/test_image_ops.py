@@ -183,3 +183,36 @@ def test_crop_offset_as_a_tensor_slices_and_differentiates():
     want = np.zeros_like(x)
     want[1:3, 2:4] = 1
     np.testing.assert_array_equal(grad, want)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_standardization_and_contrast_of_one_image_as_tfs(dtype):
+    """A dataset map's one-image standardization and contrast once their numba
+    loops are compiled (kernels.cpu.image_jit): TF's test numbers, and the
+    numpy path's within float rounding, uniform images included."""
+    from distrib.ops import image_values
+    assert image_values._JIT.prepare(np.dtype(dtype))   # noqa: SLF001 - compile now
+    img = np.arange(1, 7, dtype=dtype).reshape(1, 2, 3)
+    std = [-1.46385, -0.87831, -0.29277, 0.29277, 0.87831, 1.46385]   # TF's test
+    got = image_values.per_image_standardization(img)
+    assert got.dtype == dtype and got.shape == img.shape
+    np.testing.assert_allclose(got.ravel(), std, atol=1e-5)
+    assert np.all(image_values.per_image_standardization(np.full((5, 5, 3), 249, dtype)) == 0)
+    x = (np.array(X12, dtype).reshape(2, 2, 3) / 255.0).astype(dtype)
+    contrast = np.array([-45.25, -90.75, -92.5, 62.75, 169.25, 333.5, 28.75, -84.75, 349.5,
+                         134.75, 409.25, -116.5]).reshape(2, 2, 3) / 255.0   # TF's test
+    got = image_values.adjust_contrast(x, 2.0)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, contrast, rtol=1e-5, atol=1e-6)
+    rng = np.random.default_rng(3)
+    big = rng.uniform(0, 255, (24, 24, 3)).astype(dtype)
+    numpy_std = (big - big.mean(dtype=np.float64)) / max(big.std(dtype=np.float64),
+                                                          1 / np.sqrt(big.size))
+    np.testing.assert_allclose(image_values.per_image_standardization(big), numpy_std,
+                               rtol=1e-5, atol=1e-5)
+    means = big.reshape(-1, 3).mean(axis=0, dtype=np.float64)
+    np.testing.assert_allclose(image_values.adjust_contrast(big, 0.3),
+                               (big - means) * 0.3 + means, rtol=1e-5, atol=1e-3)
+    # an integer image: converted to float, adjusted, converted back (TF's rule)
+    u8 = rng.integers(0, 256, (4, 4, 3)).astype(np.uint8)
+    assert image_values.adjust_contrast(u8, 1.0).dtype == np.uint8

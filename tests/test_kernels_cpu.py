@@ -120,6 +120,39 @@ def test_random_ops_reproducible_with_seed_and_fresh_without():
     assert i.dtype == np.int32 and set(i.tolist()) <= set(range(5))
 
 
+def test_unseeded_draws_differ_across_threads_and_a_forked_child():
+    """Unseeded: one generator per thread, seeded from the OS; a forked child
+    makes its own, so it never repeats its parent's numbers."""
+    import os
+    import threading
+    draw = lambda: one("RandomUniform", shape=[64], dtype="float64", seed=None)  # noqa: E731
+    draw()   # this thread's generator exists before the fork and the thread
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(draw()))
+    t.start()
+    t.join(30)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # the child: its first draw, to the parent
+        try:
+            os.write(write_end, draw().tobytes())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    data = b""
+    while len(data) < 64 * 8:
+        chunk = os.read(read_end, 64 * 8)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    mine = draw()
+    child = np.frombuffer(data, np.float64)
+    assert child.shape == (64,) and not np.array_equal(child, mine)
+    assert got and not np.array_equal(got[0], mine)
+
+
 # --- elementwise ---------------------------------------------------------------------
 
 BINARY = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Maximum": np.maximum,

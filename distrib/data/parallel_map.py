@@ -222,9 +222,37 @@ class ParallelMapBatch(Node):
         def work(rows: _Rows, part: list[tuple[int, int, Any]]) -> None:
             for row, i, element in part:
                 rows.put(row, fn(element, epoch, i))
+        sent: collections.deque[tuple[Any, int]] = collections.deque()   # at the workers
+        held: list[tuple[int, Any]] = []   # taken, but the workers could not take it: inline
+        example: list[Any] = [None]   # an element the map made: the workers' result layout
         try:
             while True:
-                if tuner.threads or inflight:
+                if sent or (tuner.mode == "processes" and not inflight):
+                    # this block and the next at the worker processes: they map the
+                    # next while this one is handed on (see process_map's header)
+                    while tuner.mode == "processes" and len(sent) < 2:
+                        elements = take()
+                        if not elements:
+                            break
+                        if not workers:   # (an element made already: results written in place)
+                            workers.append(process_map.ProcessMap(fn, mapped.calls,
+                                                                  example[0], size))
+                        try:
+                            sent.append((workers[0].submit(epoch, elements[0][0],
+                                                           [e for _, e in elements]),
+                                         len(elements)))
+                        except process_map.Ragged:   # elements of many shapes: not this way
+                            tuner.drop("processes")
+                            held = elements
+                    if not sent:
+                        if held:
+                            continue
+                        return
+                    ticket, n = sent.popleft()
+                    rows = _Rows(size)
+                    for start, nest, leaves in workers[0].collect(ticket):
+                        rows.put_block(start, nest, leaves)
+                elif tuner.threads or inflight:
                     while tuner.threads and len(inflight) < 2:   # this batch and the next
                         elements = take()
                         if not elements:
@@ -239,29 +267,18 @@ class ParallelMapBatch(Node):
                     rows, futures, n = inflight.popleft()
                     for future in futures:
                         future.result()
-                else:   # inline, or in worker processes (a map the GIL serializes)
-                    elements = take()
+                else:   # inline (a map the GIL serializes, where processes did not pay)
+                    if workers and "processes" not in tuner.modes:
+                        workers.pop().close()   # dropped (Ragged): every block collected
+                    elements, held = held or take(), []
                     n = len(elements)
                     if not n:
                         return
                     rows = _Rows(size)
-                    blocks = None
-                    if tuner.mode == "processes":
-                        if not workers:
-                            workers.append(process_map.ProcessMap(fn, mapped.calls))
-                        try:
-                            blocks = workers[0].map_block(epoch, elements[0][0],
-                                                          [e for _, e in elements])
-                        except process_map.Ragged:   # elements of many shapes: not this way
-                            tuner.drop("processes")
-                            workers.pop().close()
-                    if blocks is not None:
-                        for start, nest, leaves in blocks:
-                            rows.put_block(start, nest, leaves)
-                    else:
-                        work(rows, [(r, i, e) for r, (i, e) in enumerate(elements)])
+                    work(rows, [(r, i, e) for r, (i, e) in enumerate(elements)])
                 if n < size and self.drop_remainder:
                     return
+                example[0] = rows.first
                 yield rows.result(n)
                 tuner.tick()
         finally:

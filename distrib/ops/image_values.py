@@ -16,11 +16,17 @@ import numpy as np
 
 from distrib.errors import InvalidArgumentError
 from distrib.ops import value_mode
+from kernels.cpu.jit_loader import BackgroundJit
 
 __all__ = ["random_crop", "flip", "random_flip", "adjust_brightness", "adjust_contrast",
            "per_image_standardization", "crop_to_bounding_box", "pad_to_bounding_box",
            "resize_with_crop_or_pad", "central_crop", "convert_image_dtype_value", "resize",
            "adjust_hsv"]
+
+
+# numba loops for one image's standardization and contrast (the numpy path
+# below until they are compiled, off the caller's thread: see jit_loader)
+_JIT = BackgroundJit("kernels.cpu.image_jit")
 
 
 def _img(image: Any, what: str) -> np.ndarray:
@@ -93,6 +99,12 @@ def adjust_contrast(images: Any, factor: float) -> np.ndarray:
     if x.ndim < 3:
         raise InvalidArgumentError(f"adjust_contrast takes images of rank >= 3, got shape "
                                    f"{list(x.shape)}")
+    jit = _JIT.ready(x.dtype) if x.ndim == 3 and x.size else None
+    if jit is not None:   # one image, compiled: one pass per channel to sum, one to write
+        flat = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+        out = np.empty(flat.shape, x.dtype)
+        jit.contrast(flat, x.dtype.type(factor), out)
+        return _back(out.reshape(x.shape), orig)
     if x.ndim == 3:   # one image: the channels' means as one reduction (the common case)
         h, w, c = x.shape
         mean = np.add.reduce(x.reshape(h * w, c), axis=0, dtype=x.dtype) / x.dtype.type(h * w)
@@ -119,6 +131,11 @@ def per_image_standardization(image: Any) -> np.ndarray:
     if x.dtype.kind != "f":
         x = x.astype(np.float32)
     pixels = x.shape[-3] * x.shape[-2] * x.shape[-1]
+    jit = _JIT.ready(x.dtype) if x.ndim == 3 and pixels else None
+    if jit is not None:   # one image, compiled (kernels.cpu.image_jit)
+        out = np.empty(x.shape, x.dtype)
+        jit.standardize(np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
+        return out
     floor = x.dtype.type(1.0 / np.sqrt(pixels))
     if x.ndim == 3:   # one image: whole-array reductions (a fifth of the axis-wise cost)
         flat = x.reshape(-1)

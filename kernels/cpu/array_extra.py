@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.cpu.math import rng
 from kernels.dtypes import as_dtype, concrete_shape
 from kernels.registry import CPU, KernelError, KernelTable
 
@@ -150,9 +151,7 @@ def mirror_pad_grad(inputs: list, attrs: dict) -> list:
 
 # --- random ------------------------------------------------------------------------------
 
-def _rng(attrs: dict) -> np.random.Generator:
-    gen = attrs.get("_generator")
-    return gen if gen is not None else np.random.default_rng(attrs.get("seed"))
+_rng = rng   # (kernels.cpu.math: the executor's, a seed's, or this thread's)
 
 
 @KERNELS("TruncatedNormal", CPU)

@@ -20,6 +20,8 @@ Principles kept throughout the CPU wing:
 """
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any, Callable
 
 import numpy as np
@@ -27,7 +29,7 @@ import numpy as np
 from kernels.dtypes import as_dtype, concrete_shape, reduction_axes
 from kernels.registry import CPU, KernelError, KernelTable
 
-__all__ = ["binary_operands"]
+__all__ = ["binary_operands", "rng"]
 
 KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
@@ -56,11 +58,29 @@ def rng_attrs(attrs: dict, name: str, generators: dict) -> dict:
     return {**attrs, "_generator": gen}
 
 
-def _rng(attrs: dict) -> np.random.Generator:
-    # The executor's generator for this op (see rng_attrs); else a given seed
-    # gives the same numbers on every call and None asks the OS for entropy.
+def rng(attrs: dict) -> np.random.Generator:
+    """The generator a random kernel draws from: the executor's for this op
+    (see rng_attrs); else a given seed gives the same numbers on every call;
+    and with none, this thread's generator, seeded once from the OS's
+    entropy (a fresh ``default_rng()`` per call cost ~25 us, more than a
+    small draw: CIFAR's per-image augmentation makes four)."""
     gen = attrs.get("_generator")
-    return gen if gen is not None else np.random.default_rng(attrs.get("seed"))
+    if gen is not None:
+        return gen
+    seed = attrs.get("seed")
+    if seed is not None:
+        return np.random.default_rng(seed)
+    gen = getattr(_entropy, "gen", None)
+    if gen is None:
+        gen = _entropy.gen = np.random.default_rng()
+    return gen
+
+
+# one unseeded generator per thread (a Generator is not thread-safe); a forked
+# child starts new ones, so it never draws its parent's numbers
+_entropy = threading.local()
+os.register_at_fork(after_in_child=lambda: _entropy.__dict__.clear())
+_rng = rng
 
 
 @KERNELS("RandomStandardNormal", CPU)

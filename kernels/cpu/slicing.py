@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels.cpu.math import rng
 from kernels.cpu.slice_spec import strided_index
 from kernels.registry import CPU, KernelError, KernelTable
 
@@ -107,5 +108,5 @@ def random_shuffle(inputs: list, attrs: dict) -> list:
     x = np.asarray(inputs[0])
     if x.ndim == 0:
         return [x]
-    gen = attrs.get("_generator") or np.random.default_rng(attrs.get("seed"))
+    gen = rng(attrs)
     return [x[gen.permutation(x.shape[0])]]
