@@ -349,6 +349,32 @@ def test_autotune_keeps_the_fastest_way_and_stops_measuring_a_slow_one(monkeypat
     assert tuner.mode == "inline"
 
 
+def test_autotune_takes_the_cheapest_way_that_keeps_up_with_a_slow_consumer(monkeypatch):
+    """A trainer in the same process sets the pace: every way hands out a batch
+    in about the same time; the one that cost this process the least CPU wins
+    (worker processes, whose CPU is theirs), not the marginally fastest."""
+    from distrib.data import parallel_map
+    clock, cpu = [0.0], [0.0]
+    monkeypatch.setattr(parallel_map.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(parallel_map.time, "process_time", lambda: cpu[0])
+    tuner = parallel_map._Tuner(True, processes=True)
+    cost = {"threads": (1.00, 1.3), "inline": (0.98, 1.2), "processes": (1.05, 0.9)}
+    for _ in range(3 * (tuner.WINDOW + 1)):
+        wall, used = cost[tuner.mode]
+        clock[0] += wall
+        cpu[0] += used
+        tuner.tick()
+    assert tuner.mode == "processes"
+    tuner = parallel_map._Tuner(True, processes=True)   # not keeping up: the fastest
+    cost["processes"] = (1.5, 0.5)
+    for _ in range(3 * (tuner.WINDOW + 1)):
+        wall, used = cost[tuner.mode]
+        clock[0] += wall
+        cpu[0] += used
+        tuner.tick()
+    assert tuner.mode == "inline"
+
+
 def test_a_fused_parallel_map_and_batch_keeps_strings_as_bytes():
     ds = dt.data.Dataset.range(5).map(
         lambda x: (x, np.array(b"s%d\x00" % x, dtype=object)), num_parallel_calls=2).batch(2)
