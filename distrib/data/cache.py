@@ -28,7 +28,7 @@ import msgpack
 import numpy as np
 
 from distrib.data import structure
-from distrib.data.pipeline import Node, probing
+from distrib.data.pipeline import Failed, Node, probing, take_chunk
 from distrib.errors import InvalidArgumentError
 from distrib.io import tf_record
 
@@ -117,7 +117,8 @@ class Cache(Node):
             return
         stored = []
         for element in self.inputs[0].iterate():
-            stored.append(element)
+            if type(element) is not Failed:   # (a failed one is not cached: TF's)
+                stored.append(element)
             yield element
         if not probing():
             with self._lock:
@@ -132,9 +133,14 @@ class Cache(Node):
         done = False
         try:
             with tf_record.TFRecordWriter(tmp) as writer:
-                for index, element in enumerate(self.inputs[0].iterate()):
-                    if index == 0:   # the elements' nest, so a reader needs no spec
+                first = True
+                for element in self.inputs[0].iterate():
+                    if type(element) is Failed:   # not cached (TF's)
+                        yield element
+                        continue
+                    if first:   # the elements' nest, so a reader needs no spec
                         writer.write(msgpack.packb(nest_layout(element), use_bin_type=True))
+                        first = False
                     writer.write(_encode(element))
                     yield element
             os.replace(tmp, self._path)
@@ -201,11 +207,10 @@ class PaddedBatch(Node):
         cursor = self.inputs[0].iterate()
         try:
             while True:
-                chunk = []
-                for element in cursor:
-                    chunk.append(element)
-                    if len(chunk) == self.batch_size:
-                        break
+                chunk, failed = take_chunk(cursor, self.batch_size)
+                if failed is not None:
+                    yield failed
+                    continue
                 if not chunk or (self.drop_remainder and len(chunk) < self.batch_size):
                     return
                 yield self._batch(chunk)

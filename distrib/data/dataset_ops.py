@@ -44,7 +44,19 @@ from distrib.data.pipeline import (
     TensorSlices,
     Zip,
 )
-from distrib.data.transforms import Batch, Enumerate, Filter, Map, Repeat, Shard, Shuffle, Skip, Take, Unbatch
+from distrib.data.transforms import (
+    Batch,
+    Enumerate,
+    Filter,
+    IgnoreErrors,
+    Map,
+    Repeat,
+    Shard,
+    Shuffle,
+    Skip,
+    Take,
+    Unbatch,
+)
 from distrib.errors import InvalidArgumentError
 from distrib.framework.graph import get_default_graph
 
@@ -258,6 +270,11 @@ class Dataset:
         size = _int("buffer_size", buffer_size, least=AUTOTUNE,
                     hint=" (use dt.data.AUTOTUNE or a count of elements)")
         return self._then(Prefetch(self._node, size))
+
+    def ignore_errors(self, log_warning: bool = False, name: str | None = None) -> Dataset:
+        """The elements whose map or filter function failed dropped, instead of
+        raised where they come out (TF's ``ignore_errors``)."""
+        return self._then(IgnoreErrors(self._node, bool(log_warning)))
 
     def take(self, count: int, name: str | None = None) -> Dataset:
         """The first ``count`` elements (-1: all of them)."""

@@ -72,7 +72,7 @@ from distrib.data.dataset_ops import Dataset
 from distrib.data.interleave import FlatMap, Interleave, dataset_node
 from distrib.data.iterators import Prefetch
 from distrib.data.options import AutoShardPolicy
-from distrib.data.pipeline import END, INFINITE, Node
+from distrib.data.pipeline import END, INFINITE, Failed, Node
 from distrib.data.readers import RecordFiles
 from distrib.data.transforms import Batch, Filter, Repeat, Shard, Shuffle, Skip, Take
 from distrib.errors import InvalidArgumentError, NotFoundError, UnimplementedError
@@ -145,6 +145,9 @@ class LegacyRebatch(Node):
     def iterate(self) -> Iterator[Any]:
         n = self.num_replicas
         for element in self.inputs[0].iterate():
+            if type(element) is Failed:
+                yield element
+                continue
             leaves, _ = _rows(element)
             steps = [-(-np.shape(leaf)[0] // n) for leaf in leaves]   # per component
             for k in range(n):
@@ -169,7 +172,15 @@ class Rebatch(Node):
 
     def iterate(self) -> Iterator[Any]:
         cursor = self.inputs[0].iterate()
-        batches = ((element, _rows(element)[0]) for element in cursor)
+        failed: list[Failed] = []   # met while filling a batch: they come out before it
+
+        def rows_of() -> Iterator[tuple[Any, list[Any]]]:
+            for element in cursor:
+                if type(element) is Failed:
+                    failed.append(element)
+                else:
+                    yield element, _rows(element)[0]
+        batches = rows_of()
         template, rows, offset = None, None, 0
         try:
             for turn in itertools.count():
@@ -186,6 +197,7 @@ class Rebatch(Node):
                     pieces.append([leaf[offset:offset + take] for leaf in rows])
                     have, offset = have + take, offset + take
                 if have == 0 and want > 0:
+                    yield from failed
                     return
                 if template is None:   # a size of 0 before any input: look at one batch
                     template, rows = next(batches, (None, None))
@@ -193,6 +205,8 @@ class Rebatch(Node):
                         return
                 columns = ([np.concatenate(parts) for parts in zip(*pieces)] if pieces
                            else [leaf[:0] for leaf in structure.flatten(template)])
+                while failed:
+                    yield failed.pop(0)
                 yield structure.pack_as(template, columns)
         finally:
             cursor.close()  # type: ignore[attr-defined]
@@ -215,6 +229,9 @@ class ReplicaSteps(Node):
     def iterate(self) -> Iterator[Any]:
         step: list[Any] = []
         for element in self.inputs[0].iterate():
+            if type(element) is Failed:
+                yield element
+                continue
             step.append(element)
             if len(step) == self.replicas:
                 yield tuple(step)

@@ -2,7 +2,8 @@
 
 Re-exports only: ``AutoShardPolicy`` and ``DistributeOptions`` (options.py),
 ``AUTOTUNE`` and the cardinality constants, ``cardinality(ds)``, and
-``prefetch_to_device`` / ``copy_to_device`` (iterators.DevicePrefetch).
+``prefetch_to_device`` / ``copy_to_device`` (iterators.DevicePrefetch),
+``ignore_errors()``.
 """
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from distrib.framework.device import DeviceSpec
 
 __all__ = ["AutoShardPolicy", "DistributeOptions", "ThreadingOptions", "AUTOTUNE",
            "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY", "cardinality", "prefetch_to_device",
-           "copy_to_device"]
+           "copy_to_device", "ignore_errors"]
+
+
+def ignore_errors(log_warning: bool = False) -> Any:
+    """``ds.apply(ignore_errors())``: ``ds.ignore_errors(log_warning)`` (TF 1's spelling)."""
+    return lambda dataset: dataset.ignore_errors(log_warning)
 
 
 def cardinality(dataset: Dataset) -> Cardinality:

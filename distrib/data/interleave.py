@@ -18,7 +18,7 @@ import queue
 import threading
 from typing import Any, Callable, Iterator
 
-from distrib.data.pipeline import UNKNOWN, Node, probing
+from distrib.data.pipeline import UNKNOWN, Failed, Node, probing
 from distrib.errors import InvalidArgumentError
 from distrib.ops import value_mode
 
@@ -48,7 +48,15 @@ class FlatMap(Node):
 
     def iterate(self) -> Iterator[Any]:
         for element in self.inputs[0].iterate():
-            yield from _dataset_node(self.fn, element, "flat_map").iterate()
+            if type(element) is Failed:
+                yield element
+                continue
+            try:
+                node = _dataset_node(self.fn, element, "flat_map")
+            except Exception as e:   # this element's error; the next one goes on (TF's)
+                yield Failed(e)
+                continue
+            yield from node.iterate()
 
     def cardinality(self) -> int:
         return UNKNOWN
@@ -161,8 +169,14 @@ class Interleave(Node):
                     element = next(outer, _END)
                     if element is _END:
                         end_of_input = True
+                    elif type(element) is Failed:
+                        yield element
                     else:
-                        slots[index] = self._open(element)
+                        try:
+                            slots[index] = self._open(element)
+                        except Exception as e:   # this element's error; the rest go on (TF's)
+                            yield Failed(e)
+                            continue
                         num_open += 1
                 else:
                     index, block = (index + 1) % self.cycle_length, 0

@@ -204,8 +204,8 @@ class CheckpointableIterator(iterators.DatasetIterator):
 
     def __next__(self) -> Any:
         item = next(self._cursor)
-        self._produced += 1
-        return item
+        self._produced += 1   # a failed element too: it held its position
+        return iterators._value(item)  # noqa: SLF001 - the iterators' one rule for failed ones
 
     def get_next(self) -> Any:
         item = super().get_next()

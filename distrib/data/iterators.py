@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from distrib.data.pipeline import Node, probing
+from distrib.data.pipeline import Failed, Node, probing
 from distrib.errors import InternalError, InvalidArgumentError, OutOfRangeError
 
 __all__ = ["AUTOTUNE", "DatasetIterator", "AsyncDatasetIterator", "Prefetch"]
@@ -55,15 +55,16 @@ class DatasetIterator:
         return self
 
     def __next__(self) -> Any:
-        return next(self._cursor)
+        return _value(next(self._cursor))
 
     def get_next(self) -> Any:
         """The next element; OutOfRangeError at the end of the dataset."""
         try:
-            return next(self._cursor)
+            item = next(self._cursor)
         except StopIteration:
             raise OutOfRangeError("End of sequence: the dataset has no more elements; "
                                   "start a new iterator (iter(ds)) to read it again") from None
+        return _value(item)
 
     @property
     def element_spec(self) -> Any:
@@ -93,6 +94,14 @@ def _pull_run(cursor: Iterator[Any]) -> tuple[list[Any], bool, BaseException | N
     return items, False, None
 
 
+def _value(item: Any) -> Any:
+    """An element as it comes out: a failed one raises its error (the next
+    ``next`` goes on with the element after it, as TF's ``get_next``)."""
+    if type(item) is Failed:
+        raise item.error
+    return item
+
+
 class AsyncDatasetIterator:
     """``async for x in ds``: the pipeline runs in worker threads, never on the loop."""
 
@@ -110,7 +119,7 @@ class AsyncDatasetIterator:
             items, self._ended, self._error = await asyncio.to_thread(_pull_run, self._cursor)
             self._ready.extend(items)
         if self._ready:
-            return self._ready.popleft()
+            return _value(self._ready.popleft())
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -229,7 +238,8 @@ class _CopyToGpu(Node):
                 return leaf
             return devices.to_device(arr, self.gpu)
         for element in self.inputs[0].iterate():
-            yield structure.map_structure_unchecked(copy, element)
+            yield element if type(element) is Failed else \
+                structure.map_structure_unchecked(copy, element)
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()

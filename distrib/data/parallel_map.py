@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from distrib.data import process_map, structure
-from distrib.data.pipeline import Node, probing
+from distrib.data.pipeline import Failed, Node, probing
 from distrib.errors import InvalidArgumentError
 from distrib.ops import value_mode
 
@@ -76,6 +76,15 @@ class MapFn:
         finally:
             value_mode.leave(tokens)
         return structure.normalize(out)
+
+
+def _outcome(future: cf.Future) -> Any:
+    """A map call's element, or its error as a failed element (TF's: the
+    iterator goes on after it)."""
+    try:
+        return future.result()
+    except Exception as e:
+        return Failed(e)
 
 
 class ParallelMap(Node):
@@ -117,16 +126,21 @@ class ParallelMap(Node):
                         ended = True
                         break
                     index, element = item
-                    pending.append(pool.submit(fn, element, epoch, index))
+                    if type(element) is Failed:   # failed upstream: it keeps its place
+                        passed: cf.Future = cf.Future()
+                        passed.set_result(element)
+                        pending.append(passed)
+                    else:
+                        pending.append(pool.submit(fn, element, epoch, index))
                 if not pending:
                     return
                 if self._ordered():
-                    yield pending.popleft().result()
+                    yield _outcome(pending.popleft())
                     continue
                 done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 first = next(f for f in pending if f in done)
                 pending.remove(first)
-                yield first.result()
+                yield _outcome(first)
         finally:
             for future in pending:
                 future.cancel()
@@ -214,10 +228,13 @@ class ParallelMapBatch(Node):
         next_index = [mapped.index_offset]
 
         def take() -> list[tuple[int, Any]]:
+            """The next batch's elements, numbered; or a failed element met
+            upstream, alone (the rows before it dropped, as TF's batch does)."""
             rows = list(itertools.islice(source, size))
             first = next_index[0]
             next_index[0] += len(rows)
-            return list(enumerate(rows, start=first))
+            bad = next((r for r in rows if type(r) is Failed), None)
+            return [(-1, bad)] if bad is not None else list(enumerate(rows, start=first))
 
         def work(rows: _Rows, part: list[tuple[int, int, Any]]) -> None:
             for row, i, element in part:
@@ -227,6 +244,7 @@ class ParallelMapBatch(Node):
         example: list[Any] = [None]   # an element the map made: the workers' result layout
         try:
             while True:
+                failed = None   # this batch's error: it comes out as one failed element
                 if sent or (tuner.mode == "processes" and not inflight):
                     # this block and the next at the worker processes: they map the
                     # next while this one is handed on (see process_map's header)
@@ -234,6 +252,9 @@ class ParallelMapBatch(Node):
                         elements = take()
                         if not elements:
                             break
+                        if elements[0][0] < 0:   # failed upstream: it keeps its place
+                            sent.append((elements[0][1], 0))
+                            continue
                         if not workers:   # (an element made already: results written in place)
                             workers.append(process_map.ProcessMap(fn, mapped.calls,
                                                                   example[0], size))
@@ -250,13 +271,24 @@ class ParallelMapBatch(Node):
                         return
                     ticket, n = sent.popleft()
                     rows = _Rows(size)
-                    for start, nest, leaves in workers[0].collect(ticket):
-                        rows.put_block(start, nest, leaves)
+                    try:
+                        if type(ticket) is Failed:
+                            failed = ticket
+                        else:
+                            for start, nest, leaves in workers[0].collect(ticket):
+                                rows.put_block(start, nest, leaves)
+                    except process_map.WorkerDied:   # the pipes are gone: not one batch's
+                        raise
+                    except Exception as e:
+                        failed = Failed(e)
                 elif tuner.threads or inflight:
                     while tuner.threads and len(inflight) < 2:   # this batch and the next
                         elements = take()
                         if not elements:
                             break
+                        if elements[0][0] < 0:   # failed upstream: it keeps its place
+                            inflight.append((elements[0][1], [], 0))
+                            continue
                         rows = _Rows(size)
                         indexed = [(r, i, e) for r, (i, e) in enumerate(elements)]
                         parts = [indexed[k:k + chunk] for k in range(0, len(indexed), chunk)]
@@ -265,8 +297,12 @@ class ParallelMapBatch(Node):
                     if not inflight:
                         return
                     rows, futures, n = inflight.popleft()
-                    for future in futures:
-                        future.result()
+                    if type(rows) is Failed:
+                        failed = rows
+                    for future in futures:   # every part done before its batch is dropped
+                        outcome = _outcome(future)
+                        if failed is None and type(outcome) is Failed:
+                            failed = outcome
                 else:   # inline (a map the GIL serializes, where processes did not pay)
                     if workers and "processes" not in tuner.modes:
                         workers.pop().close()   # dropped (Ragged): every block collected
@@ -275,7 +311,16 @@ class ParallelMapBatch(Node):
                     if not n:
                         return
                     rows = _Rows(size)
-                    work(rows, [(r, i, e) for r, (i, e) in enumerate(elements)])
+                    if elements[0][0] < 0:
+                        failed = elements[0][1]
+                    else:
+                        try:
+                            work(rows, [(r, i, e) for r, (i, e) in enumerate(elements)])
+                        except Exception as e:
+                            failed = Failed(e)
+                if failed is not None:   # the next batch goes on after it (TF's)
+                    yield failed
+                    continue
                 if n < size and self.drop_remainder:
                     return
                 example[0] = rows.first

@@ -28,7 +28,7 @@ from distrib.data import structure
 from distrib.errors import InvalidArgumentError
 
 __all__ = ["INFINITE", "UNKNOWN", "END", "Node", "probing", "TensorSlices", "Tensors", "Range",
-           "Generator", "Zip", "Concatenate"]
+           "Generator", "Zip", "Concatenate", "Failed", "take_chunk"]
 
 INFINITE = -1   # tf.data.INFINITE_CARDINALITY
 UNKNOWN = -2    # tf.data.UNKNOWN_CARDINALITY
@@ -79,7 +79,10 @@ class Node:
         token = _PROBING.set(True)
         cursor = self.iterate()
         try:
-            return next(cursor, _END)
+            first = next(cursor, _END)
+            if type(first) is Failed:
+                raise first.error
+            return first
         finally:
             close = getattr(cursor, "close", None)
             if close is not None:
@@ -106,6 +109,34 @@ class Node:
 
 _END = object()
 END = _END   # what probe_first returns for an empty pipeline
+
+
+class Failed:
+    """An element whose making failed (a ``map``/``filter`` function's error):
+    it travels down the pipeline in the element's place (a batch holding one
+    fails whole, as TF's), nothing counts it (take, skip, enumerate, shard),
+    and it is raised where it comes out, after which the iterator goes on
+    with the next element, as TF's ``get_next`` does (``ignore_errors`` drops
+    them instead)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def take_chunk(cursor: Iterator[Any], n: int) -> tuple[list[Any], Failed | None]:
+    """Up to ``n`` elements from ``cursor``; a failed one met on the way comes
+    back alone (the elements read before it are dropped, as TF's batch drops
+    them) with ``[]``."""
+    chunk: list[Any] = []
+    for element in cursor:
+        if type(element) is Failed:
+            return [], element
+        chunk.append(element)
+        if len(chunk) == n:
+            break
+    return chunk, None
 
 
 class TensorSlices(Node):
@@ -214,7 +245,8 @@ class Zip(Node):
                     if item is _END:
                         return
                     items.append(item)
-                yield structure.pack_as(self._structure, items)
+                bad = next((item for item in items if type(item) is Failed), None)
+                yield bad if bad is not None else structure.pack_as(self._structure, items)
         finally:
             for cursor in cursors:
                 cursor.close()

@@ -61,7 +61,7 @@ from distrib import errors
 from distrib.data import cache, structure
 from distrib.errors import InternalError, InvalidArgumentError
 
-__all__ = ["ProcessMap", "Ragged", "available"]
+__all__ = ["ProcessMap", "Ragged", "WorkerDied", "available"]
 
 _JOIN_S = 1.0
 _POLL_S = 1.0
@@ -240,6 +240,11 @@ def _running(pid: int) -> bool:
         return False
 
 
+class WorkerDied(InternalError):
+    """A worker process died or its pipe broke: the map cannot go on (not one
+    element's error)."""
+
+
 class Ragged(InvalidArgumentError):
     """A block's elements differ in shape: they cannot go to the workers stacked
     (the map then runs in the consumer's thread)."""
@@ -342,7 +347,7 @@ class ProcessMap:
         try:
             return msgpack.unpackb(self.conns[w].recv_bytes(), raw=False)
         except (EOFError, OSError):
-            raise InternalError(f"a dt.data map worker process (pid {self.pids[w]}) "
+            raise WorkerDied(f"a dt.data map worker process (pid {self.pids[w]}) "
                                 "died; see its error above") from None
 
     def _wait(self, w: int, conn: Connection) -> None:
@@ -352,7 +357,7 @@ class ProcessMap:
         while not conn.poll(_POLL_S):
             waited += _POLL_S
             if not _running(self.pids[w]):
-                raise InternalError(f"a dt.data map worker process (pid {self.pids[w]}) "
+                raise WorkerDied(f"a dt.data map worker process (pid {self.pids[w]}) "
                                     "died; see its error above")
             if waited >= _STALL_S:
                 waited = 0.0

@@ -147,6 +147,8 @@ def to_array(value: Any) -> np.ndarray | np.generic:
         return value
     if isinstance(value, np.ndarray):
         return value
+    if type(value).__name__ == "EagerTensor":   # an op's value in a map: its dtype kept
+        return value.numpy()
     if value is None:
         raise InvalidArgumentError("an element of a dataset cannot be None; use an array "
                                    "(np.zeros((0,)) for an empty one) or leave the component out")

@@ -25,22 +25,30 @@ a generator cursor. The rules worth knowing, all TF's:
   (``distrib.ops.value_mode``), their random choices keyed by the map's
   seed, the epoch and the element's position. ``Filter``'s predicate runs
   as a dataset function too.
+- A map's or filter's error is its element's (``pipeline.Failed``): raised
+  where the element comes out, and the iterator goes on with the next one;
+  a batch holding one fails whole; take, skip, enumerate and shard do not
+  count it; ``IgnoreErrors`` drops them. Errors of the stages themselves
+  (shapes a batch cannot stack) still end the iterator.
 """
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from distrib.data import structure
 from distrib.data.parallel_map import MapFn
-from distrib.data.pipeline import INFINITE, UNKNOWN, Node, probing
+from distrib.data.pipeline import INFINITE, UNKNOWN, Failed, Node, probing, take_chunk
 from distrib.errors import InvalidArgumentError
 from distrib.ops import value_mode
 
+logger = logging.getLogger(__name__)
+
 __all__ = ["Batch", "Unbatch", "Shuffle", "Repeat", "Shard", "Map", "Filter", "Take", "Skip",
-           "Enumerate", "stack"]
+           "Enumerate", "IgnoreErrors", "stack"]
 
 
 def stack(elements: list[Any]) -> Any:
@@ -70,7 +78,10 @@ class Batch(Node):
         cursor = self.inputs[0].iterate()
         try:
             while True:
-                chunk = list(itertools.islice(cursor, self.batch_size))
+                chunk, failed = take_chunk(cursor, self.batch_size)
+                if failed is not None:
+                    yield failed
+                    continue
                 if not chunk or (self.drop_remainder and len(chunk) < self.batch_size):
                     return
                 yield stack(chunk)
@@ -95,6 +106,9 @@ class Unbatch(Node):
 
     def iterate(self) -> Iterator[Any]:
         for element in self.inputs[0].iterate():
+            if type(element) is Failed:
+                yield element
+                continue
             leaves = structure.flatten(element)
             if any(np.ndim(leaf) == 0 for leaf in leaves):
                 raise InvalidArgumentError("unbatch: every component needs rank >= 1; a scalar "
@@ -140,11 +154,21 @@ class Shuffle(Node):
         rng = self._rng()
         cursor = self.inputs[0].iterate()
         try:
-            buffer = list(itertools.islice(cursor, self.buffer_size))
+            buffer: list[Any] = []
+            for element in cursor:   # a failed element comes out at once (TF's)
+                if type(element) is Failed:
+                    yield element
+                    continue
+                buffer.append(element)
+                if len(buffer) == self.buffer_size:
+                    break
             while buffer:
                 slot = int(rng.integers(len(buffer)))
                 element = buffer[slot]
                 refill = next(cursor, _END)
+                while type(refill) is Failed:
+                    yield refill
+                    refill = next(cursor, _END)
                 if refill is _END:
                     buffer[slot] = buffer[-1]
                     buffer.pop()
@@ -201,8 +225,11 @@ class Shard(Node):
 
     def iterate(self) -> Iterator[Any]:
         seen = 0
-        for position, element in enumerate(self.inputs[0].iterate()):
-            seen = position + 1
+        for element in self.inputs[0].iterate():
+            if type(element) is Failed:
+                yield element
+                continue
+            position, seen = seen, seen + 1
             if position % self.num_shards == self.index:
                 yield element
         if self.require_non_empty and seen < self.num_shards:
@@ -238,7 +265,14 @@ class Map(Node):
         fn = self.fn
         epoch = 0 if probing() else next(self._epochs)
         for index, element in enumerate(self.inputs[0].iterate(), start=self.index_offset):
-            yield fn(element, epoch, index)
+            if type(element) is Failed:
+                yield element
+                continue
+            try:
+                out = fn(element, epoch, index)
+            except Exception as e:   # this element's error; the next one goes on (TF's)
+                out = Failed(e)
+            yield out
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
@@ -255,8 +289,15 @@ class Filter(Node):
     def iterate(self) -> Iterator[Any]:
         predicate = self.predicate
         for element in self.inputs[0].iterate():
-            with value_mode.dataset_function():
-                keep = call_unpacked(predicate, element)
+            if type(element) is Failed:
+                yield element
+                continue
+            try:
+                with value_mode.dataset_function():
+                    keep = call_unpacked(predicate, element)
+            except Exception as e:   # this element's error; the next one goes on (TF's)
+                yield Failed(e)
+                continue
             if np.ndim(keep) != 0 or np.asarray(keep).dtype != np.bool_:
                 raise InvalidArgumentError(f"filter: the predicate must return a scalar bool, "
                                            f"got {keep!r}; compare with a value (x > 0)")
@@ -276,7 +317,16 @@ class Take(Node):
     def iterate(self) -> Iterator[Any]:
         cursor = self.inputs[0].iterate()
         try:
-            yield from (cursor if self.count < 0 else itertools.islice(cursor, self.count))
+            if self.count < 0:
+                yield from cursor
+                return
+            taken = 0   # a failed element is not counted (TF's)
+            while taken < self.count:
+                element = next(cursor, _END)
+                if element is _END:
+                    return
+                taken += type(element) is not Failed
+                yield element
         finally:
             cursor.close()
 
@@ -298,10 +348,20 @@ class Skip(Node):
         cursor = self.inputs[0].iterate()
         try:
             if self.count < 0:
-                for _ in cursor:
-                    pass
+                for element in cursor:
+                    if type(element) is Failed:
+                        yield element
                 return
-            yield from itertools.islice(cursor, self.count, None)
+            skipped = 0   # a failed element met while skipping comes out (TF's)
+            while skipped < self.count:
+                element = next(cursor, _END)
+                if element is _END:
+                    return
+                if type(element) is Failed:
+                    yield element
+                else:
+                    skipped += 1
+            yield from cursor
         finally:
             cursor.close()
 
@@ -318,11 +378,37 @@ class Enumerate(Node):
         self.start = start
 
     def iterate(self) -> Iterator[Any]:
-        for i, element in enumerate(self.inputs[0].iterate(), start=self.start):
+        i = self.start
+        for element in self.inputs[0].iterate():
+            if type(element) is Failed:
+                yield element
+                continue
             yield (np.int64(i), element)
+            i += 1
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()
 
     def _compute_spec(self) -> Any:
         return (structure.spec_of(np.int64(0)), self.inputs[0].element_spec())
+
+
+class IgnoreErrors(Node):
+    """``ignore_errors``: the elements whose making failed are dropped (logged
+    with ``log_warning``), as TF's ``IgnoreErrorsDataset``."""
+
+    def __init__(self, node: Node, log_warning: bool = False) -> None:
+        self.inputs = (node,)
+        self.log_warning = log_warning
+
+    def iterate(self) -> Iterator[Any]:
+        for element in self.inputs[0].iterate():
+            if type(element) is not Failed:
+                yield element
+            elif self.log_warning:
+                logger.warning("ignore_errors: an element was dropped: %s: %s",
+                               type(element.error).__name__, element.error)
+
+    def cardinality(self) -> int:
+        n = self.inputs[0].cardinality()
+        return n if n in (0, INFINITE) else UNKNOWN

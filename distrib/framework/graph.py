@@ -19,6 +19,7 @@ op with given outputs. ``Operation`` and ``Tensor`` live in
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import re
 import threading
 from typing import Any, Callable, Iterator, Sequence
@@ -130,7 +131,7 @@ class Graph:
         """``name`` under the current scope, suffixed ``_1``, ``_2``... if taken (TF rules)."""
         if self._local.name_stack:
             name = self._local.name_stack + "/" + name
-        if mark_as_used and _eager_runner and self._eager_now():
+        if mark_as_used and (DATASET_FUNCTION.get() or (_eager_runner and self._eager_now())):
             mark_as_used = False   # eager ops keep no names: a long eager loop must not grow this
         with self._lock:
             key = name.lower()
@@ -230,6 +231,10 @@ class Graph:
         ``control_inputs`` (a GraphDef's import) are taken as they are: the device
         replaces the scopes' choice, the control inputs follow the scopes' ones.
         """
+        if DATASET_FUNCTION.get() and _dataset_runner and \
+                not any(isinstance(t, Tensor) for t in inputs):
+            # a dt.data map's function on values (distrib.ops.value_mode): the op runs now
+            return _dataset_runner[0].run(op_type, inputs, attrs, name, output_specs, device)
         if _eager_runner and self._eager_now():
             if not any(isinstance(t, Tensor) for t in inputs):
                 # eager values (distrib.eager): the op runs now and is not added
@@ -389,6 +394,19 @@ _global_lock = threading.Lock()
 # the eager runner (distrib.eager.execute), once dt.enable_eager_execution() ran: the
 # process-wide default graph's ops run at once while it says it is active
 _eager_runner: list[Any] = []
+
+
+# a dt.data dataset function is running in this context (distrib.ops.value_mode): an
+# op built there on values (no graph tensor among its inputs) runs at once through
+# _dataset_runner (an eager runner of its own, installed by value_mode), eager on or not
+DATASET_FUNCTION: contextvars.ContextVar[bool] = contextvars.ContextVar("dt_dataset_function",
+                                                                         default=False)
+_dataset_runner: list[Any] = []
+
+
+def set_dataset_runner(runner: Any) -> None:
+    """The runner of the ops a dataset function builds on values (see DATASET_FUNCTION)."""
+    _dataset_runner[:] = [runner] if runner is not None else []
 
 
 def set_eager_runner(runner: Any) -> None:

@@ -10,7 +10,12 @@ same CPU kernels their ops run, and return numpy values. That is the one
 rule of this module: inside a dataset function (:func:`dataset_function`)
 a builder given no graph tensor computes now; anywhere else it adds its op
 (which, with eager execution on, the eager runner runs at once and returns
-as an ``EagerTensor``, as every other op).
+as an ``EagerTensor``, as every other op). Every other op built in a
+dataset function on values (``dt.cast``, ``dt.reshape``, arithmetic, ``dt.one_hot``,
+``check_numerics``...) runs at once too, eager execution on or not
+(``Graph.create_op`` hands it to an eager runner of the dataset functions'
+own, ``graph.DATASET_FUNCTION``) and returns an ``EagerTensor``, which the
+map's output takes as its array (its dtype kept).
 
 Random choices in a dataset function come from :func:`rng`: the
 generator the running ``map`` gave this element (keyed by the map's seed,
@@ -30,12 +35,12 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from distrib.framework import graph
 from distrib.framework.graph import Tensor
 
 __all__ = ["dataset_function", "values_now", "rng", "in_dataset_function"]
 
-_ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("dt_dataset_function",
-                                                               default=False)
+_ACTIVE: contextvars.ContextVar[bool] = graph.DATASET_FUNCTION   # (the graph's: its ops run now)
 # the element's seed key, and its generator once made (a list: made on first use only,
 # as most elements of most maps draw nothing and a generator costs microseconds)
 _RNG: contextvars.ContextVar[list | None] = contextvars.ContextVar("dt_dataset_rng",
@@ -47,6 +52,8 @@ _local = threading.local()
 def dataset_function(seed_key: tuple | None = None) -> Iterator[None]:
     """Run the body as a dataset function: builders compute at once (see header);
     random choices come from a generator seeded by ``seed_key`` (ints), if given."""
+    if not graph._dataset_runner:  # noqa: SLF001 - installed once, on the first use
+        _install_runner()
     token = _ACTIVE.set(True)
     rng_token = _RNG.set(None if seed_key is None else [seed_key, None])
     try:
@@ -77,7 +84,21 @@ def values_now(*inputs: Any) -> bool:
 def enter(seed_key: tuple | None) -> tuple:
     """:func:`dataset_function`'s entry without a generator frame (a map calls it
     per element); hand the result to :func:`leave`."""
+    if not graph._dataset_runner:  # noqa: SLF001 - installed once, on the first use
+        _install_runner()
     return _ACTIVE.set(True), _RNG.set(None if seed_key is None else [seed_key, None])
+
+
+def _install_runner() -> None:
+    """The eager runner of the ops a dataset function builds on values (every op
+    but the input pipeline's own builders, which compute here): made once."""
+    from distrib.eager.execute import EagerRunner
+    with _install_lock:
+        if not graph._dataset_runner:  # noqa: SLF001
+            graph.set_dataset_runner(EagerRunner())
+
+
+_install_lock = threading.Lock()
 
 
 def leave(tokens: tuple) -> None:
