@@ -155,6 +155,26 @@ def test_the_per_worker_iterator_makes_the_pipeline_again_for_a_new_group():
         it.seek(1)
 
 
+def test_a_per_worker_pipeline_starts_at_the_groups_step_without_mapping_the_steps_before():
+    """A newcomer (or a new group) skipping to step k: the map runs for the
+    elements it hands out only (iterator_state.iterate_from through the
+    replica steps, the batch and the map), and the elements are those a read
+    from the start gives."""
+    strategy = dt.distribute.MultiWorkerMirroredStrategy()   # no cluster: one local worker
+    mapped: list = []
+
+    def dataset_fn(ctx):
+        def square(x):
+            mapped.append(int(x))
+            return x * x
+        return dt.data.Dataset.range(1000).map(square).batch(4)
+    it = PerWorkerIterator(strategy, dataset_fn)
+    it.seek(50)
+    x = next(it)
+    assert x.values[0].tolist() == [k * k for k in range(200, 204)]
+    assert sorted(mapped) == list(range(200, 204))
+
+
 def test_the_regroup_sender_is_the_member_furthest_ahead():
     """The all-reduce MAX of ``sender_code`` names the member with state
     furthest ahead (ties: the lowest rank): a survivor that finished the step

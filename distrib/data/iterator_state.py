@@ -97,6 +97,9 @@ def iterate_from(node: pipeline.Node, k: int) -> Iterator[Any]:
         return _shard_from(node, k)
     if isinstance(node, transforms.Repeat):
         return _repeat_from(node, k)
+    from distrib.data.distribute_input import ReplicaSteps  # (it imports our users: not at the top)
+    if isinstance(node, ReplicaSteps):   # a step is `replicas` elements of its input
+        return _twin(node, k * node.replicas).iterate()
     if isinstance(node, pipeline.Zip):
         twin = copy.copy(node)
         twin.inputs = tuple(_Started(n, k) for n in node.inputs)
@@ -240,3 +243,15 @@ class CheckpointableIterator(iterators.DatasetIterator):
         self._cursor = iterate_from(self._node, produced)
         self._produced = produced
         return []
+
+    def skip_to(self, position: int) -> None:
+        """Go on from element ``position`` of a fresh iterator: a cursor that
+        starts there (:func:`iterate_from`: the stages before a map or batch
+        skip their input without running the map), not one read up to it."""
+        if position == self._produced:
+            return
+        close = getattr(self._cursor, "close", None)
+        if close is not None:
+            close()
+        self._cursor = iterate_from(self._node, position)
+        self._produced = position

@@ -233,20 +233,25 @@ class PerWorkerIterator(ElasticIterator):
             self._open()
         return self._it.element_spec
 
-    def _open(self) -> None:
-        self._it = iter(worker_replica_steps(self._strategy, self._dataset_fn))
-        self._built = self._group()
+    def _open(self, start: int = 0) -> None:
+        """A cursor over the group's pipeline from step ``start`` (``dataset_fn``
+        called again only for a new group)."""
+        if self._built != self._group():
+            self._dataset = worker_replica_steps(self._strategy, self._dataset_fn)
+            self._built = self._group()
+        self._it = iter(self._dataset)
         self._read = 0
+        if start:   # a cursor started at that step (iterator_state.iterate_from), not read to it
+            self._it.skip_to(start)
+            self._read = start
 
     def _step(self, k: int) -> Any:
         """The current group's pipeline's step ``k`` (made again for a new
-        group, read from its start and skipped to ``k``); StopIteration when
-        it ends first (a finite sharded pipeline of a larger group)."""
-        if self._built != self._group() or self._read > k:
-            self._open()
-        while self._read < k:
-            next(self._it)
-            self._read += 1
+        group, started at ``k``: the stages before a map or batch skip their
+        input without running the map); StopIteration when it ends first (a
+        finite sharded pipeline of a larger group)."""
+        if self._built != self._group() or self._read != k:
+            self._open(k)
         step = next(self._it)
         self._read += 1
         return step
