@@ -70,6 +70,7 @@ import numpy as np
 from distrib.data import structure
 from distrib.data.dataset_ops import Dataset
 from distrib.data.interleave import FlatMap, Interleave, dataset_node
+from distrib.data.iterator_state import input_from
 from distrib.data.iterators import Prefetch
 from distrib.data.options import AutoShardPolicy
 from distrib.data.pipeline import END, INFINITE, Failed, Node
@@ -240,6 +241,11 @@ class ReplicaSteps(Node):
         # elements (a scalar has no empty batch) end the iteration there, as TF's
         if step and all(np.ndim(leaf) > 0 for leaf in structure.flatten(step[-1])):
             yield tuple(step + [_empty_like(step[-1])] * (self.replicas - len(step)))
+
+    def start_at(self, k: int) -> Iterator[Any]:
+        """Steps from step ``k`` on: its input from element ``k * replicas``
+        (``iterator_state.iterate_from``'s hook)."""
+        return input_from(self, k * self.replicas).iterate()
 
     def cardinality(self) -> int:
         c = self.inputs[0].cardinality()

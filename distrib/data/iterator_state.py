@@ -28,7 +28,7 @@ import numpy as np
 from distrib.data import iterators, parallel_map, pipeline, readers, transforms
 from distrib.errors import InvalidArgumentError
 
-__all__ = ["iterate_from", "epoch_counters", "set_epoch_counters", "encode_state",
+__all__ = ["iterate_from", "input_from", "epoch_counters", "set_epoch_counters", "encode_state",
            "decode_state"]
 
 
@@ -41,6 +41,12 @@ class _Started(pipeline.Node):
 
     def iterate(self) -> Iterator[Any]:
         return iterate_from(self.inputs[0], self.k)
+
+
+def input_from(node: pipeline.Node, k: int) -> pipeline.Node:
+    """A copy of ``node`` whose input starts at its element ``k`` (a node's
+    ``start_at(k)`` hook builds on it)."""
+    return _twin(node, k)
 
 
 def _twin(node: pipeline.Node, k: int, **attrs: Any) -> pipeline.Node:
@@ -97,9 +103,9 @@ def iterate_from(node: pipeline.Node, k: int) -> Iterator[Any]:
         return _shard_from(node, k)
     if isinstance(node, transforms.Repeat):
         return _repeat_from(node, k)
-    from distrib.data.distribute_input import ReplicaSteps  # (it imports our users: not at the top)
-    if isinstance(node, ReplicaSteps):   # a step is `replicas` elements of its input
-        return _twin(node, k * node.replicas).iterate()
+    start_at = getattr(node, "start_at", None)   # a node that knows its input's position
+    if start_at is not None:
+        return start_at(k)
     if isinstance(node, pipeline.Zip):
         twin = copy.copy(node)
         twin.inputs = tuple(_Started(n, k) for n in node.inputs)
@@ -208,7 +214,7 @@ class CheckpointableIterator(iterators.DatasetIterator):
     def __next__(self) -> Any:
         item = next(self._cursor)
         self._produced += 1   # a failed element too: it held its position
-        return iterators._value(item)  # noqa: SLF001 - the iterators' one rule for failed ones
+        return iterators.element_value(item)   # a failed one raises (the iterators' rule)
 
     def get_next(self) -> Any:
         item = super().get_next()

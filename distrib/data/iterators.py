@@ -55,7 +55,7 @@ class DatasetIterator:
         return self
 
     def __next__(self) -> Any:
-        return _value(next(self._cursor))
+        return element_value(next(self._cursor))
 
     def get_next(self) -> Any:
         """The next element; OutOfRangeError at the end of the dataset."""
@@ -64,7 +64,7 @@ class DatasetIterator:
         except StopIteration:
             raise OutOfRangeError("End of sequence: the dataset has no more elements; "
                                   "start a new iterator (iter(ds)) to read it again") from None
-        return _value(item)
+        return element_value(item)
 
     @property
     def element_spec(self) -> Any:
@@ -94,7 +94,7 @@ def _pull_run(cursor: Iterator[Any]) -> tuple[list[Any], bool, BaseException | N
     return items, False, None
 
 
-def _value(item: Any) -> Any:
+def element_value(item: Any) -> Any:
     """An element as it comes out: a failed one raises its error (the next
     ``next`` goes on with the element after it, as TF's ``get_next``)."""
     if type(item) is Failed:
@@ -119,7 +119,7 @@ class AsyncDatasetIterator:
             items, self._ended, self._error = await asyncio.to_thread(_pull_run, self._cursor)
             self._ready.extend(items)
         if self._ready:
-            return _value(self._ready.popleft())
+            return element_value(self._ready.popleft())
         if self._error is not None:
             error, self._error = self._error, None
             raise error

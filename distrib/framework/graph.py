@@ -409,6 +409,11 @@ def set_dataset_runner(runner: Any) -> None:
     _dataset_runner[:] = [runner] if runner is not None else []
 
 
+def has_dataset_runner() -> bool:
+    """Whether :func:`set_dataset_runner` installed one."""
+    return bool(_dataset_runner)
+
+
 def set_eager_runner(runner: Any) -> None:
     """Run the ops built on the process-wide default graph through ``runner``
     (``runner.active()``: now; ``runner.run(...)``: the op's outputs) instead

@@ -52,7 +52,7 @@ _local = threading.local()
 def dataset_function(seed_key: tuple | None = None) -> Iterator[None]:
     """Run the body as a dataset function: builders compute at once (see header);
     random choices come from a generator seeded by ``seed_key`` (ints), if given."""
-    if not graph._dataset_runner:  # noqa: SLF001 - installed once, on the first use
+    if not graph.has_dataset_runner():   # installed once, on the first use
         _install_runner()
     token = _ACTIVE.set(True)
     rng_token = _RNG.set(None if seed_key is None else [seed_key, None])
@@ -84,7 +84,7 @@ def values_now(*inputs: Any) -> bool:
 def enter(seed_key: tuple | None) -> tuple:
     """:func:`dataset_function`'s entry without a generator frame (a map calls it
     per element); hand the result to :func:`leave`."""
-    if not graph._dataset_runner:  # noqa: SLF001 - installed once, on the first use
+    if not graph.has_dataset_runner():   # installed once, on the first use
         _install_runner()
     return _ACTIVE.set(True), _RNG.set(None if seed_key is None else [seed_key, None])
 
@@ -94,7 +94,7 @@ def _install_runner() -> None:
     but the input pipeline's own builders, which compute here): made once."""
     from distrib.eager.execute import EagerRunner
     with _install_lock:
-        if not graph._dataset_runner:  # noqa: SLF001
+        if not graph.has_dataset_runner():
             graph.set_dataset_runner(EagerRunner())
 
 
