@@ -89,11 +89,15 @@ def test_a_batch_holding_a_failed_element_fails_whole_and_the_next_batch_goes_on
         assert got == [[0, 1, 2, 3], "error", [8, 9]]
 
 
-def test_take_skip_enumerate_and_shard_do_not_count_a_failed_element():
+def test_take_skip_and_shard_do_not_count_a_failed_element_and_enumerate_does():
     base = dt.data.Dataset.range(8).map(_fails_at(2))
     assert _drain(iter(base.take(3))) == [0, 1, "error", 3]
     assert _drain(iter(base.skip(3))) == ["error", 4, 5, 6, 7]
-    assert _drain(iter(base.enumerate().map(lambda i, x: i).take(4))) == [0, 1, "error", 2, 3]
+    # TF's enumerate is zip((range(start, ...), ds)): the zip advances the range past
+    # the failed element too (zip_dataset_op.cc keeps its inputs in step)
+    assert _drain(iter(base.enumerate().map(lambda i, x: i).take(4))) == [0, 1, "error", 3, 4]
+    assert _drain(iter(base.enumerate(start=10).map(lambda i, x: i - x).take(3))) == \
+        [10, 10, "error", 10]
     assert _drain(iter(base.shard(2, 1))) == [1, "error", 4, 6]   # positions of good ones
 
 
@@ -152,3 +156,38 @@ def test_ops_built_in_a_map_run_on_the_values_with_their_dtypes():
     np.testing.assert_allclose(x, images[0].reshape(4) / 255.0, rtol=1e-6)
     assert y.tolist() == [0, 0, 0, 1] and y.dtype == np.float32
     assert z.dtype == np.float64 and float(z) == 3.0
+
+
+@pytest.mark.parametrize("calls", [None, 2])
+def test_a_failing_first_element_leaves_the_element_spec_alone(calls):
+    """TF's spec is the function's, never an element's: a first element that
+    fails is read past for the spec (it raised from element_spec here), and
+    the iterator still raises it where it comes out."""
+    ds = dt.data.Dataset.from_tensor_slices(np.array([np.nan, 2.0, 3.0], np.float32)).map(
+        lambda x: dt.debugging.check_numerics(x, "message"), num_parallel_calls=calls)
+    assert ds.element_spec == dt.TensorSpec([], dt.float32)
+    # batch: the next batch starts after the failed element; fused map-and-batch: it fails whole
+    assert _drain(iter(ds.batch(2))) == (["error", [2.0, 3.0]] if calls is None
+                                         else ["error", [3.0]])
+    assert _drain(iter(ds)) == ["error", 2.0, 3.0]
+    every = dt.data.Dataset.range(3).map(_fails_at(0)).map(_fails_at(1)).map(_fails_at(2))
+    with pytest.raises(InvalidArgumentError, match="element 0 is broken"):
+        every.element_spec   # noqa: B018 - nothing but failed elements: the first one's error
+
+
+def test_a_checkpoint_after_get_next_raised_restores_past_the_failed_element():
+    """get_next counts a failed element's position as next() does: a checkpoint
+    taken after it restores to the element after it (it restored to the one
+    before: 2.0 handed out twice)."""
+    ds = dt.data.Dataset.from_tensor_slices(np.array([1.0, np.nan, 2.0, 4.0], np.float32)).map(
+        lambda x: dt.debugging.check_numerics(x, "message"))
+    it = iter(ds)
+    assert float(it.get_next()) == 1.0
+    with pytest.raises(InvalidArgumentError):
+        it.get_next()
+    assert float(it.get_next()) == 2.0
+    restored = iter(ds)
+    restored.checkpoint_split(it.checkpoint_join([]))
+    assert float(restored.get_next()) == 4.0 == float(it.get_next())
+    with pytest.raises(dt.errors.OutOfRangeError):
+        restored.get_next()

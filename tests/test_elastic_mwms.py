@@ -175,6 +175,24 @@ def test_a_per_worker_pipeline_starts_at_the_groups_step_without_mapping_the_ste
     assert sorted(mapped) == list(range(200, 204))
 
 
+def test_a_per_worker_seek_in_the_same_group_keeps_the_pipelines_shuffle_order():
+    """Moving to step k of the same group's pipeline starts a new cursor over
+    the same dataset: it must be the first pass's order (epoch counters put
+    back), the step a read from the start gives; it was the next epoch's
+    reshuffle (examples of the epoch seen twice or never)."""
+    strategy = dt.distribute.MultiWorkerMirroredStrategy()   # no cluster: one local worker
+
+    def dataset_fn(ctx):
+        return dt.data.Dataset.range(40).shuffle(40, seed=3).batch(4)
+    straight = PerWorkerIterator(strategy, dataset_fn)
+    steps = [next(straight).values[0].tolist() for _ in range(5)]
+    it = PerWorkerIterator(strategy, dataset_fn)
+    assert next(it).values[0].tolist() == steps[0]
+    it.step_done()
+    it.seek(4)
+    assert next(it).values[0].tolist() == steps[4]
+
+
 def test_the_regroup_sender_is_the_member_furthest_ahead():
     """The all-reduce MAX of ``sender_code`` names the member with state
     furthest ahead (ties: the lowest rank): a survivor that finished the step

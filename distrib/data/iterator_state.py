@@ -217,9 +217,10 @@ class CheckpointableIterator(iterators.DatasetIterator):
         return iterators.element_value(item)   # a failed one raises (the iterators' rule)
 
     def get_next(self) -> Any:
-        item = super().get_next()
-        self._produced += 1
-        return item
+        try:
+            return self.__next__()   # counts a failed element as ``next`` does
+        except StopIteration:   # an ended cursor ends again: the OutOfRangeError
+            return super().get_next()
 
     # -- the checkpoint's value protocol (distrib/train/checkpoints/trackable.py) -----------
     @property

@@ -75,13 +75,18 @@ class Node:
 
     def probe_first(self) -> Any:
         """The first element, or :data:`END` for an empty pipeline, read while
-        probing (no epoch taken, no thread started)."""
+        probing (no epoch taken, no thread started); failed elements are read
+        past (up to ``_PROBE_FAILED`` of them), as TF's spec is the function's."""
         token = _PROBING.set(True)
         cursor = self.iterate()
         try:
-            first = next(cursor, _END)
-            if type(first) is Failed:
-                raise first.error
+            first = failed = next(cursor, _END)
+            for _ in range(_PROBE_FAILED):   # TF's spec never depends on a failing element
+                if type(first) is not Failed:
+                    break
+                first = next(cursor, _END)
+            if type(first) is Failed or (first is _END and type(failed) is Failed):
+                raise failed.error   # only failed ones: the first one's error
             return first
         finally:
             close = getattr(cursor, "close", None)
@@ -108,14 +113,16 @@ class Node:
 
 
 _END = object()
+# failed elements (pipeline.Failed) a probe reads past for the first good one
+_PROBE_FAILED = 64
 END = _END   # what probe_first returns for an empty pipeline
 
 
 class Failed:
     """An element whose making failed (a ``map``/``filter`` function's error):
     it travels down the pipeline in the element's place (a batch holding one
-    fails whole, as TF's), nothing counts it (take, skip, enumerate, shard),
-    and it is raised where it comes out, after which the iterator goes on
+    fails whole, as TF's), take, skip and shard do not count it (enumerate
+    does: TF's is a zip with a range), and it is raised where it comes out, after which the iterator goes on
     with the next element, as TF's ``get_next`` does (``ignore_errors`` drops
     them instead)."""
 

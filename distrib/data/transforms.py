@@ -27,8 +27,8 @@ a generator cursor. The rules worth knowing, all TF's:
   as a dataset function too.
 - A map's or filter's error is its element's (``pipeline.Failed``): raised
   where the element comes out, and the iterator goes on with the next one;
-  a batch holding one fails whole; take, skip, enumerate and shard do not
-  count it; ``IgnoreErrors`` drops them. Errors of the stages themselves
+  a batch holding one fails whole; take, skip and shard do not count it
+  (enumerate does: TF's is a zip with a range); ``IgnoreErrors`` drops them. Errors of the stages themselves
   (shapes a batch cannot stack) still end the iterator.
 """
 from __future__ import annotations
@@ -378,13 +378,9 @@ class Enumerate(Node):
         self.start = start
 
     def iterate(self) -> Iterator[Any]:
-        i = self.start
-        for element in self.inputs[0].iterate():
-            if type(element) is Failed:
-                yield element
-                continue
-            yield (np.int64(i), element)
-            i += 1
+        # TF's enumerate is zip(range, ds): a failed element takes its index too
+        for i, element in enumerate(self.inputs[0].iterate(), start=self.start):
+            yield element if type(element) is Failed else (np.int64(i), element)
 
     def cardinality(self) -> int:
         return self.inputs[0].cardinality()

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from distrib.data import Dataset
+from distrib.data.iterator_state import epoch_counters, set_epoch_counters
 from distrib.data.structure import map_structure_unchecked, with_batch_dim, without_batch_dim
 from distrib.distribute.core.input_lib import InputContext, regroup_replicas, worker_replica_steps
 from distrib.distribute.core.values import PerReplica
@@ -218,6 +219,7 @@ class PerWorkerIterator(ElasticIterator):
         self._batch = None
         self._element = None
         self._built: tuple[int, int, int] | None = None
+        self._epochs: list[int] = []   # the pipeline's epoch counters when it was made
         self._read = 0   # steps read from the current pipeline
         self.exhausted = False   # a skip ran past the pipeline's end: the next __next__ stops
         self._open()
@@ -239,6 +241,9 @@ class PerWorkerIterator(ElasticIterator):
         if self._built != self._group():
             self._dataset = worker_replica_steps(self._strategy, self._dataset_fn)
             self._built = self._group()
+            self._epochs = epoch_counters(self._dataset.node)
+        else:   # the same pipeline again: its first pass's shuffle order and map draws
+            set_epoch_counters(self._dataset.node, self._epochs)
         self._it = iter(self._dataset)
         self._read = 0
         if start:   # a cursor started at that step (iterator_state.iterate_from), not read to it
