@@ -18,6 +18,11 @@ map-and-batch, ``prefetch``), ``<pipeline>-data-1`` (a sequential map),
 model and train op at batch 128 (``memory``: one fixed batch fed each step;
 ``data``: batches of the ``cifar`` dt.data pipeline fed each step;
 ``queue``: the tutorial's ``distorted_inputs`` through queue runners).
+``*-queue-each``: the same with the queue runners' ops run once per record
+(``distrib.train.input.vectorize`` off: the baseline of the vectorized rows).
+``imagenet-data``: ResNet's official ImageNet ``input_fn`` for training
+(examples/imagenet/imagenet_preprocessing.py, batch 64; see imagenet_row),
+beside ``jpeg-data``'s figure.
 
 Each figure is the median over ``--rounds`` windows of ``--seconds``, rows
 taking turns, each after ``--warm`` seconds of the same row (threads
@@ -233,13 +238,55 @@ def trainer_row(kind: str, data_root: str, files: list[str], meter: Meter) -> tu
     return asyncio.run(main())
 
 
+# -- ResNet's ImageNet input (examples/imagenet) ------------------------------------------
+_IMAGENET_CHILD = r"""
+import importlib.util, json, sys
+root, seconds, warm = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+spec = importlib.util.spec_from_file_location("bench_input", sys.argv[4])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+from examples.imagenet import imagenet_preprocessing as ip
+from examples.imagenet.make_data import write_shards
+files, _ = write_shards(root, "train", num_files=4, per_file=64, size=(200, 400), seed=1)
+make = lambda: ip.input_fn(True, root, bench.JPEG_BATCH, filenames=files)
+print("ROW " + json.dumps(bench.dataset_row(make, bench.Meter(seconds, warm))))
+"""
+
+
+def imagenet_row(root: str, meter: Meter) -> tuple[float, float]:
+    """``imagenet-data``: the official ResNet ``input_fn`` for training (parse ->
+    ``sample_distorted_bounding_box`` -> ``decode_and_crop_jpeg`` -> flip ->
+    TF1 bilinear resize 224 -> mean subtraction -> batch 64) on Examples of
+    200-400 px JPEGs with boxes as ``build_imagenet_data.py`` writes them; in a
+    child process, as the port turns eager execution on (a TF2 program)."""
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", _IMAGENET_CHILD, os.path.join(root, "imagenet"),
+                          str(meter.seconds), str(meter.warm), os.path.abspath(__file__)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
+    if out.returncode != 0 or not line:
+        raise RuntimeError(f"the imagenet-data row failed: {out.stderr[-2000:]}")
+    rate, cpu = json.loads(line[-1][4:])
+    return rate, cpu
+
+
 # -- the table -------------------------------------------------------------------------------
-ROWS = ["cifar-data", "cifar-data-1", "cifar-queue", "jpeg-data", "jpeg-data-1", "jpeg-queue",
-        "trainer-memory", "trainer-data", "trainer-queue"]
+ROWS = ["cifar-data", "cifar-data-1", "cifar-queue", "cifar-queue-each", "jpeg-data",
+        "jpeg-data-1", "jpeg-queue", "trainer-memory", "trainer-data", "trainer-queue",
+        "trainer-queue-each", "imagenet-data"]
 
 
 def measure(name: str, env: dict, meter: Meter) -> tuple[float, float]:
+    from distrib.train.input import vectorize
+    if name.endswith("-each"):   # the queue runners' ops once per record (not vectorized)
+        vectorize.ENABLED = False
+        try:
+            return measure(name[:-len("-each")], env, meter)
+        finally:
+            vectorize.ENABLED = True
     kind, _, how = name.partition("-")
+    if kind == "imagenet":
+        return imagenet_row(env["root"], meter)
     if kind == "trainer":
         return trainer_row(how, env["root"], env["cifar"], meter)
     files = env[kind]
@@ -259,6 +306,9 @@ def report(rows: list[dict]) -> None:
         if kind in REFERENCE:
             ratio = r["images_per_s"] / REFERENCE[kind]
             vs = f"{ratio:.2f}x tf.data {REFERENCE[kind]:,.0f} (target {TARGET[kind]}x)"
+        elif kind == "imagenet":
+            vs = (f"{r['images_per_s'] / by['jpeg-data']['images_per_s']:.2f}x jpeg-data"
+                  if "jpeg-data" in by else "no tf.data figure: run with jpeg-data")
         elif r["name"] != "trainer-memory" and "trainer-memory" in by:
             base = by["trainer-memory"]["images_per_s"]
             vs = f"{r['images_per_s'] / base - 1:+.1%} vs trainer-memory (target >= -5%)"

@@ -275,6 +275,41 @@ _graph_all = [
     "double", "half", "uint16", "uint32", "uint64", "losses", "layers", "compat",
 ]
 
+# tf.broadcast_to (issue 40: ResNet's ImageNet preprocessing subtracts its means so)
+from distrib.ops.broadcast_ops import broadcast_to  # noqa: E402
+
+_graph_all += ["broadcast_to"]
+
+# TF's everyday names real TF2 programs call (issue 39's remainder): py_function, fill,
+# print, the asserts, sort, gather_nd, einsum, linalg ...
+from distrib.ops import asserts as _asserts  # noqa: E402
+from distrib.ops import everyday_ops as _everyday  # noqa: E402
+from distrib.ops import linalg_namespace as linalg  # noqa: E402
+from distrib.ops import linalg_ops as _linalg_ops  # noqa: E402
+from distrib.ops import nd_ops as _nd_ops  # noqa: E402
+from distrib.ops import py_func_ops as _py_func_ops  # noqa: E402
+
+_ASSERTS = ("assert_equal", "assert_greater", "assert_less", "assert_rank",
+            "assert_non_negative", "assert_positive", "Assert")
+_EVERYDAY = {**{n: getattr(_py_func_ops, n) for n in ("py_function", "numpy_function",
+                                                      "py_func")},
+             **{n: getattr(_everyday, n) for n in (
+                 "fill", "size", "rank", "linspace", "lin_space", "eye", "sequence_mask",
+                 "roll", "meshgrid", "sort", "argsort", "searchsorted", "depth_to_space",
+                 "space_to_depth")},
+             **{n: getattr(_nd_ops, n) for n in (
+                 "gather_nd", "scatter_nd", "tensor_scatter_nd_update", "tensor_scatter_nd_add",
+                 "tensor_scatter_nd_sub")},
+             **{n: getattr(_linalg_ops, n) for n in ("einsum", "tensordot", "norm",
+                                                     "matrix_inverse", "matrix_determinant")},
+             **{n: getattr(_asserts, n) for n in _ASSERTS}, "print": _asserts.print_v2}
+globals().update(_EVERYDAY)
+for _name in _ASSERTS:
+    setattr(debugging, _name, getattr(_asserts, _name))
+for _name in ("conv1d", "depth_to_space", "space_to_depth"):
+    setattr(nn, _name, getattr(_everyday, _name))
+_graph_all += ["linalg", *_EVERYDAY]
+
 # the seeds' spelling (TF 0.x) of tf.summary.merge_all: a Supervisor's summary_op
 merge_all_summaries = summary.merge_all
 

@@ -40,7 +40,8 @@ __all__ = ["Setting", "SettingError", "ALL_SETTINGS", "RUNTIME_SETTINGS", "markd
            "REGISTER_TIMEOUT_S",
            "BIND_ADDRESS", "SLURM_JOBS", "SLURM_PORT_BASE", "SLURM_GPUS_PER_TASK",
            "K8S_JOBS", "K8S_PORT", "K8S_SERVICE", "K8S_STATEFULSETS", "K8S_CLUSTER_DOMAIN",
-           "LAUNCH_SETTINGS", "ELASTIC", "GRAPH_OPTIMIZER", "GPU_MATMUL"]
+           "LAUNCH_SETTINGS", "ELASTIC", "GRAPH_OPTIMIZER", "GPU_MATMUL",
+           "VECTORIZE_QUEUE_RUNNERS"]
 
 _ACTORS = "distrib.runtime.actors.system"
 _COLLECTIVE = "distrib.runtime.collective.spec"
@@ -168,12 +169,17 @@ GPU_MATMUL = Setting(
          "kernels), or auto (cuBLAS where nvmath-python imports, else numba). Read at each "
          "GPU MatMul (the runtime hands the kernels this declaration).")
 
+VECTORIZE_QUEUE_RUNNERS = Setting(
+    "DISTRIB_VECTORIZE_QUEUE_RUNNERS", "bool", True, read_by="distrib.train.input.vectorize",
+    help="Whether a queue runner whose enqueue reads one record at a time runs its ops once "
+         "over a chunk of records where they convert (off: once per record, as TF's).")
+
 RUNTIME_SETTINGS: tuple[Setting, ...] = (
     TRANSPORT, CONNECT_TIMEOUT_S, SESSION_GC_S, STALL_S, INTER_OP_THREADS,
     COLLECTIVE_STALL_S, COLLECTIVE_SEGMENT_BYTES, COLLECTIVE_DIRECT_BYTES,
     REGISTER_TIMEOUT_S, BIND_ADDRESS, SLURM_JOBS, SLURM_PORT_BASE, SLURM_GPUS_PER_TASK,
     K8S_JOBS, K8S_PORT, K8S_SERVICE, K8S_STATEFULSETS, K8S_CLUSTER_DOMAIN,
-    *LAUNCH_SETTINGS.values(), ELASTIC, GRAPH_OPTIMIZER, GPU_MATMUL)
+    *LAUNCH_SETTINGS.values(), ELASTIC, GRAPH_OPTIMIZER, GPU_MATMUL, VECTORIZE_QUEUE_RUNNERS)
 ALL_SETTINGS: tuple[Setting, ...] = TRANSPORT_SETTINGS + RUNTIME_SETTINGS
 
 

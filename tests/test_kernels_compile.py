@@ -172,6 +172,8 @@ CASES: dict[str, Callable[[str], list]] = {
         ([_x(d, 1).reshape(()), np.zeros((4, 6), d)], {"mean": m}) for m in (False, True)] + [
         ([_x(d, 4), np.zeros((4, 6), d)], {"axis": 1})],
     "SumToShapeOf": lambda d: [([_x(d), np.zeros(s, d)], {}) for s in ((), (6,), (1, 6))],
+    "BroadcastTo": lambda d: [([_x(d, 4, 1), np.array([3, 4, 6], t)], {}) for t in ("int32",
+                                                                                    "int64")],
     "SoftmaxCrossEntropyWithLogits": _labels,
     "SparseSoftmaxCrossEntropyWithLogits": lambda d: [
         ([_x(d), np.array([0, 3, 5, 1], t)], {}) for t in ("int32", "int64")],

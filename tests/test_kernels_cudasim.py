@@ -169,6 +169,14 @@ def test_sum_to_shape_of():
     compare("SumToShapeOf", [g, np.zeros((6, 1), F32)], rtol=1e-4)  # host fallback
 
 
+def test_broadcast_to():
+    compare("BroadcastTo", [rand(4, 1), np.array([3, 4, 6], np.int32)], host_inputs=False)
+    compare("BroadcastTo", [rand(6), np.array([2, 3, 6], np.int64)])
+    compare("BroadcastTo", [np.array([True, False]), np.array([3, 2], np.int32)])
+    compare("BroadcastTo", [rand(), np.array([2, 2], np.int32)])
+    compare("BroadcastTo", [rand(2, 1, 3), np.array([2, 4, 3], np.int32)])   # host fallback
+
+
 def _update_case(op, attrs, make):
     """Run ``op`` for three steps on CPU copies and on device arrays; compare state."""
     import kernels

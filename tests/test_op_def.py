@@ -137,6 +137,8 @@ def _build_everything() -> Graph:
         _build_input_family(h)
         _build_gather_family(h)
         build_vocabulary_family(h, step)   # issue 39's everyday vocabulary
+        from tests.everyday_graph import build_everyday_family
+        build_everyday_family(h)   # issue 39's remainder: py_function, einsum, gather_nd ...
     return g
 
 
@@ -152,6 +154,13 @@ def _build_input_family(h: object) -> None:
     pixels = ops.cast(ops.reshape(io_ops.decode_raw(value, dtypes.uint8), [1, 2, 2]),
                       dtypes.float32)
     shuffle_batch([pixels], 2, capacity=10, min_after_dequeue=2)   # RandomShuffleQueueV2 ...
+    # a queue runner's enqueue vectorized: ReaderReadUpToV2, BatchSlice, BatchSelect
+    # (distrib.train.input.vectorize)
+    from distrib.train.input.vectorize import vectorized_enqueue
+    crops = FIFOQueue(4, dtypes.float32, shapes=[[1, 1, 1]])
+    crop = image.random_flip_left_right(
+        image.random_crop(ops.reshape(pixels, [2, 2, 1]), [1, 1, 1]))
+    assert vectorized_enqueue(crops.enqueue(crop), 2) is not None
     q = FIFOQueue(3, dtypes.float32, shapes=[[]])
     q.enqueue_many([ops.constant([1.0])]), q.size(), q.dequeue_up_to(1), q.dequeue()
     img = ops.reshape(h, [2, 2, 2])
@@ -170,6 +179,13 @@ def _build_input_family(h: object) -> None:
     small = image.resize(img, [3, 3]) + image.resize(img, [3, 3], "nearest")
     gradients(ops.reduce_sum(small), [h])   # AdjustHue, AdjustSaturation, ResizeArea: none
     image.adjust_hue(image.adjust_saturation(image.resize(pixels, [2, 2], "area"), 0.5), 0.1)
+    # the bounding-box crop of ImageNet preprocessing (issue 40), and BroadcastTo's gradient
+    jpeg = parsed["d"][0]
+    begin, size, _ = image.sample_distorted_bounding_box(
+        image.extract_jpeg_shape(jpeg), ops.constant([[[0.0, 0.0, 1.0, 1.0]]]))
+    image.decode_and_crop_jpeg(jpeg, array_ops.concat([begin[:2], size[:2]], 0))
+    from distrib.ops.broadcast_ops import broadcast_to
+    gradients(ops.reduce_sum(broadcast_to(h, [2, 4, 2])), [h])
 
 
 def _build_gather_family(h: object) -> None:
@@ -306,7 +322,7 @@ def test_a_traced_function_runs_exactly_the_ops_with_side_effects():
     def body():
         one = ops.constant(1.0)
         for d in op_defs():
-            if d.is_stateful or d.is_collective:
+            if d.is_stateful or d.is_collective or d.has_side_effects:   # + a random sampler
                 ins = [one] * sum(2 if i.endswith("*") else 1 for i in d.inputs)
                 one.graph.create_op(d.name, ins, {"var": "v", "acc": "a", "queue": "q"},
                                     f"made/{d.name}", output_specs=[])

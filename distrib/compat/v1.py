@@ -59,6 +59,9 @@ def _dt() -> Any:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "image":   # TF1's tf.image: resize is resize_images (issue 40)
+        import importlib
+        return importlib.import_module("distrib.compat.v1_image")
     dt = _dt()
     return getattr(dt, _RENAMED.get(name, name))
 

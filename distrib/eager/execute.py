@@ -87,6 +87,7 @@ class _ConstView:
         self.dtype, self.shape = dtype_of(value), TensorShape(list(value.shape))
 
     op = property(lambda self: self)
+    attrs = property(lambda self: {"value": host_value(self._value)})   # (conv_shapes reads it)
 
     def get_attr(self, name: str) -> Any:
         if name == "value":

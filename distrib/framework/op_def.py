@@ -371,6 +371,12 @@ register_op("QueueDequeueUpToV2", inputs=("n",), is_stateful=True, is_resource=T
 register_op("QueueSizeV2", is_stateful=True, is_resource=True, has_side_effects=False)
 register_op("QueueCloseV2", is_stateful=True, is_resource=True)
 register_op("ReaderReadV2", is_stateful=True, is_resource=True)
+register_op("ReaderReadUpToV2", inputs=("num_records",), is_stateful=True, is_resource=True)
+# a Slice with a begin per row of a batch, a SelectV2 with a condition per row (a
+# vectorized queue runner's random crop and flip: distrib.train.input.vectorize;
+# kernels/cpu/batch_rows.py)
+register_op("BatchSlice", inputs=("input", "begin"))
+register_op("BatchSelect", inputs=("condition", "t", "e"))
 # a variable counted up to a limit (OutOfRangeError there): input producers' epochs
 register_op("CountUpTo", is_stateful=True, is_update=True)
 
@@ -460,4 +466,19 @@ for _t, _kw in io_shapes.OPS.items():
 # TF's everyday vocabulary (issue 39): tf.math, the activations, stacking and splitting,
 # one_hot, range, the remaining TF1 optimizers' updates (entries in vocabulary_ops.ENTRIES)
 for _kw in vocabulary_ops.ENTRIES:
+    register_op(**_kw)
+
+# the bounding-box crop of ImageNet preprocessing (issue 40): ExtractJpegShape, the
+# distorted-box samplers, DecodeAndCropJpeg, BroadcastTo (image_box_shapes.ENTRIES)
+from distrib.framework import image_box_shapes  # noqa: E402 - appended family
+
+for _kw in image_box_shapes.ENTRIES:
+    register_op(**_kw)
+
+# TF's everyday names real TF2 programs call (issue 39's remainder): py_function, fill,
+# linspace, roll, print, the asserts, gather_nd/scatter_nd, einsum, inverse and determinant,
+# depth_to_space, searchsorted (names_shapes.ENTRIES)
+from distrib.framework import names_shapes  # noqa: E402 - appended family
+
+for _kw in names_shapes.ENTRIES:
     register_op(**_kw)

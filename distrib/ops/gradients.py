@@ -230,6 +230,14 @@ def _join_slices(grads: list[IndexedSlices]) -> IndexedSlices:
 # -- the built-in gradients --------------------------------------------------------------
 BUILTIN_FAMILIES = (math_grad, nn_grad, conv_grad, array_grad, slicing_grad, state_grad,
                     gather_grad, vocabulary_grad, image_grad)
+# the bounding-box crop's ops and BroadcastTo (issue 40), appended
+from distrib.ops import broadcast_ops, image_boxes  # noqa: E402
+
+BUILTIN_FAMILIES += (broadcast_ops, image_boxes)
+# TF's everyday names (issue 39's remainder), appended
+from distrib.ops import asserts, everyday_ops, linalg_ops, nd_ops, py_func_ops  # noqa: E402
+
+BUILTIN_FAMILIES += (py_func_ops, everyday_ops, asserts, nd_ops, linalg_ops)
 
 
 def install_builtin_gradients() -> None:

@@ -269,3 +269,8 @@ def resize_with_crop_or_pad(image: Any, target_height: int, target_width: int) -
 
 
 resize_image_with_crop_or_pad = resize_with_crop_or_pad
+
+# the bounding-box crop of ImageNet preprocessing (issue 40): re-exported, dt.image is this
+from distrib.ops.image_boxes import decode_and_crop_jpeg, extract_jpeg_shape, sample_distorted_bounding_box  # noqa: E402
+
+__all__ += ["decode_and_crop_jpeg", "extract_jpeg_shape", "sample_distorted_bounding_box"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from distrib.ops import image_codec, io_ops, parsing_ops
+from distrib.ops import image_boxes, image_codec, io_ops, parsing_ops
 
 __all__ = ["names"]
 
@@ -17,4 +17,6 @@ def names() -> dict[str, Any]:
     out: dict[str, Any] = {"decode_raw": io_ops.decode_raw}
     for module in (parsing_ops, image_codec):
         out.update({name: getattr(module, name) for name in module.__all__})
+    out.update(extract_jpeg_shape=image_boxes.extract_jpeg_shape,
+               decode_and_crop_jpeg=image_boxes.decode_and_crop_jpeg)
     return out

@@ -5,7 +5,9 @@
 of file names (a reader takes its files from that queue on the queue's
 task, as TF's resource placement puts it there): each run returns the next
 record as ``(key, value)`` strings, the key ``"<file>:<record index>"``
-as TF's. The reader reads the files of the task it runs on.
+as TF's; ``reader.read_up_to(queue, n)`` (``ReaderReadUpToV2``) up to ``n``
+of them as two string vectors. The reader reads the files of the task it
+runs on.
 """
 from __future__ import annotations
 
@@ -54,6 +56,24 @@ class ReaderBase:
         with graph.as_default():
             op = queue.colocated_op("ReaderReadV2", [], [(dtypes.string, []), (dtypes.string, [])],
                                     name or "ReaderReadV2", attrs)
+        return op.outputs[0], op.outputs[1]
+
+    def read_up_to(self, queue: QueueBase, num_records: Any, name: str | None = None
+                   ) -> tuple[Tensor, Tensor]:
+        """Up to ``num_records`` records: ``(keys, values)``, two string vectors
+        of one length ``n <= num_records``, on across files as the reader
+        needs them (TF's ``ReaderReadUpToV2``); fewer only once ``queue`` is
+        closed and empty, ``OutOfRangeError`` when nothing is left."""
+        if not isinstance(queue, QueueBase):
+            raise InvalidArgumentError(f"{type(self).__name__}.read_up_to takes a queue of "
+                                       f"file names, got {queue!r}")
+        graph = self._graph
+        attrs = {"reader": self._name, "reader_spec": dict(self._spec)}
+        with graph.as_default():
+            count = ops.convert_to_tensor(num_records, dtype=dtypes.int64)
+            op = queue.colocated_op("ReaderReadUpToV2", [count],
+                                    [(dtypes.string, [None]), (dtypes.string, [None])],
+                                    name or "ReaderReadUpToV2", attrs)
         return op.outputs[0], op.outputs[1]
 
 

@@ -15,7 +15,8 @@ __all__ = ["MODULES", "load"]
 MODULES = ("array", "math", "nn", "update", "fused", "pooling", "normalization", "topk", "conv",
            "slicing", "image", "gather", "sparse_update", "hashing",
            "math_extra", "activations", "array_extra", "update_extra", "parsing",
-           "image_codec", "image_resize", "image_color")
+           "image_codec", "image_resize", "image_color", "batch_rows", "image_boxes",
+           "py_func", "everyday_array", "gather_nd", "linalg")
 
 
 def load() -> None:

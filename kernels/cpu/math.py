@@ -40,7 +40,7 @@ _KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
 
 # Random ops a running step keeps a generator for (see rng_attrs).
 RANDOM_OPS = frozenset({"RandomStandardNormal", "RandomUniform", "RandomShuffle",
-                        "TruncatedNormal", "Multinomial"})
+                        "TruncatedNormal", "Multinomial", "SampleDistortedBoundingBoxV2"})
 
 
 def rng_attrs(attrs: dict, name: str, generators: dict) -> dict:

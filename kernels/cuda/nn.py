@@ -13,7 +13,7 @@ import numpy as np
 from numba import cuda
 
 from kernels.cuda import math as cm
-from kernels.cuda.devices import is_device_array
+from kernels.cuda.devices import is_device_array, to_host
 from kernels.cuda.launch import (
     SIM,
     as_device,
@@ -158,6 +158,42 @@ def broadcast_to_shape_of(inputs: list, attrs: dict) -> list:
         blocks, threads = launch_1d(out.size)
         scale = device_scalar(1.0 / count if mean else 1, grad.dtype)
         launch(_BROADCAST_SCALED, blocks, threads, flat(grad), plan[0], scale, 1, flat(out))
+    return [out]
+
+
+@cuda.jit(cache=True)
+def _repeat(a, div, out):  # noqa: ANN001, ANN202 - a CUDA kernel
+    """``out[i] = a[(i // div) % a.size]``: ``a`` a block of ``out``'s axes, repeated."""
+    i = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    n = a.size
+    while i < out.size:
+        out[i] = a[(i // div) % n]
+        i += stride
+
+
+@gpu_kernel("BroadcastTo")
+def broadcast_to(inputs: list, attrs: dict) -> list:
+    """``tf.broadcast_to``: the input repeated to the shape (a small vector, read on
+    the host) in one launch (any dtype: a copy, no arithmetic); a broadcast that is
+    not one block of axes goes to the CPU kernel."""
+    op = "BroadcastTo"
+    x = as_device(inputs[0])
+    target = np.asarray(to_host(inputs[1]))
+    if target.ndim != 1 or target.dtype.kind not in "iu":
+        return host_fallback(op, inputs, attrs)   # the CPU kernel says what is wrong
+    shape = tuple(int(d) for d in target)
+    try:
+        fits = tuple(np.broadcast_shapes(tuple(x.shape), shape)) == shape
+    except ValueError:
+        fits = False
+    plan = repeat_plan(tuple(x.shape), shape) if fits else None
+    if plan is None:
+        return host_fallback(op, inputs, attrs)
+    out = device_empty(shape, x.dtype)
+    if out.size:
+        blocks, threads = launch_1d(out.size)
+        launch(_repeat, blocks, threads, flat(x), plan[0], flat(out))
     return [out]
 
 

@@ -5,7 +5,8 @@ A reader (``FixedLengthRecordReader``; ``TFRecordReader`` and
 runs on, by shared name, as a queue is: it holds the file it is reading and
 its place in it, and reads files of that task's file system. When it has no
 file, or has read the last whole record of one, it dequeues the next file
-name from its queue (waiting like a dequeue; ``OutOfRangeError`` once that
+name from its queue (``ReaderReadUpToV2`` reads up to n records in one op,
+on across files, whole runs of records in one ``read`` of the file) (waiting like a dequeue; ``OutOfRangeError`` once that
 queue is closed and empty, which is how the epochs end). Reads of one reader
 are served one at a time, in order, as TF's reader mutex does.
 
@@ -26,13 +27,14 @@ import numpy as np
 from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.runtime.state import record_readers
 from distrib.runtime.state.input_queues import InputQueue
+from distrib.runtime.state.record_readers import next_file_or_none
 
 __all__ = ["FixedLengthRecordReader", "INPUT_OPS", "run_input_op", "make_reader"]
 
 INPUT_OPS = frozenset({
     "FIFOQueueV2", "RandomShuffleQueueV2", "QueueEnqueueV2", "QueueEnqueueManyV2",
     "QueueDequeueV2", "QueueDequeueManyV2", "QueueDequeueUpToV2", "QueueSizeV2",
-    "QueueCloseV2", "ReaderReadV2"})
+    "QueueCloseV2", "ReaderReadV2", "ReaderReadUpToV2"})
 
 
 class FixedLengthRecordReader:
@@ -66,6 +68,45 @@ class FixedLengthRecordReader:
                     self.records_produced += 1
                     return record
                 self._close()
+
+    async def read_up_to(self, num_records: int, next_file: Callable[[], asyncio.Future]
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``num_records`` records (TF's ``ReaderBase::ReadUpTo``): on into
+        the next file as needed; fewer only once the file queue is closed and
+        empty (``OutOfRangeError`` when not one record is left). Whole runs of
+        records come from one ``read`` of the file."""
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        async with self._lock:
+            while len(keys) < num_records:
+                if self._file is None:
+                    name = await next_file_or_none(next_file, bool(keys))
+                    if name is None:
+                        break
+                    self._open(name)
+                if not self._next_records(num_records - len(keys), keys, values):
+                    self._close()
+        self.records_produced += len(keys)
+        return np.array(keys, dtype=object), np.array(values, dtype=object)
+
+    def _next_records(self, count: int, keys: list[bytes], values: list[bytes]) -> int:
+        """Up to ``count`` records of the open file appended; how many."""
+        assert self._file is not None
+        step = self.hop_bytes or self.record_bytes
+        offset = self.header_bytes + self._index * step
+        left = (self._end - offset - self.record_bytes) // step + 1 \
+            if offset + self.record_bytes <= self._end else 0
+        count = min(count, left)
+        if count <= 0:
+            return 0
+        self._file.seek(offset)
+        data = self._file.read((count - 1) * step + self.record_bytes)
+        size, prefix = self.record_bytes, f"{self._filename}:"
+        for i in range(count):
+            values.append(data[i * step:i * step + size])
+            keys.append(f"{prefix}{self._index + i}".encode())
+        self._index += count
+        return count
 
     def _open(self, name: Any) -> None:
         self._filename = name.decode() if isinstance(name, bytes) else str(name)
@@ -121,12 +162,19 @@ def run_input_op(node: dict[str, Any], args: list[Any], store: Any, wait: Callab
                                      f"capacity {queue.capacity}: is anything dequeuing?)",
                              quiet=True), 0)
     if op == "ReaderReadV2":
-        reader = store.readers.get(attrs["reader"])
-        if reader is None:
-            reader = store.readers[attrs["reader"]] = make_reader(
-                attrs["reader"], attrs["reader_spec"])
+        reader = _reader(store, attrs)
         read = asyncio.ensure_future(reader.read(lambda: queue.dequeue(None)))
         return _outputs(wait(read, f"a record of reader {reader.name}",
+                             lambda: f"a file name in queue {queue.name} for reader "
+                                     f"{reader.name}"), 2)
+    if op == "ReaderReadUpToV2":
+        reader = _reader(store, attrs)
+        count = int(np.asarray(args[0]))
+        if count <= 0:
+            raise InvalidArgumentError(f"ReaderReadUpToV2 of {reader.name}: num_records must "
+                                       f"be positive, got {count}")
+        read = asyncio.ensure_future(reader.read_up_to(count, lambda: queue.dequeue(None)))
+        return _outputs(wait(read, f"records of reader {reader.name}",
                              lambda: f"a file name in queue {queue.name} for reader "
                                      f"{reader.name}"), 2)
     n = None if op == "QueueDequeueV2" else int(np.asarray(args[0]))
@@ -145,6 +193,14 @@ def make_reader(name: str, spec: dict[str, Any]) -> Any:
     if kind == "fixed_length":
         return FixedLengthRecordReader(name, spec)
     raise InvalidArgumentError(f"reader {name}: unknown kind {kind!r}")
+
+
+def _reader(store: Any, attrs: dict[str, Any]) -> Any:
+    reader = store.readers.get(attrs["reader"])
+    if reader is None:
+        reader = store.readers[attrs["reader"]] = make_reader(attrs["reader"],
+                                                              attrs["reader_spec"])
+    return reader
 
 
 def _queue(store: Any, name: str, spec: dict[str, Any]) -> InputQueue:

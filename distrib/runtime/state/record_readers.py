@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from distrib.errors import NotFoundError
+from distrib.errors import NotFoundError, OutOfRangeError
 from distrib.io import tf_record
 
-__all__ = ["TFRecordReader", "WholeFileReader"]
+__all__ = ["TFRecordReader", "WholeFileReader", "next_file_or_none"]
 
 
 class _FileReader:
@@ -51,6 +51,42 @@ class _FileReader:
                     key, value = record
                     return np.array(key.encode(), dtype=object), np.array(value, dtype=object)
                 self._records = None
+
+    async def read_up_to(self, num_records: int, next_file: Callable[[], asyncio.Future]
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``num_records`` records, on across files (TF's ``ReadUpTo``);
+        fewer only once the file queue is closed and empty."""
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        async with self._lock:
+            while len(keys) < num_records:
+                if self._records is None:
+                    name = await next_file_or_none(next_file, bool(keys))
+                    if name is None:
+                        break
+                    self._records = self._open(name)
+                record = next(self._records, None)
+                if record is None:
+                    self._records = None
+                    continue
+                keys.append(record[0].encode())
+                values.append(record[1])
+        self.records_produced += len(keys)
+        return np.array(keys, dtype=object), np.array(values, dtype=object)
+
+
+async def next_file_or_none(next_file: Callable[[], asyncio.Future], have_some: bool
+                            ) -> Any:
+    """The next file name of a reader's queue; None when the queue is closed
+    and empty but the read has records already (a short last read-up-to)."""
+    try:
+        (name,) = await next_file()
+    except OutOfRangeError:
+        if have_some:
+            return None
+        raise
+    name = name.item() if isinstance(name, np.ndarray) else name
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 class TFRecordReader(_FileReader):

@@ -18,6 +18,17 @@ enqueues, as TF's ``_close_on_stop`` thread does, so a loop blocked on a
 full queue ends too. Closing the session ends every loop: a waiting enqueue fails with ``SessionClosedError`` (a
 ``CancelledError``) and nothing runs after it, so no task or thread is
 left behind.
+
+A runner whose enqueue op reads one record through a ``ReaderReadV2`` runs,
+where :mod:`distrib.train.input.vectorize` can convert it, that op's
+batched form instead: ``ReaderReadUpToV2`` of up to ``DEFAULT_CHUNK``
+records, every op once over the chunk, one ``QueueEnqueueManyV2`` (the
+executor's cost per op paid once per chunk, not per record). Those loops
+are at most :data:`VECTORIZED_LOOPS`: each holds a chunk in flight, and one
+loop of chunks already feeds the CIFAR trainer as fast as a batch in memory
+(two measured the same; the second overlaps a loop waiting for room or for
+a file with the other's work). The last short chunk of the epochs is enqueued, then the reader's
+``OutOfRangeError`` ends the loops as before.
 """
 from __future__ import annotations
 
@@ -30,12 +41,14 @@ from typing import Any, Callable, Sequence
 
 from distrib.errors import CancelledError, OutOfRangeError
 from distrib.framework.graph import GraphKeys, Operation, get_default_graph
+from distrib.train.input import vectorize
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["QueueRunner", "add_queue_runner", "start_queue_runners", "STOP_POLL_S"]
 
 STOP_POLL_S = 0.05   # how often a runner's watcher looks for a stop (TF's waits on an event)
+VECTORIZED_LOOPS = 2   # loops of a vectorized enqueue op (each holds one chunk in flight)
 
 
 class QueueRunner:
@@ -88,11 +101,12 @@ class QueueRunner:
         blocking one (started when ``start``). ``coord`` stops them and
         hears of their errors."""
         should_stop = coord.should_stop if coord is not None else (lambda: False)
+        loop_ops = self.loop_ops()
         with self._lock:
-            self._runs = len(self._enqueue_ops)
+            self._runs = len(loop_ops)
         if inspect.iscoroutinefunction(sess.run):
             tasks = [asyncio.ensure_future(self._loop(sess, op, should_stop, coord))
-                     for op in self._enqueue_ops]
+                     for op in loop_ops]
             if coord is not None:
                 tasks.append(asyncio.ensure_future(self._close_on_stop(sess, should_stop, tasks)))
                 for t in tasks:
@@ -100,7 +114,7 @@ class QueueRunner:
             return tasks
         threads = [threading.Thread(target=self._thread_loop, args=(sess, op, should_stop, coord),
                                     name=f"QueueRunnerThread-{self.name}", daemon=daemon)
-                   for op in self._enqueue_ops]
+                   for op in loop_ops]
         if coord is not None:
             loops = list(threads)
             threads.append(threading.Thread(target=self._close_on_stop_sync,
@@ -114,12 +128,13 @@ class QueueRunner:
     def start(self, sess: Any, should_stop: Callable[[], bool]) -> asyncio.Task:
         """The runner as one asyncio task (the protocol a ``MonitoredSession``
         starts the ``QUEUE_RUNNERS`` collection with)."""
+        loop_ops = self.loop_ops()
         with self._lock:
-            self._runs = len(self._enqueue_ops)
+            self._runs = len(loop_ops)
 
         async def run_all() -> None:
             loops = [asyncio.ensure_future(self._loop(sess, op, should_stop, None))
-                     for op in self._enqueue_ops]
+                     for op in loop_ops]
             watcher = asyncio.ensure_future(self._close_on_stop(sess, should_stop, loops))
             try:
                 await asyncio.gather(*loops, watcher)
@@ -128,6 +143,21 @@ class QueueRunner:
                     task.cancel()
                 await asyncio.gather(*loops, watcher, return_exceptions=True)
         return asyncio.ensure_future(run_all())
+
+    def loop_ops(self) -> list[Operation]:
+        """The op each loop runs: an enqueue op's vectorized form where it has
+        one (at most ``VECTORIZED_LOOPS`` loops of it), else the op itself."""
+        out: list[Operation] = []
+        loops: dict[Operation, int] = {}
+        for op in self._enqueue_ops:
+            spec = op.attrs.get("spec") or {}
+            batched = vectorize.vectorized_enqueue(op, vectorize.chunk_for(spec.get("capacity")))
+            if batched is None:
+                out.append(op)
+            elif loops.get(batched, 0) < VECTORIZED_LOOPS:
+                loops[batched] = loops.get(batched, 0) + 1
+                out.append(batched)
+        return out
 
     async def _close_on_stop(self, sess: Any, should_stop: Callable[[], bool],
                              loops: list[asyncio.Future]) -> None:
@@ -229,7 +259,10 @@ def start_queue_runners(sess: Any = None, coord: Any = None, daemon: bool = True
     if sess is None:
         raise ValueError("start_queue_runners needs the session: start_queue_runners(sess=sess)")
     graph = getattr(sess, "graph", None) or get_default_graph()
+    runners = graph.get_collection(collection)
+    for qr in runners:   # every vectorized op built before any loop runs a step of the graph
+        qr.loop_ops()
     loops: list[Any] = []
-    for qr in graph.get_collection(collection):
+    for qr in runners:
         loops.extend(qr.create_threads(sess, coord=coord, daemon=daemon, start=start))
     return loops
