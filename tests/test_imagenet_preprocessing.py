@@ -81,7 +81,7 @@ def test_decode_and_crop_equals_decode_then_crop(window):
 
 
 @pytest.mark.parametrize("window", [[0, 0, 41, 60], [-1, 0, 10, 10], [30, 50, 11, 5],
-                                    [0, 0, 0, 5]])
+                                    [0, 0, 0, 5], [0, 0, -3, 5]])
 def test_a_crop_window_outside_the_image_is_tfs_invalid_argument(window):
     jpeg = encode_jpeg(_noise(40, 60))
     with pytest.raises(InvalidArgumentError, match="Invalid JPEG data or crop window"):
@@ -182,6 +182,54 @@ def test_a_seeded_sampler_in_a_map_crops_the_same_each_run_and_differently_each_
     assert first[:6] != first[6:]
 
 
+class _Top:
+    """A generator that always draws the top of the range (TF's Uniform(n) -> n - 1)."""
+
+    def random(self):
+        return 1.0 - 2.0 ** -30
+
+    def integers(self, low, high):
+        return high - 1
+
+
+def test_the_tallest_crop_a_width_allows_is_computed_in_double_as_tfs():
+    """TF's GenerateRandomCrop limits the height to int((width + 0.5 - 1e-7) / ratio)
+    in double: 14 rows for a width of 124 at ratio 8.3 (14.99999...). In float32 (numpy
+    2 keeps a float32 ratio's quotient float32) it is 15.0, a row TF never gives.
+    The expected crop is TF's kernel's, worked by hand: heights 12..14, the top one,
+    width lrint(14 * 8.3) = 116, offsets at the top of their ranges."""
+    from kernels.cpu.image_boxes import _random_crop
+    assert _random_crop(124, 100000, 0.0001, 1.0, np.float32(8.3), _Top()) == \
+        (124 - 116 - 1, 100000 - 14 - 1, 116, 14)
+
+
+def _sample_both_ways(size, box):
+    g = dt.Graph()
+    with g.as_default(), dt.SyncSession(graph=g) as sess:
+        graph = sess.run(list(dt.image.sample_distorted_bounding_box(
+            dt.constant(size), dt.constant(box))))
+    in_map = _in_map(lambda _: dt.image.sample_distorted_bounding_box(size, box), np.int32(0))
+    return graph, [np.asarray(v) for v in in_map]
+
+
+def test_image_size_is_checked_and_its_type_kept_as_tfs_kernel_does():
+    box = np.array([[[0.1, 0.1, 0.9, 0.9]]], np.float32)
+    for outs in _sample_both_ways(np.array([50, 60, 3], np.uint8), box):
+        assert outs[0].dtype == outs[1].dtype == np.uint8
+        assert outs[1][2] == 255                      # T(-1) for uint8, all channels
+        assert outs[0][0] + outs[1][0] <= 50 and outs[0][1] + outs[1][1] <= 60
+    for outs in _sample_both_ways(np.array([0, 60, 3], np.int32), box):
+        # no rows: every try fails, the whole (empty) image, its box 0/0 (TF's NaN)
+        assert outs[0].tolist() == [0, 0, 0] and outs[1].tolist() == [0, 60, -1]
+        assert np.isnan(outs[2][0, 0, [0, 2]]).all() and outs[2][0, 0, [1, 3]].tolist() == \
+            [0.0, 1.0]
+    with pytest.raises(InvalidArgumentError, match="image height cannot be >= int32 max"):
+        _sample_both_ways(np.array([-5, 60, 3], np.int32), box)
+    with pytest.raises(InvalidArgumentError, match="image width cannot be >= int32 max"):
+        _in_map(lambda _: dt.image.sample_distorted_bounding_box(
+            np.array([5, 2**31, 3], np.int64), box), np.int32(0))
+
+
 def test_compat_v1_image_resize_is_tf1s_resize_images_and_sampler_takes_seed2():
     assert dt.compat.v1.image.resize.__name__ == "resize" and dt.compat.v1.image.decode_jpeg \
         is dt.image.decode_jpeg
@@ -212,6 +260,17 @@ def test_broadcast_to_matches_numpy_and_its_gradient_sums_back():
     assert y.shape.as_list() == [3, 2, 4]
     with pytest.raises(InvalidArgumentError, match="Unable to broadcast"):
         _in_map(lambda v: dt.broadcast_to(v, [3, 4]), np.ones([2, 1], np.float32))
+    # TF's shape function: known dims checked when built, a Shape's known dims kept
+    with dt.Graph().as_default():
+        with pytest.raises(InvalidArgumentError, match="Unable to broadcast"):
+            dt.broadcast_to(dt.constant([1.0, 2.0]), [3, 4])
+        with pytest.raises(InvalidArgumentError, match="Cannot broadcast"):
+            dt.broadcast_to(dt.constant([[1.0, 2.0]]), [2])
+        images = dt.placeholder(dt.float32, [None, None, 3])
+        assert dt.broadcast_to([1.0, 2.0, 3.0], dt.shape(images)).shape.as_list() == \
+            [None, None, 3]
+        assert dt.broadcast_to(dt.placeholder(dt.float32, [2, 1]), [-1, 4]).shape.as_list() \
+            == [2, 4]
     # in a dataset function, at once; Python floats are float32, as TF converts them
     means = _in_map(lambda v: dt.broadcast_to([1.0, 2.0, 3.0], dt.shape(v)),
                     np.zeros([2, 2, 3], np.uint8))

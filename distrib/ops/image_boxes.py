@@ -27,7 +27,6 @@ from distrib.framework.graph import name_scope
 from distrib.ops import math_ops as ops
 from distrib.ops import value_mode
 from distrib.ops.constant_op import make_op
-from distrib.ops.image_codec import _call, _data  # a KernelError as TF's error; the bytes
 
 __all__ = ["extract_jpeg_shape", "decode_and_crop_jpeg", "sample_distorted_bounding_box",
            "sample_distorted_bounding_box_v1", "tensor_result", "GRADIENTS",
@@ -40,6 +39,22 @@ def tensor_result(value: Any) -> Any:
     ``set_shape``, ``get_shape`` and the operators, as the tensors of TF's
     traced map (ResNet's preprocessing calls ``set_shape`` on a resized crop)."""
     return wrap(value)
+
+
+def _call(fn: Any, *args: Any) -> Any:
+    from kernels.registry import KernelError
+    try:
+        return fn(*args)
+    except KernelError as e:
+        raise InvalidArgumentError(str(e)) from None
+
+
+def _data(contents: Any) -> bytes:
+    v = value_mode.as_value(contents)
+    if np.ndim(v) != 0:
+        raise InvalidArgumentError(f"contents must be a scalar string, got shape {np.shape(v)}")
+    item = v.item() if isinstance(v, np.ndarray) else v
+    return item.encode("latin-1") if isinstance(item, str) else bytes(item)
 
 
 def extract_jpeg_shape(contents: Any, output_type: Any = dtypes.int32,

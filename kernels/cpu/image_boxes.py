@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cpu.image_codec import _bytes, decode_jpeg_value, image_format
+from kernels.cpu.image_codec import decode_jpeg_value, image_format
 from kernels.cpu.math import rng as random_generator
 from kernels.dtypes import as_dtype
 from kernels.registry import CPU, KernelError, KernelTable
@@ -39,6 +39,14 @@ KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers 
 
 _F32 = np.float32
 _EPS = float(np.float32(1e-7))   # TF's kEps, a float widened to double
+
+
+def _bytes(value: Any) -> bytes:
+    v = np.asarray(value, dtype=object)
+    if v.ndim != 0:
+        raise KernelError(f"contents must be a scalar string, got shape {list(v.shape)}")
+    item = v.item()
+    return item.encode("latin-1") if isinstance(item, str) else bytes(item)
 
 
 # -- a JPEG's shape ------------------------------------------------------------------------
