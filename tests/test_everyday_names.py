@@ -451,3 +451,116 @@ def test_ops_built_on_values_in_a_map_compute_there():
     ds = dt.data.Dataset.from_tensor_slices(np.arange(6).reshape(2, 3)).map(
         lambda r: dt.gather_nd(dt.roll(r, 1, 0), [[0], [2]]))
     np.testing.assert_array_equal(np.stack(list(ds)), [[2, 1], [5, 4]])
+
+
+# -- from the review ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8])
+def test_sort_of_signed_integers_keeps_their_minimum_first(dtype):
+    # sort_ops_test.testInt64: edges from the dtype's min to its max (-x overflowed at min)
+    info = np.iinfo(dtype)
+    edges = np.array([info.min, info.min + 1, -100, -1, 0, 1, 100, info.max - 1, info.max],
+                     dtype)
+    shuffled = edges[np.random.default_rng(0).permutation(len(edges))]
+    np.testing.assert_array_equal(run(dt.sort, shuffled), edges)
+    np.testing.assert_array_equal(run(lambda t: dt.sort(t, direction="DESCENDING"), shuffled),
+                                  edges[::-1])
+    np.testing.assert_array_equal(run(dt.argsort, shuffled), np.argsort(shuffled, kind="stable"))
+
+
+def test_a_python_function_that_refers_to_its_graph_goes_with_the_graph():
+    import gc
+
+    from kernels.cpu.py_func import callable_names
+
+    def build():
+        g = dt.Graph()
+        with g.as_default():
+            dt.py_function(lambda a: a + len(g.get_operations()), [dt.constant([1.0])],
+                           dt.float32)
+            y = dt.numpy_function(lambda a: a, [dt.constant([2.0])], dt.float32)
+        return g, y
+    g, y = build()
+    assert evaluate(y, graph=g).tolist() == [2.0]      # the graph holds its functions
+    before = len(callable_names())
+    for _ in range(3):
+        build()
+    del g, y
+    gc.collect()
+    assert len(callable_names()) == before - 2       # a closure over its graph no longer leaks
+
+
+def test_sequence_mask_of_no_lengths_and_a_negative_maxlen():
+    got = run(lambda lengths: dt.sequence_mask(lengths), np.zeros(0, np.int32))
+    assert got.shape == (0, 0)
+    got = run(lambda lengths: dt.sequence_mask(lengths, dt.constant(-2)), np.array([1, 3]))
+    assert got.shape == (2, 0)
+    got = run(lambda lengths: dt.sequence_mask(lengths), np.array([0, 0], np.int64))
+    assert got.shape == (2, 0)
+
+
+def test_a_failed_assert_brackets_each_input_as_tfs_kernel():
+    # control_flow_ops' Assert: "assertion failed: [msg] [1 2 3...]" (summarize=3)
+    with pytest.raises(InvalidArgumentError,
+                       match=r"assertion failed: \[hello\] \[0 1 2\.\.\.\] \[5\] "
+                             r"\[\[0 1\]\[2\.\.\.\]\.\.\.\]"):
+        run(lambda: dt.debugging.Assert(dt.constant(False), [
+            "hello", dt.constant(np.arange(10)), dt.constant(5),
+            dt.constant(np.arange(4).reshape(2, 2))]))
+
+
+def test_a_static_rank_failure_is_tfs_value_error():
+    with pytest.raises(ValueError, match="must have rank 2"):
+        dt.debugging.assert_rank(dt.constant([1.0]), 2)
+
+
+def test_a_matrix_norm_of_unknown_dimensions():
+    v = RNG.normal(size=(2, 3, 4))
+    g = dt.Graph()
+    with g.as_default():
+        x = dt.placeholder(dt.float64, [None, None, None])
+        ones, infs = dt.norm(x, 1, [1, 2]), dt.norm(x, np.inf, [-1, 0])
+    got = evaluate([ones, infs], {x: v}, graph=g, variables=VariableStore())
+    np.testing.assert_allclose(got[0], np.linalg.norm(v, 1, axis=(1, 2)), rtol=1e-12)
+    np.testing.assert_allclose(got[1], np.linalg.norm(v, np.inf, axis=(2, 0)), rtol=1e-12)
+
+
+def test_print_of_nested_structures_formats_their_tensors(capfd):
+    # logging_ops.print_v2: a structure printed by pprint, its tensors as StringFormat's
+    g = dt.Graph()
+    with g.as_default():
+        a, b = dt.constant([1, 2]), dt.constant(0.5)
+        op = dt.print("vals:", [a, b], {"z": a, "b": (b, 3)}, 7, output_stream=sys.stdout)
+    capfd.readouterr()
+    evaluate(op, graph=g)
+    assert capfd.readouterr().out == "vals: [[1 2], 0.5] {'b': (0.5, 3), 'z': [1 2]} 7\n"
+    list(dt.data.Dataset.range(1).map(
+        lambda v: (dt.print("m", [v, v + 1], output_stream=sys.stdout), v)[1]))
+    assert capfd.readouterr().out == "m [0, 1]\n"
+
+
+def test_a_python_function_on_a_task_of_another_process_fails_typed():
+    import time
+
+    from tests.peers.cli_cluster import cli_flags_task, cluster_spec
+    spec = cluster_spec(ps=1, worker=1)
+    procs = []
+    try:
+        procs += [cli_flags_task(spec, "ps", 0), cli_flags_task(spec, "worker", 0)]
+        g = dt.Graph()
+        with g.as_default():
+            x = dt.placeholder(dt.float32, [None])
+            with dt.device("/job:ps/task:0"):
+                def triple_it(a):
+                    return a * 3
+                y = dt.numpy_function(triple_it, [x], dt.float32)
+            z = y + 1
+        with dt.SyncSession("distrib://" + spec["worker"][0], graph=g) as sess:
+            start = time.monotonic()
+            with pytest.raises(InvalidArgumentError,
+                               match="triple_it'.*runs only in the process that built it"):
+                sess.run(z, {x: [1.0]})
+            assert time.monotonic() - start < 60   # named, not a hang (the bound is generous)
+            assert sess.run(x + 1, {x: [1.0]}).tolist() == [2.0]   # the session goes on
+    finally:
+        for p in procs:
+            p.stop()

@@ -18,6 +18,7 @@ once. Kernels: kernels/cpu/everyday_array.py.
 from __future__ import annotations
 
 import logging
+import pprint
 import sys
 from typing import Any
 
@@ -32,7 +33,7 @@ from distrib.ops import value_mode
 from distrib.ops.everyday_ops import rank as rank_op
 from distrib.ops.math_extra_ops import reduce_all
 
-__all__ = ["print_v2", "assert_equal", "assert_greater", "assert_less", "assert_rank",
+__all__ = ["print_v2", "StaticRankError", "assert_equal", "assert_greater", "assert_less", "assert_rank",
            "assert_non_negative", "assert_positive", "Assert", "GRADIENTS",
            "NOT_DIFFERENTIABLE"]
 
@@ -153,16 +154,22 @@ def assert_positive(x: Any, message: Any = None, summarize: Any = None,
     return _binary(xt, 0, np.greater, "x > 0", message, summarize, name, "assert_positive")
 
 
+class StaticRankError(InvalidArgumentError, ValueError):
+    """A rank known where ``assert_rank`` is called that is not the one asked
+    for: TF raises ``ValueError`` there; this is also an ``InvalidArgumentError``."""
+
+
 def assert_rank(x: Any, rank: Any, message: Any = None, name: str | None = None) -> Any:
     """Assert ``x`` has rank ``rank``: decided at once when the rank is known
-    (TF raises there; ``InvalidArgumentError`` here), else an ``Assert`` op."""
+    (TF raises ``ValueError`` there: :class:`StaticRankError`, both a
+    ``ValueError`` and an ``InvalidArgumentError``), else an ``Assert`` op."""
     xt = ops.convert_to_tensor(x) if not ops.is_tensor(x) else x
     want = _static(rank)
     known = xt.shape.rank
     if want is not None and known is not None:
         if known != int(want):
             head = (str(message) + " ") if message else ""
-            raise InvalidArgumentError(f"{head}Tensor {_label(xt, 'x')} must have rank "
+            raise StaticRankError(f"{head}Tensor {_label(xt, 'x')} must have rank "
                                        f"{int(want)}. Received rank {known}, shape {xt.shape}")
         if isinstance(xt, EagerTensor) or value_mode.in_dataset_function():
             return None
@@ -196,19 +203,26 @@ def _stream(output_stream: Any) -> str:
 def print_v2(*inputs: Any, output_stream: Any = None, summarize: int = 3, sep: str = " ",
              end: str = "\n", name: str | None = None) -> Any:
     """TF's ``tf.print``: the inputs (tensors formatted as TF's ``StringFormat``,
-    Python objects as ``str``) joined by ``sep``, then ``end``, written to
-    ``output_stream`` (default stderr) when the op runs; eager: at once."""
+    strings as they are, other Python objects and nested lists, tuples and
+    dicts of tensors as ``pprint`` writes them) joined by ``sep``, then ``end``,
+    written to ``output_stream`` (default stderr) when the op runs; eager: at once."""
     stream = _stream(sys.stderr if output_stream is None else output_stream)
+    free = sep.join(i if isinstance(i, str) else pprint.pformat(_packed(i, "", []))
+                    for i in inputs)   # the text without tensors: the placeholder is not in it
     placeholder = "{}"
-    while any(isinstance(i, str) and placeholder in i for i in inputs):
+    while placeholder in free:
         placeholder = "{" + placeholder + "}"
-    parts, tensors = [], []
+    parts: list[str] = []
+    tensors: list[Any] = []
     for item in inputs:
-        if ops.is_tensor(item) or isinstance(item, np.ndarray):
+        if isinstance(item, str):
+            parts.append(item)
+        elif _tensorish(item):
             parts.append(placeholder)
             tensors.append(item)
-        else:
-            parts.append(str(item))
+        else:   # TF's: a nested structure printed as Python does, its tensors formatted
+            text = pprint.pformat(_packed(item, placeholder, tensors))
+            parts.append(text.replace(repr(placeholder), placeholder))
     template = sep.join(parts)
     graph_input = any(isinstance(t, Tensor) or (hasattr(t, "_as_tensor") and not hasattr(t, "numpy"))
                       for t in tensors)
@@ -223,6 +237,26 @@ def print_v2(*inputs: Any, output_stream: Any = None, summarize: int = 3, sep: s
                              {"template": template, "placeholder": placeholder,
                               "summarize": int(summarize)}, "StringFormat")
         return ops.make_op("PrintV2", [text], {"output_stream": stream, "end": end}, scope)
+
+
+def _tensorish(x: Any) -> bool:
+    """A tensor, or a numpy value (what a dataset function's tensors are)."""
+    return ops.is_tensor(x) or isinstance(x, (np.ndarray, np.generic))
+
+
+def _packed(item: Any, placeholder: str, tensors: list) -> Any:
+    """``item`` (lists, tuples, dicts nested) with each tensor replaced by
+    ``placeholder`` and appended to ``tensors`` in order (TF's nest order:
+    a dict's values by sorted key, as ``pprint`` prints them)."""
+    if _tensorish(item):
+        tensors.append(item)
+        return placeholder
+    if isinstance(item, dict):
+        return {k: _packed(item[k], placeholder, tensors) for k in sorted(item)}
+    if isinstance(item, (list, tuple)):
+        packed = [_packed(v, placeholder, tensors) for v in item]
+        return packed if isinstance(item, list) else tuple(packed)
+    return item
 
 
 def _executing_eagerly() -> bool:

@@ -27,7 +27,7 @@ from distrib.framework import dtypes
 from distrib.framework.graph import Operation, Tensor, name_scope
 from distrib.ops import math_ops as ops
 from distrib.ops.array_extra_ops import squeeze, stack
-from distrib.ops.array_ops import expand_dims
+from distrib.ops.array_ops import concat, expand_dims
 from distrib.ops.broadcast_ops import broadcast_to
 from distrib.ops.math_extra_ops import cumsum
 from distrib.ops.nn_classification import top_k
@@ -103,10 +103,12 @@ def sequence_mask(lengths: Any, maxlen: Any = None, dtype: Any = dtypes.bool,
     with name_scope(name, "SequenceMask", [lengths, maxlen]) as scope:
         lens = _int_tensor(lengths)
         if maxlen is None or ops.is_tensor(maxlen):
-            n = ops.reduce_max(lens) if maxlen is None else ops.cast(maxlen, lens.dtype)
-            n = ops.maximum(n, ops.constant(0, dtype=lens.dtype))
-            steps = cumsum(fill(ops.reshape(ops.cast(n, dtypes.int32), [1]),
-                                ops.constant(1, dtype=lens.dtype)), exclusive=True)
+            zero = ops.constant([0], dtype=lens.dtype)   # TF's max(0, max(lengths)): 0 if empty
+            n = ops.reduce_max(concat([ops.reshape(lens, [-1]), zero], 0)) if maxlen is None \
+                else ops.maximum(ops.cast(maxlen, lens.dtype), zero[0])
+            one = ops.constant(1, dtype=lens.dtype)   # 0 .. n-1 (n may be 0)
+            steps = ops.subtract(cumsum(fill(ops.reshape(ops.cast(n, dtypes.int32), [1]), one)),
+                                 one)
         else:
             if int(maxlen) < 0:
                 raise InvalidArgumentError(f"maxlen must be non-negative, got {maxlen}")
@@ -186,6 +188,10 @@ def _sorted(values: Any, axis: int, direction: str, what: str, scope: str) -> tu
         flip = ops.constant(np.iinfo(moved.dtype.as_numpy_dtype).max, dtype=moved.dtype)
         top, idx = top_k(ops.subtract(flip, moved), k, name=scope)
         top = ops.subtract(flip, top)
+    elif ascending and moved.dtype.is_integer:   # TF's -x - 1: the minimum does not overflow
+        minus_one = ops.constant(-1, dtype=moved.dtype)
+        top, idx = top_k(ops.add(ops.negative(moved), minus_one), k, name=scope)
+        top = ops.add(ops.negative(top), minus_one)
     else:
         top, idx = top_k(ops.negative(moved) if ascending else moved, k, name=scope)
         top = ops.negative(top) if ascending else top

@@ -21,6 +21,7 @@ import numpy as np
 from distrib.errors import InvalidArgumentError, UnimplementedError
 from distrib.framework.graph import Operation, Tensor, name_scope
 from distrib.ops import math_ops as ops
+from distrib.ops.array_extra_ops import squeeze
 from distrib.ops.array_ops import expand_dims
 from distrib.ops.broadcast_ops import broadcast_to
 
@@ -127,17 +128,9 @@ def _matrix_norm(x: Tensor, ord: Any, axes: list[int], keep: bool, scope: str) -
         sum_axis, max_axis = (r0, r1) if ord != np.inf else (r1, r0)
         sums = ops.reduce_sum(ops.abs(x), sum_axis, keepdims=True)
         out = ops.reduce_max(sums, max_axis, keepdims=True)
-        return out if keep else ops.reshape(
-            out, [d for k, d in enumerate(_dims_or_shape(out)) if k not in (r0, r1)], name=scope)
+        return out if keep else squeeze(out, sorted((r0, r1)), name=scope)
     raise UnimplementedError(f"the matrix norm ord={ord!r} is not implemented here: use 'fro', "
                              "1 or np.inf")
-
-
-def _dims_or_shape(t: Tensor) -> list:
-    dims = t.shape.as_list()
-    if dims is None or None in dims:
-        raise InvalidArgumentError("a matrix norm with keepdims=False needs the shape known")
-    return dims
 
 
 def inv(input: Any, adjoint: bool = False, name: str | None = None) -> Tensor:  # noqa: A002

@@ -15,7 +15,9 @@ Where it runs:
   it (eager execution, the client's in-process session, a map); a task of
   another process fails with a typed error naming the function. Nothing is
   pickled. With eager execution on, the op runs at once and its entry is
-  dropped; in a graph the entry lives as long as the graph.
+  dropped; in a graph the graph holds the entry (the table only names it
+  weakly, as TF's), so it lives as long as the graph, and a function that
+  refers to its graph goes with it.
 
 Results convert to ``Tout`` (one dtype: one tensor; a list: a list); their
 shapes are unknown to the graph (``set_shape`` them). Both ops have side
@@ -26,7 +28,6 @@ implemented here: asking for it is an ``UnimplementedError`` saying so.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -103,7 +104,8 @@ def _build(op_type: str, func: Callable, inp: Any, Tout: Any, name: str | None, 
         outs = [wrap(v) for v in _results(func(*args), touts, single, label)]
         return outs[0] if single else outs
     from kernels.cpu.py_func import forget_callable, register_callable
-    token = register_callable(_table_entry(func, eager_inputs, touts, single, label))
+    entry = _table_entry(func, eager_inputs, touts, single, label)   # alive while built
+    token = register_callable(entry)
     with name_scope(name, op_type, inputs) as scope:
         tensors = [ops.convert_to_tensor(v) for v in inputs]
         attrs = {"token": token, "func_name": label, "Tout": [t.name for t in touts],
@@ -115,24 +117,24 @@ def _build(op_type: str, func: Callable, inp: Any, Tout: Any, name: str | None, 
         except BaseException:
             forget_callable(token)
             raise
-    _keep_while(op, token)
+    _keep_while(op, token, entry)
     outs = list(op.outputs)
     return outs[0] if single else outs
 
 
-def _keep_while(op: Any, token: str) -> None:
-    """Drop the table's entry once nothing can run the op: at once for an op
-    eager execution ran, else when its graph goes."""
+def _keep_while(op: Any, token: str, entry: Callable[..., list]) -> None:
+    """Keep ``entry`` alive while something can run the op: dropped at once for
+    an op eager execution ran, else held by its graph (TF's rule: the table
+    holds it weakly, the graph strongly, so a function that refers to its own
+    graph does not keep that graph, and itself, alive for ever)."""
     from kernels.cpu.py_func import forget_callable
     graph = getattr(op, "graph", None)
     if graph is None or isinstance(op.outputs[0] if op.outputs else None, EagerTensor) \
             or not isinstance(op, Operation):
         forget_callable(token)
         return
-    try:
-        weakref.finalize(graph, forget_callable, token)
-    except TypeError:   # a graph without weak references keeps its functions
-        pass
+    held = graph.__dict__.setdefault("_py_funcs_used_in_graph", [])
+    held.append(entry)
 
 
 def py_function(func: Callable, inp: Any = None, Tout: Any = None,  # noqa: N803 - TF's names

@@ -9,7 +9,8 @@ TF's rules and messages (array_ops.cc, logging_ops.cc, the kernels'
 ``Roll`` of one axis named twice shifts it by the sum; ``StringFormat``
 prints a tensor as TF's ``SummarizeValue`` does (``[0 1 2 ... 7 8 9]`` at
 ``summarize=3``, rows on new lines); a failed ``Assert`` is an error
-carrying its data. ``PrintV2`` writes to the stream it names in the process
+carrying its data as TF's kernel writes it (``assertion failed: [message]
+[1 2 3...]``, each input bracketed, its first ``summarize`` elements). ``PrintV2`` writes to the stream it names in the process
 that runs it (stderr, stdout, or the ``logging`` module's levels).
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from kernels.dtypes import as_dtype
 from kernels.registry import CPU, KernelError, KernelTable
 
-__all__ = ["format_tensor", "format_template", "KERNELS"]
+__all__ = ["format_tensor", "format_template", "summarize_legacy", "KERNELS"]
 
 KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
@@ -257,7 +258,30 @@ def assert_(inputs: list, attrs: dict) -> list:
                           f"{list(cond.shape)}")
     if not bool(cond):
         summarize = int(attrs.get("summarize", 3))
-        data = ", ".join(format_tensor(v, summarize) if np.asarray(v).ndim
-                         else _element(np.asarray(v)[()], False) for v in inputs[1:])
-        raise KernelError(f"assertion failed: [{data}]")
+        data = " ".join(f"[{summarize_legacy(v, summarize)}]" for v in inputs[1:])
+        raise KernelError(f"assertion failed: {data}")
     return []
+
+
+def summarize_legacy(value: Any, limit: int) -> str:
+    """``value`` as TF's ``Tensor::SummarizeValue`` (not v2) writes it into an
+    ``Assert``'s message: its first ``limit`` elements (-1: all) in row order,
+    inner rows bracketed (``[1 2][3 4]``), ``...`` when some were left out."""
+    x = np.asarray(value)
+    if x.ndim == 0:
+        return _element(x[()], False)
+    flat = x.reshape(-1)
+    n = flat.size if limit < 0 else min(limit, flat.size)
+    if x.ndim == 1:
+        text = " ".join(_element(v, False) for v in flat[:n])
+        return text + ("..." if n < flat.size else "")
+    count = [0]
+
+    def rows(sub: np.ndarray) -> str:
+        if sub.ndim == 1:   # a row cut at the limit ends in "...", as TF's PrintOneDim
+            take = max(0, min(sub.size, n - count[0]))
+            count[0] += take
+            return " ".join(_element(v, False) for v in sub[:take]) + \
+                ("..." if 0 < take < sub.size else "")
+        return "".join(f"[{rows(r)}]" for r in sub if count[0] < n)
+    return rows(x) + ("..." if n < flat.size else "")

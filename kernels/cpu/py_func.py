@@ -9,7 +9,10 @@ anywhere else fails saying so. This module is that registry: the builders
 :func:`register_callable`, the kernel looks the token up at run time.
 Nothing is pickled: a graph shipped to another process carries the token and
 the function's name, and the kernel there raises a ``KernelError`` naming
-the function and saying it runs only where it was built.
+the function and saying it runs only where it was built. The table holds its
+callables weakly, as TF's ``FuncRegistry`` does: the graph that uses one
+keeps it alive, so a function that refers to its own graph (a closure over a
+model, a tensor) goes with that graph instead of keeping it forever.
 
 The registered callable takes the inputs' numpy arrays and returns a list
 of arrays (the builder wraps the user's function to convert them: eager
@@ -21,6 +24,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -32,14 +36,16 @@ __all__ = ["register_callable", "callable_for", "forget_callable", "KERNELS"]
 
 KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers them
 
-_TABLE: dict[str, Callable[..., list]] = {}
+_TABLE: weakref.WeakValueDictionary[str, Callable[..., list]] = \
+    weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
 _COUNTER = itertools.count()
 
 
 def register_callable(fn: Callable[..., list]) -> str:
-    """Keep ``fn`` in this process's table; returns its token (process id and
-    a counter, so a token read in another process never finds a function)."""
+    """Name ``fn`` in this process's table; returns its token (process id and
+    a counter, so a token read in another process never finds a function).
+    The table holds ``fn`` weakly: the caller keeps it alive while the op can run."""
     token = f"pyfunc_{os.getpid()}_{next(_COUNTER)}"
     with _LOCK:
         _TABLE[token] = fn
@@ -48,7 +54,8 @@ def register_callable(fn: Callable[..., list]) -> str:
 
 def callable_for(token: str) -> Callable[..., list] | None:
     """The callable registered under ``token`` in this process, or None."""
-    return _TABLE.get(token)
+    with _LOCK:
+        return _TABLE.get(token)
 
 
 def forget_callable(token: str) -> None:
