@@ -290,7 +290,8 @@ from distrib.ops import nd_ops as _nd_ops  # noqa: E402
 from distrib.ops import py_func_ops as _py_func_ops  # noqa: E402
 
 _ASSERTS = ("assert_equal", "assert_greater", "assert_less", "assert_rank",
-            "assert_non_negative", "assert_positive", "Assert")
+            "assert_non_negative", "assert_positive", "assert_greater_equal", "assert_less_equal",
+            "assert_none_equal", "assert_negative", "assert_non_positive", "Assert")
 _EVERYDAY = {**{n: getattr(_py_func_ops, n) for n in ("py_function", "numpy_function",
                                                       "py_func")},
              **{n: getattr(_everyday, n) for n in (

@@ -287,6 +287,31 @@ def test_asserts_decide_statically_known_values_at_once():
         list(dt.data.Dataset.range(3).map(lambda v: (dt.assert_non_negative(v - 1), v)[1]))
 
 
+def test_the_rest_of_the_comparison_asserts_decide_and_build_as_the_others():
+    g = dt.Graph()
+    with g.as_default():
+        cases = [(dt.debugging.assert_greater_equal, ([1, 2], [1, 3]), "x >= y"),
+                 (dt.debugging.assert_less_equal, ([1, 4], [1, 3]), "x <= y"),
+                 (dt.debugging.assert_none_equal, ([1, 2], [0, 2]), "x != y")]
+        for fn, (x, y), what in cases:
+            with pytest.raises(InvalidArgumentError, match=f"Condition {what} did not hold"):
+                fn(dt.constant(x), dt.constant(y))
+        with pytest.raises(InvalidArgumentError, match="x < 0"):
+            dt.assert_negative(dt.constant([-1.0, 0.0]))
+        with pytest.raises(InvalidArgumentError, match="x <= 0"):
+            dt.assert_non_positive(dt.constant([0.0, 2.0]))
+        assert dt.assert_less_equal(dt.constant(2), 2).type == "Assert"   # holds
+        x = dt.placeholder(dt.float32, [None])
+        check = dt.debugging.assert_non_positive(x)
+        with dt.control_dependencies([check]):
+            y = dt.identity(x)
+    store = VariableStore()
+    np.testing.assert_array_equal(evaluate(y, {x: np.array([0.0, -2.0], np.float32)}, graph=g,
+                                           variables=store), [0.0, -2.0])
+    with pytest.raises(InvalidArgumentError, match="x <= 0"):
+        evaluate(y, {x: np.array([1.0], np.float32)}, graph=g, variables=store)
+
+
 def test_an_assert_on_run_time_values_fails_the_step_that_runs_it():
     g = dt.Graph()
     with g.as_default():

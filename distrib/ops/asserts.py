@@ -34,7 +34,8 @@ from distrib.ops.everyday_ops import rank as rank_op
 from distrib.ops.math_extra_ops import reduce_all
 
 __all__ = ["print_v2", "StaticRankError", "assert_equal", "assert_greater", "assert_less", "assert_rank",
-           "assert_non_negative", "assert_positive", "Assert", "GRADIENTS",
+           "assert_non_negative", "assert_positive", "assert_greater_equal", "assert_less_equal",
+           "assert_none_equal", "assert_negative", "assert_non_positive", "Assert", "GRADIENTS",
            "NOT_DIFFERENTIABLE"]
 
 
@@ -118,7 +119,8 @@ def _binary(x: Any, y: Any, compare: Any, what: str, message: Any, summarize: An
     return _check(compare_op(xt, yt), xt, yt, what, message, summarize, name, default)
 
 
-_COMPARE_OPS = {"==": ops.equal, ">": ops.greater, "<": ops.less, ">=": ops.greater_equal}
+_COMPARE_OPS = {"==": ops.equal, ">": ops.greater, "<": ops.less, ">=": ops.greater_equal,
+                "<=": ops.less_equal, "!=": ops.not_equal}
 
 
 def assert_equal(x: Any, y: Any, message: Any = None, summarize: Any = None,
@@ -152,6 +154,40 @@ def assert_positive(x: Any, message: Any = None, summarize: Any = None,
     """Assert ``x > 0`` element-wise."""
     xt = ops.convert_to_tensor(x) if not ops.is_tensor(x) else x
     return _binary(xt, 0, np.greater, "x > 0", message, summarize, name, "assert_positive")
+
+
+def assert_greater_equal(x: Any, y: Any, message: Any = None, summarize: Any = None,
+                         name: str | None = None) -> Any:
+    """Assert ``x >= y`` element-wise."""
+    return _binary(x, y, np.greater_equal, "x >= y", message, summarize, name,
+                   "assert_greater_equal")
+
+
+def assert_less_equal(x: Any, y: Any, message: Any = None, summarize: Any = None,
+                      name: str | None = None) -> Any:
+    """Assert ``x <= y`` element-wise."""
+    return _binary(x, y, np.less_equal, "x <= y", message, summarize, name, "assert_less_equal")
+
+
+def assert_none_equal(x: Any, y: Any, message: Any = None, summarize: Any = None,
+                      name: str | None = None) -> Any:
+    """Assert ``x != y`` element-wise."""
+    return _binary(x, y, np.not_equal, "x != y", message, summarize, name, "assert_none_equal")
+
+
+def assert_negative(x: Any, message: Any = None, summarize: Any = None,
+                    name: str | None = None) -> Any:
+    """Assert ``x < 0`` element-wise."""
+    xt = ops.convert_to_tensor(x) if not ops.is_tensor(x) else x
+    return _binary(xt, 0, np.less, "x < 0", message, summarize, name, "assert_negative")
+
+
+def assert_non_positive(x: Any, message: Any = None, summarize: Any = None,
+                        name: str | None = None) -> Any:
+    """Assert ``x <= 0`` element-wise."""
+    xt = ops.convert_to_tensor(x) if not ops.is_tensor(x) else x
+    return _binary(xt, 0, np.less_equal, "x <= 0", message, summarize, name,
+                   "assert_non_positive")
 
 
 class StaticRankError(InvalidArgumentError, ValueError):
