@@ -51,9 +51,10 @@ async def _drain(sess, fetch) -> list:
 
 
 # -- read_up_to -------------------------------------------------------------------------------
-def test_read_up_to_goes_on_into_the_next_file_and_gives_the_short_rest_at_the_end(tmp_path):
-    """Files of 5 and 2 two-byte records, read 4 at a time: a's 4; a's last and
-    b's 2 (the file queue is closed and empty: a short read); then OutOfRangeError."""
+def test_read_up_to_stops_at_the_end_of_a_file_as_tfs(tmp_path):
+    """Files of 5 and 2 two-byte records, read 4 at a time: a's 4; a's last (TF's
+    ReaderBase::ReadUpTo returns at the end of a file once it has records); b's 2;
+    then OutOfRangeError."""
     a = _write(tmp_path / "a.bin", [bytes([1, i]) for i in range(5)])
     b = _write(tmp_path / "b.bin", [bytes([2, i]) for i in range(2)])
 
@@ -70,8 +71,54 @@ def test_read_up_to_goes_on_into_the_next_file_and_gives_the_short_rest_at_the_e
 
     reads = asyncio.run(main())
     assert [[bytes(v) for v in values] for _, values in reads] == [
-        [bytes([1, i]) for i in range(4)], [bytes([1, 4]), bytes([2, 0]), bytes([2, 1])]]
-    assert [k.decode() for k in reads[1][0]] == [f"{a}:4", f"{b}:0", f"{b}:1"]
+        [bytes([1, i]) for i in range(4)], [bytes([1, 4])], [bytes([2, 0]), bytes([2, 1])]]
+    assert [k.decode() for k in reads[1][0]] == [f"{a}:4"]
+    assert [k.decode() for k in reads[2][0]] == [f"{b}:0", f"{b}:1"]
+
+
+def test_read_up_to_returns_a_files_records_without_waiting_for_the_next_file(tmp_path):
+    """One file of 5 records in a file queue that is not closed, read up to 100:
+    TF returns the 5 at the file's end; a read that waited for a second file
+    would hang holding them (and lose them when cancelled)."""
+    a = _write(tmp_path / "a.bin", [bytes([1, i]) for i in range(5)])
+
+    async def main():
+        g = dt.Graph()
+        with g.as_default():
+            q = dt.FIFOQueue(10, [dt.string], shapes=[[]])
+            enqueue = q.enqueue([a])
+            keys, values = dt.FixedLengthRecordReader(record_bytes=2).read_up_to(q, 100)
+            async with dt.Session() as sess:
+                await sess.run(enqueue)
+                return await asyncio.wait_for(sess.run([keys, values]), TIMEOUT_S)
+
+    keys, values = asyncio.run(main())
+    assert [bytes(v) for v in values] == [bytes([1, i]) for i in range(5)]
+    assert [k.decode() for k in keys] == [f"{a}:{i}" for i in range(5)]
+
+
+def test_read_up_to_takes_one_positive_count(tmp_path):
+    """A vector of counts is an InvalidArgumentError when built (its rank known)
+    or when run (a placeholder's), as is 0; not a TypeError from int()."""
+    a = _write(tmp_path / "a.bin", [bytes([1, i]) for i in range(3)])
+
+    async def main():
+        g = dt.Graph()
+        with g.as_default():
+            q = dt.FIFOQueue(10, [dt.string], shapes=[[]])
+            reader = dt.FixedLengthRecordReader(record_bytes=2)
+            with pytest.raises(dt.errors.InvalidArgumentError, match="must be a scalar"):
+                reader.read_up_to(q, [4])
+            count = dt.placeholder(dt.int64)
+            _, values = reader.read_up_to(q, count)
+            async with dt.Session() as sess:
+                await sess.run(q.enqueue([a]))
+                for bad in ([4, 2], 0):
+                    with pytest.raises(dt.errors.InvalidArgumentError, match="positive integer"):
+                        await asyncio.wait_for(sess.run(values, {count: bad}), TIMEOUT_S)
+                return await asyncio.wait_for(sess.run(values, {count: 2}), TIMEOUT_S)
+
+    assert [bytes(v) for v in asyncio.run(main())] == [bytes([1, 0]), bytes([1, 1])]
 
 
 def test_tf_record_reader_reads_up_to_across_files(tmp_path):
@@ -94,7 +141,7 @@ def test_tf_record_reader_reads_up_to_across_files(tmp_path):
                 return await _drain(sess, values)
 
     got = [[bytes(v).decode() for v in chunk] for chunk in asyncio.run(main())]
-    assert got == [["0-0", "0-1", "0-2", "1-0"], ["1-1", "1-2"]]
+    assert got == [["0-0", "0-1", "0-2"], ["1-0", "1-1", "1-2"]]   # a file's end ends a read
 
 
 # -- the converted ops, element by element -------------------------------------------------
@@ -146,13 +193,17 @@ def _run_pipeline(files: list[str], element_fn, batched: bool,
             comps = [key, *element_fn(value)]
             queue = dt.FIFOQueue(1000, [c.dtype for c in comps], [c.shape for c in comps])
             enqueue = queue.enqueue(comps)
-            dt.train.add_queue_runner(dt.train.QueueRunner(queue, [enqueue] * loops))
+            runner = dt.train.QueueRunner(queue, [enqueue] * loops)
+            dt.train.add_queue_runner(runner)
             out = queue.dequeue_up_to(5)
             async with dt.Session() as sess:
                 await sess.run(dt.local_variables_initializer())
                 dt.train.start_queue_runners(sess=sess)
                 batches = await _drain(sess, out)
-            assert any(op.type == "ReaderReadUpToV2" for op in g.get_operations()) == batched
+            # the op the loops ran (a ReaderReadUpToV2 in the graph is not enough: a
+            # conversion that gave up half way leaves the ops it had built unused)
+            ran = {op.type for op in runner.loop_ops()}
+            assert ran == ({"QueueEnqueueManyV2"} if batched else {"QueueEnqueueV2"})
         return batches
 
     by_key: dict[bytes, list[np.ndarray]] = {}
@@ -169,8 +220,8 @@ def chunk_of_seven(monkeypatch):
 
 def test_each_converted_op_equals_the_per_example_op_on_the_same_records(tmp_path,
                                                                            chunk_of_seven):
-    """23 + 12 records (chunks of 7: the last of each file short, one spanning
-    files), once per record and once batched: equal element by element."""
+    """23 + 12 records (chunks of 7: the last of each file short), once per
+    record and once batched: equal element by element."""
     files = [_write(tmp_path / "a.bin", _records(23, 1)), _write(tmp_path / "b.bin",
                                                                   _records(12, 2))]
     vectorize.ENABLED = False
@@ -244,6 +295,39 @@ def test_random_ops_draw_for_each_example(tmp_path, chunk_of_seven):
     assert len({tuple(r) for r in rows.tolist()}) == 400
 
 
+def test_random_ops_without_a_converter_still_draw_for_each_example(tmp_path):
+    """A random_shuffle of a constant reads nothing of the record, yet each
+    record draws its own (it was taken for a constant of the chunk: one
+    shuffle for all); it and random_normal have no batched form here, so the
+    runner falls back, and runs."""
+    def element(value):
+        zero = 0.0 * dt.cast(dt.decode_raw(value, dt.uint8)[0], dt.float32)
+        return [dt.random_shuffle(dt.constant(np.arange(10, dtype=np.float32))) + zero,
+                dt.random_normal([3]) + zero]
+
+    files = [_write(tmp_path / "a.bin", _records(30, 7))]
+    got = list(_run_pipeline(files, element, batched=False).values())
+    assert len(got) == 30
+    assert len({tuple(s.tolist()) for s, _ in got}) > 20   # 30 draws of 10! orders
+    assert all(sorted(s.tolist()) == list(range(10)) for s, _ in got)
+    assert len({tuple(n.tolist()) for _, n in got}) == 30
+
+
+def test_an_axis_out_of_range_is_not_converted(tmp_path):
+    """``reverse`` of axis 5 of a rank-3 image: the per-example op fails (numpy,
+    as TF's); the converter must not wrap it round to another axis."""
+    files = [_write(tmp_path / "a.bin", _records(2, 8))]
+    g = dt.Graph()
+    with g.as_default():
+        q = dt.train.string_input_producer(files, num_epochs=1, shuffle=False)
+        _, value = dt.FixedLengthRecordReader(record_bytes=RECORD).read(q)
+        image = dt.reshape(dt.decode_raw(value, dt.uint8)[1:], [6, 6, 2])
+        enqueue = dt.FIFOQueue(10, [dt.uint8]).enqueue([dt.reverse(image, [5])])
+        assert vectorize.vectorized_enqueue(enqueue, 4) is None
+        ok = dt.FIFOQueue(10, [dt.uint8]).enqueue([dt.reverse(image, [-1])])
+        assert vectorize.vectorized_enqueue(ok, 4) is not None
+
+
 # -- the CIFAR-10 tutorial's input ---------------------------------------------------------
 RECORDS = 40   # per file
 
@@ -300,6 +384,35 @@ def test_the_tutorials_enqueue_vectorizes_with_few_loops(one_epoch_tutorial):
         ops = runner.loop_ops()
     assert len(ops) == min(len(runner.enqueue_ops), queue_runner.VECTORIZED_LOOPS)
     assert {op.type for op in ops} == {"QueueEnqueueManyV2"}
+
+
+def test_a_monitored_sessions_finalized_graph_gets_the_vectorized_ops(tmp_path):
+    """A MonitoredSession finalizes the graph before it starts the runners: the
+    batched ops are still added (the graph finalized again after), and the
+    epoch's every record comes out once."""
+    files = [_write(tmp_path / "a.bin", _records(30, 9))]
+
+    async def main():
+        g = dt.Graph()
+        with g.as_default():
+            q = dt.train.string_input_producer(files, num_epochs=1, shuffle=False)
+            key, value = dt.FixedLengthRecordReader(record_bytes=RECORD).read(q)
+            raw = dt.decode_raw(value, dt.uint8)
+            queue = dt.FIFOQueue(100, [dt.string, dt.uint8], [[], [RECORD]])
+            runner = dt.train.QueueRunner(queue, [queue.enqueue([key, raw])])
+            dt.train.add_queue_runner(runner)
+            out = queue.dequeue_up_to(4)
+            keys = []
+            async with dt.train.MonitoredSession() as sess:
+                assert g.finalized
+                while not sess.should_stop():
+                    keys.extend(bytes(k) for k in (await sess.run(out))[0])
+                assert g.finalized
+                assert [op.type for op in runner.loop_ops()] == ["QueueEnqueueManyV2"]
+        return keys
+
+    keys = asyncio.run(asyncio.wait_for(main(), TIMEOUT_S))
+    assert keys == [f"{files[0]}:{i}".encode() for i in range(30)]
 
 
 # -- falling back ---------------------------------------------------------------------------
@@ -374,7 +487,7 @@ async def test_a_coordinator_stop_ends_vectorized_runners_blocked_on_a_full_queu
             coord = dt.train.Coordinator()
             loops = dt.train.start_queue_runners(sess=sess, coord=coord)
             assert [op.type for op in runner.loop_ops()] == ["QueueEnqueueManyV2"] * 2
-            for _ in range(500):   # bounded: until the queue is full
+            for _ in range(TIMEOUT_S * 100):   # bounded: until the queue is full
                 if await sess.run(size) == 4:
                     break
                 await asyncio.sleep(0.01)
@@ -390,7 +503,7 @@ def test_closing_the_session_ends_vectorized_runner_threads(tmp_path):
         _, size = _blocked_runner(tmp_path)
         sess = dt.SyncSession()
         threads = dt.train.start_queue_runners(sess=sess)
-        for _ in range(500):
+        for _ in range(TIMEOUT_S * 100):   # bounded: until the queue is full
             if sess.run(size) == 4:
                 break
             threading.Event().wait(0.01)

@@ -61,9 +61,10 @@ class ReaderBase:
     def read_up_to(self, queue: QueueBase, num_records: Any, name: str | None = None
                    ) -> tuple[Tensor, Tensor]:
         """Up to ``num_records`` records: ``(keys, values)``, two string vectors
-        of one length ``n <= num_records``, on across files as the reader
-        needs them (TF's ``ReaderReadUpToV2``); fewer only once ``queue`` is
-        closed and empty, ``OutOfRangeError`` when nothing is left."""
+        of one length ``n <= num_records`` (TF's ``ReaderReadUpToV2``): fewer
+        where a file ends (as TF's, a read does not go on into the next file
+        once it has records), ``OutOfRangeError`` once ``queue`` is closed and
+        empty."""
         if not isinstance(queue, QueueBase):
             raise InvalidArgumentError(f"{type(self).__name__}.read_up_to takes a queue of "
                                        f"file names, got {queue!r}")
@@ -71,6 +72,9 @@ class ReaderBase:
         attrs = {"reader": self._name, "reader_spec": dict(self._spec)}
         with graph.as_default():
             count = ops.convert_to_tensor(num_records, dtype=dtypes.int64)
+            if count.shape.rank not in (None, 0):
+                raise InvalidArgumentError(f"{type(self).__name__}.read_up_to: num_records "
+                                           f"must be a scalar, got shape {count.shape}")
             op = queue.colocated_op("ReaderReadUpToV2", [count],
                                     [(dtypes.string, [None]), (dtypes.string, [None])],
                                     name or "ReaderReadUpToV2", attrs)

@@ -5,10 +5,11 @@ A reader (``FixedLengthRecordReader``; ``TFRecordReader`` and
 runs on, by shared name, as a queue is: it holds the file it is reading and
 its place in it, and reads files of that task's file system. When it has no
 file, or has read the last whole record of one, it dequeues the next file
-name from its queue (``ReaderReadUpToV2`` reads up to n records in one op,
-on across files, whole runs of records in one ``read`` of the file) (waiting like a dequeue; ``OutOfRangeError`` once that
-queue is closed and empty, which is how the epochs end). Reads of one reader
-are served one at a time, in order, as TF's reader mutex does.
+name from its queue (waiting like a dequeue; ``OutOfRangeError`` once that
+queue is closed and empty, which is how the epochs end). ``ReaderReadUpToV2``
+reads up to n records in one op (whole runs of them in one ``read`` of the
+file) and, as TF's ``ReadUpTo``, returns early at the end of a file. Reads
+of one reader are served one at a time, in order, as TF's reader mutex does.
 
 :func:`run_input_op` runs the ``is_resource`` ops of the input queues and
 readers (``docs/ops.md``, "Input queues and readers") for
@@ -27,7 +28,7 @@ import numpy as np
 from distrib.errors import InvalidArgumentError, NotFoundError
 from distrib.runtime.state import record_readers
 from distrib.runtime.state.input_queues import InputQueue
-from distrib.runtime.state.record_readers import next_file_or_none
+from distrib.runtime.state.record_readers import next_file_name
 
 __all__ = ["FixedLengthRecordReader", "INPUT_OPS", "run_input_op", "make_reader"]
 
@@ -71,21 +72,21 @@ class FixedLengthRecordReader:
 
     async def read_up_to(self, num_records: int, next_file: Callable[[], asyncio.Future]
                          ) -> tuple[np.ndarray, np.ndarray]:
-        """Up to ``num_records`` records (TF's ``ReaderBase::ReadUpTo``): on into
-        the next file as needed; fewer only once the file queue is closed and
-        empty (``OutOfRangeError`` when not one record is left). Whole runs of
-        records come from one ``read`` of the file."""
+        """Up to ``num_records`` records, as TF's ``ReaderBase::ReadUpTo``: a read
+        that reaches the end of a file returns the records it has, so it never
+        waits for the next file while it holds records (``OutOfRangeError``
+        when the file queue is closed and empty). Whole runs of records come
+        from one ``read`` of the file."""
         keys: list[bytes] = []
         values: list[bytes] = []
         async with self._lock:
             while len(keys) < num_records:
                 if self._file is None:
-                    name = await next_file_or_none(next_file, bool(keys))
-                    if name is None:
-                        break
-                    self._open(name)
+                    self._open(await next_file_name(next_file))
                 if not self._next_records(num_records - len(keys), keys, values):
                     self._close()
+                    if keys:
+                        break
         self.records_produced += len(keys)
         return np.array(keys, dtype=object), np.array(values, dtype=object)
 
@@ -169,10 +170,11 @@ def run_input_op(node: dict[str, Any], args: list[Any], store: Any, wait: Callab
                                      f"{reader.name}"), 2)
     if op == "ReaderReadUpToV2":
         reader = _reader(store, attrs)
-        count = int(np.asarray(args[0]))
-        if count <= 0:
+        count = np.asarray(args[0])
+        if count.ndim != 0 or count.dtype.kind not in "iu" or int(count) <= 0:
             raise InvalidArgumentError(f"ReaderReadUpToV2 of {reader.name}: num_records must "
-                                       f"be positive, got {count}")
+                                       f"be a positive integer scalar, got {count.tolist()!r}")
+        count = int(count)
         read = asyncio.ensure_future(reader.read_up_to(count, lambda: queue.dequeue(None)))
         return _outputs(wait(read, f"records of reader {reader.name}",
                              lambda: f"a file name in queue {queue.name} for reader "

@@ -18,10 +18,10 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from distrib.errors import NotFoundError, OutOfRangeError
+from distrib.errors import NotFoundError
 from distrib.io import tf_record
 
-__all__ = ["TFRecordReader", "WholeFileReader", "next_file_or_none"]
+__all__ = ["TFRecordReader", "WholeFileReader", "next_file_name"]
 
 
 class _FileReader:
@@ -54,20 +54,23 @@ class _FileReader:
 
     async def read_up_to(self, num_records: int, next_file: Callable[[], asyncio.Future]
                          ) -> tuple[np.ndarray, np.ndarray]:
-        """Up to ``num_records`` records, on across files (TF's ``ReadUpTo``);
-        fewer only once the file queue is closed and empty."""
+        """Up to ``num_records`` records, as TF's ``ReaderBase::ReadUpTo``: a read
+        that reaches the end of a file returns the records it has (the next
+        read dequeues the next file), so a read never waits for a file while
+        it holds records (nothing is lost when that wait is cancelled, and a
+        file queue not yet closed cannot keep a read's records back);
+        ``OutOfRangeError`` when the queue is closed and empty."""
         keys: list[bytes] = []
         values: list[bytes] = []
         async with self._lock:
             while len(keys) < num_records:
                 if self._records is None:
-                    name = await next_file_or_none(next_file, bool(keys))
-                    if name is None:
-                        break
-                    self._records = self._open(name)
+                    self._records = self._open(await next_file_name(next_file))
                 record = next(self._records, None)
                 if record is None:
                     self._records = None
+                    if keys:
+                        break
                     continue
                 keys.append(record[0].encode())
                 values.append(record[1])
@@ -75,16 +78,10 @@ class _FileReader:
         return np.array(keys, dtype=object), np.array(values, dtype=object)
 
 
-async def next_file_or_none(next_file: Callable[[], asyncio.Future], have_some: bool
-                            ) -> Any:
-    """The next file name of a reader's queue; None when the queue is closed
-    and empty but the read has records already (a short last read-up-to)."""
-    try:
-        (name,) = await next_file()
-    except OutOfRangeError:
-        if have_some:
-            return None
-        raise
+async def next_file_name(next_file: Callable[[], asyncio.Future]) -> str:
+    """The next file name of a reader's queue (``OutOfRangeError`` once it is
+    closed and empty)."""
+    (name,) = await next_file()
     name = name.item() if isinstance(name, np.ndarray) else name
     return name.decode() if isinstance(name, bytes) else str(name)
 

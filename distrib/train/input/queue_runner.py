@@ -27,8 +27,8 @@ executor's cost per op paid once per chunk, not per record). Those loops
 are at most :data:`VECTORIZED_LOOPS`: each holds a chunk in flight, and one
 loop of chunks already feeds the CIFAR trainer as fast as a batch in memory
 (two measured the same; the second overlaps a loop waiting for room or for
-a file with the other's work). The last short chunk of the epochs is enqueued, then the reader's
-``OutOfRangeError`` ends the loops as before.
+a file with the other's work). A chunk ends early at the end of a file (as
+TF's ``ReadUpTo``); the reader's ``OutOfRangeError`` ends the loops as before.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ is. When every per-example op has a converter
 (:mod:`distrib.train.input.vectorize_ops`) it builds, once, in the same
 graph under the scope ``<enqueue>_vectorized``: ``ReaderReadUpToV2(k)``,
 each op converted to work on a leading batch dimension of size ``n <= k``
-(known only when it runs: the last chunk of the epochs is short), and a
+(known only when it runs: a read ends early at the end of a file), and a
 ``QueueEnqueueManyV2``. Anything it cannot convert (an op without a
 converter, a rank not known, a second reader, a stateful op with effects,
 a control input on the per-example path) and the runner runs the original
@@ -36,6 +36,7 @@ from distrib.framework.op_def import find_op_def
 from distrib.settings import VECTORIZE_QUEUE_RUNNERS
 from distrib.train.input import vectorize_ops
 from distrib.train.input.vectorize_ops import Builder, NotVectorizable, Value
+from kernels.cpu import math as cpu_math
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ ENABLED = True   # the module's switch; the environment variable's "0" switches 
 # and a chunk of CIFAR images in flight is ~3 MB
 DEFAULT_CHUNK = 128
 
+_RANDOM = cpu_math.RANDOM_OPS | vectorize_ops.RANDOM_OPS
 _lock = threading.Lock()
 _ATTR = "_vectorized_by_chunk"
 
@@ -123,7 +125,8 @@ def _classify(op: Operation, variant: dict[Operation, bool], readers: list[Opera
     if op.type == "ReaderReadV2":
         readers.append(op)
         return True
-    varies = any(variant[t.op] for t in op.inputs) or op.type in vectorize_ops.RANDOM_OPS
+    # a random op is per-example whatever it reads: each example its own draw
+    varies = any(variant[t.op] for t in op.inputs) or op.type in _RANDOM
     if varies:
         if op.control_inputs:
             raise NotVectorizable(f"per-example op {op.name} has control inputs")

@@ -31,7 +31,10 @@ from distrib.framework.tensor_shape import TensorShape
 
 __all__ = ["NotVectorizable", "Value", "Builder", "CONVERTERS", "RANDOM_OPS"]
 
-RANDOM_OPS = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal"})
+# the random ops converted: those whose entry takes the shape as an input (``[n] + s``
+# drawn in one run); every other random op of kernels.cpu.math.RANDOM_OPS is
+# per-example too (vectorize._classify) and has no converter: its runner falls back
+RANDOM_OPS = frozenset({"RandomUniform"})
 
 _UNARY = ("Cast", "Floor", "Ceil", "Round", "Sqrt", "Rsqrt", "Square", "Neg", "Abs", "Exp",
           "Log", "Sigmoid", "Tanh", "Relu", "Sign", "Identity", "StopGradient", "LogicalNot")
@@ -148,9 +151,14 @@ def _axis_attrs(op: Operation, keys: tuple[str, ...]) -> None:
 
 
 def _shifted(axes: Any, rank: int) -> list[int]:
+    """Per-example axes (negative from the end) as axes of the batched value; an
+    axis out of range is not converted (the per-example op says what is wrong)."""
     if rank == 0:
         raise NotVectorizable("an axis of a scalar")
-    return [int(a) % rank + 1 for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
+    axes = [int(a) for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
+    if any(not -rank <= a < rank for a in axes):
+        raise NotVectorizable(f"axes {axes} out of range for rank {rank}")
+    return [a % rank + 1 for a in axes]
 
 
 @_converts(*_UNARY)
@@ -210,7 +218,11 @@ def _reshape(b: Builder, op: Operation, ins: list[Value]) -> list[Value]:
 def _transpose(b: Builder, op: Operation, ins: list[Value]) -> list[Value]:
     _axis_attrs(op, ("perm",))
     rank, perm = ins[0].rank, op.attrs.get("perm")
-    perm = list(range(rank))[::-1] if perm is None else [int(p) % max(rank, 1) for p in perm]
+    perm = list(range(rank))[::-1] if perm is None else \
+        [int(p) % rank if -rank <= int(p) < rank else -1 for p in perm]
+    if sorted(perm) != list(range(rank)):
+        raise NotVectorizable(f"Transpose {op.name}: perm {op.attrs.get('perm')} is not a "
+                              f"permutation of rank {rank}'s axes")
     return b.batched(op, "Transpose", [ins[0].tensor],
                      {**op.attrs, "perm": [0, *(p + 1 for p in perm)]})
 
@@ -234,8 +246,10 @@ def _reduce(b: Builder, op: Operation, ins: list[Value]) -> list[Value]:
 @_converts("ExpandDims")
 def _expand_dims(b: Builder, op: Operation, ins: list[Value]) -> list[Value]:
     _axis_attrs(op, ("axis",))
-    axis = int(op.attrs["axis"])
-    axis = axis if axis >= 0 else axis + ins[0].rank + 1
+    axis, rank = int(op.attrs["axis"]), ins[0].rank
+    if not -rank - 1 <= axis <= rank:
+        raise NotVectorizable(f"ExpandDims {op.name}: axis {axis} out of range")
+    axis = axis if axis >= 0 else axis + rank + 1
     return b.batched(op, "ExpandDims", [ins[0].tensor], {**op.attrs, "axis": axis + 1})
 
 
