@@ -220,3 +220,44 @@ async def test_a_dequeue_given_back_returns_in_order_and_an_empty_dequeue_takes_
         assert (await q.dequeue(None))[0] == 0 and (await q.dequeue(2))[0].tolist() == [1, 2]
         empty = await q.dequeue(0)
         assert empty[0].shape[0] == 0 and (await q.dequeue(2))[0].tolist() == [3, 4]
+
+
+def test_a_sync_coordinator_joins_the_runner_threads_as_tf1s(tmp_path):
+    """TF1's pattern with a blocking session: ``coord.request_stop()`` then
+    ``coord.join(threads)`` blocks until the runner threads end (they stop and
+    close their queues); an error given to request_stop is re-raised by join;
+    a thread that outlives the grace period is a RuntimeError naming it."""
+    import threading
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(16)))
+    g = dt.Graph()
+    with g.as_default():
+        q = dt.train.string_input_producer([str(path)])
+        _, value = dt.FixedLengthRecordReader(record_bytes=1).read(q)
+        byte = dt.reshape(dt.decode_raw(value, dt.uint8), [])
+        (batch,) = dt.train.batch([byte], batch_size=4, num_threads=2)
+        with dt.SyncSession() as sess:
+            coord = dt.train.Coordinator()
+            threads = dt.train.start_queue_runners(sess=sess, coord=coord)
+            assert threads and all(isinstance(t, threading.Thread) for t in threads)
+            assert len(sess.run(batch)) == 4
+            coord.request_stop()
+            assert coord.join(threads, stop_grace_period_secs=30) is None   # blocking, done
+            assert not any(t.is_alive() for t in threads) and coord.joined
+    coord = dt.train.Coordinator()
+    coord.request_stop(ValueError("the reader failed"))
+    done = threading.Thread(target=lambda: None)
+    done.start()
+    with pytest.raises(ValueError, match="the reader failed"):
+        coord.join([done])
+    hold = threading.Event()
+    stuck = threading.Thread(target=hold.wait, args=(30,), name="stuck-runner")
+    stuck.start()
+    try:
+        coord = dt.train.Coordinator()
+        coord.request_stop()
+        with pytest.raises(RuntimeError, match="stuck-runner"):
+            coord.join([stuck], stop_grace_period_secs=0.1)
+    finally:
+        hold.set()
+        stuck.join(30)

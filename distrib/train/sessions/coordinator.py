@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from distrib.errors import OutOfRangeError
 
@@ -36,6 +39,7 @@ class Coordinator:
         self._stop = False
         self._exc: BaseException | None = None
         self._event = asyncio.Event()
+        self._stopped = threading.Event()   # the same, for threads (a SyncSession's runners)
         self._tasks: list[asyncio.Task] = []
         self._joined = False
 
@@ -46,6 +50,7 @@ class Coordinator:
             self._exc = ex
             logger.info("coordinator: stop requested with %s: %s", type(ex).__name__, ex)
         self._stop = True
+        self._stopped.set()
         self._event.set()
 
     def should_stop(self) -> bool:
@@ -55,6 +60,7 @@ class Coordinator:
         self._stop = False
         self._exc = None
         self._joined = False
+        self._stopped.clear()
         self._event.clear()
 
     @property
@@ -104,11 +110,37 @@ class Coordinator:
     def joined(self) -> bool:
         return self._joined
 
-    async def join(self, threads: Iterable[asyncio.Future] | None = None,
-                   stop_grace_period_secs: float = 120, ignore_live_threads: bool = False) -> None:
-        """Wait for a stop request, then for the tasks (at most ``stop_grace_period_secs``);
-        re-raise the error the stop was requested with."""
-        tasks = list(self._tasks) + [t for t in (threads or []) if t not in self._tasks]
+    def join(self, threads: Iterable[Any] | None = None, stop_grace_period_secs: float = 120,
+             ignore_live_threads: bool = False) -> Any:
+        """``await coord.join(tasks)``: wait for a stop request, then for the tasks
+        (at most ``stop_grace_period_secs``); re-raise the error the stop was
+        requested with. Given threads (a ``SyncSession``'s queue runners), it
+        blocks as TF's does: until they end or a stop is requested, then gives
+        them ``stop_grace_period_secs`` (RuntimeError naming those still alive
+        unless ``ignore_live_threads``), and re-raises the same way."""
+        given = list(threads or [])
+        if given and all(isinstance(t, threading.Thread) for t in given):
+            return self._join_threads(given, stop_grace_period_secs, ignore_live_threads)
+        return self._join_tasks(given, stop_grace_period_secs, ignore_live_threads)
+
+    def _join_threads(self, threads: list[threading.Thread], grace: float,
+                      ignore_live_threads: bool) -> None:
+        while any(t.is_alive() for t in threads) and not self._stopped.wait(1.0):
+            pass
+        deadline = time.monotonic() + grace
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        live = [t.name for t in threads if t.is_alive()]
+        self._joined = True
+        if live:
+            if not ignore_live_threads:
+                raise RuntimeError(f"Coordinator stopped with threads still running: {live}")
+            logger.warning("threads still running %ss after the stop: %s", grace, live)
+        self.raise_requested_exception()
+
+    async def _join_tasks(self, threads: list[Any], stop_grace_period_secs: float,
+                          ignore_live_threads: bool) -> None:
+        tasks = list(self._tasks) + [t for t in threads if t not in self._tasks]
         await self._event.wait()
         if tasks:
             _, live = await asyncio.wait(tasks, timeout=stop_grace_period_secs)
