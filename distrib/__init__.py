@@ -90,6 +90,9 @@ from distrib.ops.array_extra_ops import (
     where,
 )
 from distrib.ops.array_gather import (  # embeddings' ops (issue 41)
+    assign,
+    assign_add,
+    assign_sub,
     dynamic_partition,
     dynamic_stitch,
     gather,
@@ -259,6 +262,7 @@ _graph_all = [
     "random_uniform_initializer", "truncated_normal_initializer",
     "variance_scaling_initializer", "zeros_initializer",
     # gathers, scatters, segments and sparse gradients (issue 41)
+    "assign", "assign_add", "assign_sub",
     "dynamic_partition", "dynamic_stitch", "gather", "scatter_add", "scatter_nd_update",
     "scatter_sub", "scatter_update", "segment_mean", "segment_sum", "sparse_to_dense", "unique",
     "unsorted_segment_sum", "IndexedSlices", "IndexedSlicesValue",

@@ -589,3 +589,15 @@ def test_a_python_function_on_a_task_of_another_process_fails_typed():
     finally:
         for p in procs:
             p.stop()
+
+
+def test_tf1s_assign_functions_update_the_variable_and_refuse_a_tensor():
+    g = dt.Graph()
+    with g.as_default():
+        v = dt.Variable(np.float32(1.0))
+        steps = [dt.assign_add(v, 2.0), dt.compat.v1.assign_sub(v, 0.5), dt.assign(v, 10.0)]
+        with dt.SyncSession() as sess:
+            sess.run(v.initializer)
+            assert [float(sess.run(s)) for s in steps] == [3.0, 2.5, 10.0]
+        with pytest.raises(InvalidArgumentError, match="needs a variable"):
+            dt.assign_add(dt.constant(1.0), 1.0)

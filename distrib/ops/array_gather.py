@@ -214,3 +214,28 @@ def scatter_nd_update(ref: Any, indices: Any, updates: Any, use_locking: bool = 
                       name: str | None = None) -> Tensor:
     """``ref[indices[..., :k]] = updates`` (k coordinates per index row)."""
     return _scatter("ScatterNdUpdate", ref, indices, updates, name)
+
+
+# -- TF1's state ops as functions of a variable (tf.assign, tf.assign_add, tf.assign_sub) --------
+def assign(ref: Any, value: Any, validate_shape: Any = None, use_locking: Any = None,
+           name: str | None = None) -> Any:
+    """TF1's ``tf.assign(ref, value)``: ``ref.assign(value)``; the new value."""
+    return _variable(ref, "assign").assign(value, name=name)
+
+
+def assign_add(ref: Any, value: Any, use_locking: Any = None, name: str | None = None) -> Any:
+    """TF1's ``tf.assign_add(ref, value)``: ``ref.assign_add(value)``; the new value."""
+    return _variable(ref, "assign_add").assign_add(value, name=name)
+
+
+def assign_sub(ref: Any, value: Any, use_locking: Any = None, name: str | None = None) -> Any:
+    """TF1's ``tf.assign_sub(ref, value)``: ``ref.assign_sub(value)``; the new value."""
+    return _variable(ref, "assign_sub").assign_sub(value, name=name)
+
+
+def _variable(ref: Any, what: str) -> Any:
+    if not callable(getattr(ref, what, None)):
+        raise InvalidArgumentError(f"{what} needs a variable to update, got "
+                                   f"{type(ref).__name__}; a tensor cannot be assigned to: make "
+                                   "it a dt.Variable")
+    return ref
