@@ -27,6 +27,7 @@ from distrib.framework.graph import name_scope
 from distrib.ops import math_ops as ops
 from distrib.ops import value_mode
 from distrib.ops.constant_op import make_op
+from distrib.ops.image_codec import call_kernel, string_bytes
 
 __all__ = ["extract_jpeg_shape", "decode_and_crop_jpeg", "sample_distorted_bounding_box",
            "sample_distorted_bounding_box_v1", "tensor_result", "GRADIENTS",
@@ -41,22 +42,6 @@ def tensor_result(value: Any) -> Any:
     return wrap(value)
 
 
-def _call(fn: Any, *args: Any) -> Any:
-    from kernels.registry import KernelError
-    try:
-        return fn(*args)
-    except KernelError as e:
-        raise InvalidArgumentError(str(e)) from None
-
-
-def _data(contents: Any) -> bytes:
-    v = value_mode.as_value(contents)
-    if np.ndim(v) != 0:
-        raise InvalidArgumentError(f"contents must be a scalar string, got shape {np.shape(v)}")
-    item = v.item() if isinstance(v, np.ndarray) else v
-    return item.encode("latin-1") if isinstance(item, str) else bytes(item)
-
-
 def extract_jpeg_shape(contents: Any, output_type: Any = dtypes.int32,
                        name: str | None = None) -> Any:
     """``[height, width, channels]`` of a JPEG, read from its header (TF's)."""
@@ -65,7 +50,7 @@ def extract_jpeg_shape(contents: Any, output_type: Any = dtypes.int32,
         raise InvalidArgumentError(f"output_type must be int32 or int64, got {out.name}")
     if value_mode.values_now(contents):
         from kernels.cpu.image_boxes import extract_jpeg_shape_value
-        return tensor_result(np.array(_call(extract_jpeg_shape_value, _data(contents)),
+        return tensor_result(np.array(call_kernel(extract_jpeg_shape_value, string_bytes(contents)),
                                       out.as_numpy_dtype))
     x = ops.convert_to_tensor(contents, dtype=dtypes.string)
     return ops.op_output("ExtractJpegShape", [x], {"output_type": out},
@@ -80,7 +65,7 @@ def decode_and_crop_jpeg(contents: Any, crop_window: Any, channels: int = 0, rat
     JPEG's pixels, uint8 (TF's): equal to ``decode_jpeg`` then the crop."""
     if value_mode.values_now(contents, crop_window):
         from kernels.cpu.image_boxes import decode_and_crop_jpeg_value
-        return tensor_result(_call(decode_and_crop_jpeg_value, _data(contents),
+        return tensor_result(call_kernel(decode_and_crop_jpeg_value, string_bytes(contents),
                                    np.asarray(value_mode.as_value(crop_window)), int(channels),
                                    int(ratio), bool(fancy_upscaling), str(dct_method)))
     attrs = {"channels": int(channels), "ratio": int(ratio),
@@ -101,10 +86,10 @@ def _sampler(image_size: Any, bounding_boxes: Any, seed: int | None,
     attempts = 100 if max_attempts is None else int(max_attempts)
     use_image = bool(use_image_if_no_bounding_boxes)
     from kernels.cpu.image_boxes import check_box_attrs, sample_box
-    _call(check_box_attrs, ratio, area, attempts)
+    call_kernel(check_box_attrs, ratio, area, attempts)
     if value_mode.values_now(image_size, bounding_boxes, min_object_covered):
         size = np.asarray(value_mode.as_value(image_size))
-        outs = _call(sample_box, size, np.asarray(value_mode.as_value(bounding_boxes)),
+        outs = call_kernel(sample_box, size, np.asarray(value_mode.as_value(bounding_boxes)),
                      np.asarray(value_mode.as_value(min_object_covered), np.float32),
                      ratio, area, attempts, use_image, value_mode.rng())
         return tuple(tensor_result(v) for v in outs)

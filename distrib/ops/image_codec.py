@@ -27,7 +27,7 @@ def _now(*inputs: Any) -> bool:
     return value_mode.values_now(*inputs)
 
 
-def _call(fn: Any, *args: Any) -> Any:
+def call_kernel(fn: Any, *args: Any) -> Any:
     from kernels.registry import KernelError
     try:
         return fn(*args)
@@ -35,7 +35,7 @@ def _call(fn: Any, *args: Any) -> Any:
         raise InvalidArgumentError(str(e)) from None
 
 
-def _data(contents: Any) -> bytes:
+def string_bytes(contents: Any) -> bytes:
     v = value_mode.as_value(contents)
     if np.ndim(v) != 0:
         raise InvalidArgumentError(f"contents must be a scalar string, got shape {np.shape(v)}")
@@ -53,7 +53,7 @@ def decode_jpeg(contents: Any, channels: int = 0, ratio: int = 1, fancy_upscalin
     """A JPEG's pixels as uint8 ``[height, width, channels]`` (TF's)."""
     if _now(contents):
         from kernels.cpu.image_codec import decode_jpeg_value
-        return _call(decode_jpeg_value, _data(contents), int(channels), int(ratio),
+        return call_kernel(decode_jpeg_value, string_bytes(contents), int(channels), int(ratio),
                      bool(fancy_upscaling), str(dct_method))
     attrs = {"channels": int(channels), "ratio": int(ratio),
              "fancy_upscaling": bool(fancy_upscaling), "dct_method": str(dct_method),
@@ -68,7 +68,7 @@ def decode_png(contents: Any, channels: int = 0, dtype: Any = dtypes.uint8,
     want = dtypes.as_dtype(dtype)
     if _now(contents):
         from kernels.cpu.image_codec import decode_png_value
-        return _call(decode_png_value, _data(contents), int(channels), want.as_numpy_dtype)
+        return call_kernel(decode_png_value, string_bytes(contents), int(channels), want.as_numpy_dtype)
     return ops.op_output("DecodePng", [_string(contents)],
                          {"channels": int(channels), "dtype": want}, name or "DecodePng")
 
@@ -82,7 +82,7 @@ def decode_image(contents: Any, channels: int | None = None, dtype: Any = dtypes
     raw = want if want in (dtypes.uint8, dtypes.uint16, dtypes.float32) else dtypes.uint16
     if _now(contents):
         from kernels.cpu.image_codec import decode_image_value
-        out = _call(decode_image_value, _data(contents), int(channels or 0),
+        out = call_kernel(decode_image_value, string_bytes(contents), int(channels or 0),
                     raw.as_numpy_dtype, bool(expand_animations))
         if want != raw:
             from distrib.ops.image_values import convert_image_dtype_value
@@ -107,7 +107,7 @@ def encode_jpeg(image: Any, format: str = "", quality: int = 95,  # noqa: A002 -
         raise InvalidArgumentError(f"quality must be in [0, 100], got {quality}")
     if _now(image):
         from kernels.cpu.image_codec import encode_jpeg_value
-        return np.array(_call(encode_jpeg_value, np.asarray(image), int(quality),
+        return np.array(call_kernel(encode_jpeg_value, np.asarray(image), int(quality),
                               bool(chroma_downsampling), str(format)), dtype=object)
     x = ops.convert_to_tensor(image, dtype=dtypes.uint8)
     return ops.op_output("EncodeJpeg", [x], {"quality": int(quality), "format": str(format),
@@ -119,7 +119,7 @@ def encode_png(image: Any, compression: int = -1, name: str | None = None) -> An
     """A uint8 or uint16 image ``[height, width, channels]`` as PNG bytes (TF's)."""
     if _now(image):
         from kernels.cpu.image_codec import encode_png_value
-        return np.array(_call(encode_png_value, np.asarray(image), int(compression)),
+        return np.array(call_kernel(encode_png_value, np.asarray(image), int(compression)),
                         dtype=object)
     x = ops.convert_operand(image)
     return ops.op_output("EncodePng", [x], {"compression": int(compression)},
@@ -129,4 +129,4 @@ def encode_png(image: Any, compression: int = -1, name: str | None = None) -> An
 def is_jpeg(contents: Any, name: str | None = None) -> Any:
     """Whether the bytes start as a JPEG does (TF's ``is_jpeg``; values only here)."""
     from kernels.cpu.image_codec import image_format
-    return np.bool_(image_format(_data(contents)) == "jpeg")
+    return np.bool_(image_format(string_bytes(contents)) == "jpeg")

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.cpu.image_codec import decode_jpeg_value, image_format
+from kernels.cpu.image_codec import decode_jpeg_value, image_format, string_bytes
 from kernels.cpu.math import rng as random_generator
 from kernels.dtypes import as_dtype
 from kernels.registry import CPU, KernelError, KernelTable
@@ -39,14 +39,6 @@ KERNELS = KernelTable()   # this module's kernels; kernels.cpu.loader registers 
 
 _F32 = np.float32
 _EPS = float(np.float32(1e-7))   # TF's kEps, a float widened to double
-
-
-def _bytes(value: Any) -> bytes:
-    v = np.asarray(value, dtype=object)
-    if v.ndim != 0:
-        raise KernelError(f"contents must be a scalar string, got shape {list(v.shape)}")
-    item = v.item()
-    return item.encode("latin-1") if isinstance(item, str) else bytes(item)
 
 
 # -- a JPEG's shape ------------------------------------------------------------------------
@@ -81,7 +73,7 @@ def extract_jpeg_shape(inputs: list, attrs: dict) -> list:
     out_type = as_dtype(attrs.get("output_type", "int32"))
     if out_type not in (np.int32, np.int64):
         raise KernelError(f"ExtractJpegShape: output_type must be int32 or int64, got {out_type}")
-    return [np.array(extract_jpeg_shape_value(_bytes(inputs[0])), out_type)]
+    return [np.array(extract_jpeg_shape_value(string_bytes(inputs[0])), out_type)]
 
 
 # -- decoding a crop -----------------------------------------------------------------------
@@ -108,7 +100,7 @@ def decode_and_crop_jpeg_value(data: bytes, crop_window: Any, channels: int = 0,
 @KERNELS("DecodeAndCropJpeg", CPU)
 def decode_and_crop_jpeg(inputs: list, attrs: dict) -> list:
     return [decode_and_crop_jpeg_value(
-        _bytes(inputs[0]), inputs[1], int(attrs.get("channels", 0)), int(attrs.get("ratio", 1)),
+        string_bytes(inputs[0]), inputs[1], int(attrs.get("channels", 0)), int(attrs.get("ratio", 1)),
         bool(attrs.get("fancy_upscaling", True)), str(attrs.get("dct_method", "")))]
 
 

@@ -42,7 +42,7 @@ def image_format(data: bytes) -> str:
     return ""
 
 
-def _bytes(value: Any) -> bytes:
+def string_bytes(value: Any) -> bytes:
     v = np.asarray(value, dtype=object)
     if v.ndim != 0:
         raise KernelError(f"contents must be a scalar string, got shape {list(v.shape)}")
@@ -209,7 +209,7 @@ def _obj(data: bytes) -> np.ndarray:
 
 @KERNELS("DecodeJpeg", CPU)
 def decode_jpeg(inputs: list, attrs: dict) -> list:
-    return [decode_jpeg_value(_bytes(inputs[0]), int(attrs.get("channels") or 0),
+    return [decode_jpeg_value(string_bytes(inputs[0]), int(attrs.get("channels") or 0),
                               int(attrs.get("ratio") or 1),
                               bool(attrs.get("fancy_upscaling", True)),
                               str(attrs.get("dct_method") or ""))]
@@ -217,13 +217,13 @@ def decode_jpeg(inputs: list, attrs: dict) -> list:
 
 @KERNELS("DecodePng", CPU)
 def decode_png(inputs: list, attrs: dict) -> list:
-    return [decode_png_value(_bytes(inputs[0]), int(attrs.get("channels") or 0),
+    return [decode_png_value(string_bytes(inputs[0]), int(attrs.get("channels") or 0),
                              as_dtype(attrs.get("dtype") or "uint8"))]
 
 
 @KERNELS("DecodeImage", CPU)
 def decode_image(inputs: list, attrs: dict) -> list:
-    return [decode_image_value(_bytes(inputs[0]), int(attrs.get("channels") or 0),
+    return [decode_image_value(string_bytes(inputs[0]), int(attrs.get("channels") or 0),
                                as_dtype(attrs.get("dtype") or "uint8"),
                                bool(attrs.get("expand_animations", True)))]
 
