@@ -503,15 +503,21 @@ def test_a_python_function_that_refers_to_its_graph_goes_with_the_graph():
             dt.py_function(lambda a: a + len(g.get_operations()), [dt.constant([1.0])],
                            dt.float32)
             y = dt.numpy_function(lambda a: a, [dt.constant([2.0])], dt.float32)
-        return g, y
-    g, y = build()
+        tokens = {op.get_attr("token") for op in g.get_operations()
+                  if op.type in ("PyFunc", "EagerPyFunc")}
+        assert len(tokens) == 2
+        return g, y, tokens
+    g, y, kept = build()
     assert evaluate(y, graph=g).tolist() == [2.0]      # the graph holds its functions
-    before = len(callable_names())
+    dropped = set()
     for _ in range(3):
-        build()
+        dropped |= build()[2]
+    gc.collect()
+    assert kept <= set(callable_names())              # alive with their graph
+    assert not dropped & set(callable_names())        # a closure over its graph no longer leaks
     del g, y
     gc.collect()
-    assert len(callable_names()) == before - 2       # a closure over its graph no longer leaks
+    assert not kept & set(callable_names())
 
 
 def test_sequence_mask_of_no_lengths_and_a_negative_maxlen():
