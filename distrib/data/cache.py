@@ -28,7 +28,7 @@ import msgpack
 import numpy as np
 
 from distrib.data import structure
-from distrib.data.pipeline import Failed, Node, probing, take_chunk
+from distrib.data.pipeline import Failed, Node, batches, probing
 from distrib.errors import InvalidArgumentError
 from distrib.io import tf_record
 
@@ -204,18 +204,8 @@ class PaddedBatch(Node):
         return _up_to(first, self.padding_values, "padding_values")
 
     def iterate(self) -> Iterator[Any]:
-        cursor = self.inputs[0].iterate()
-        try:
-            while True:
-                chunk, failed = take_chunk(cursor, self.batch_size)
-                if failed is not None:
-                    yield failed
-                    continue
-                if not chunk or (self.drop_remainder and len(chunk) < self.batch_size):
-                    return
-                yield self._batch(chunk)
-        finally:
-            cursor.close()  # type: ignore[attr-defined]
+        return batches(self.inputs[0].iterate(), self.batch_size, self.drop_remainder,
+                       self._batch)
 
     def _batch(self, chunk: list[Any]) -> Any:
         flat = [[np.asarray(x) for x in structure.flatten(e)] for e in chunk]

@@ -28,7 +28,7 @@ from distrib.data import structure
 from distrib.errors import InvalidArgumentError
 
 __all__ = ["INFINITE", "UNKNOWN", "END", "Node", "probing", "TensorSlices", "Tensors", "Range",
-           "Generator", "Zip", "Concatenate", "Failed", "take_chunk"]
+           "Generator", "Zip", "Concatenate", "Failed", "batches", "take_chunk"]
 
 INFINITE = -1   # tf.data.INFINITE_CARDINALITY
 UNKNOWN = -2    # tf.data.UNKNOWN_CARDINALITY
@@ -130,6 +130,24 @@ class Failed:
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
+
+
+def batches(cursor: Iterator[Any], size: int, drop_remainder: bool,
+            make: Callable[[list[Any]], Any]) -> Iterator[Any]:
+    """A batch stage's loop: ``make(chunk)`` for each ``size`` elements of
+    ``cursor`` (the last short one unless ``drop_remainder``); a failed
+    element met comes out alone, in its batch's place (TF's batch)."""
+    try:
+        while True:
+            chunk, failed = take_chunk(cursor, size)
+            if failed is not None:
+                yield failed
+                continue
+            if not chunk or (drop_remainder and len(chunk) < size):
+                return
+            yield make(chunk)
+    finally:
+        cursor.close()  # type: ignore[attr-defined]
 
 
 def take_chunk(cursor: Iterator[Any], n: int) -> tuple[list[Any], Failed | None]:

@@ -41,7 +41,7 @@ import numpy as np
 
 from distrib.data import structure
 from distrib.data.parallel_map import MapFn
-from distrib.data.pipeline import INFINITE, UNKNOWN, Failed, Node, probing, take_chunk
+from distrib.data.pipeline import INFINITE, UNKNOWN, Failed, Node, batches, probing
 from distrib.errors import InvalidArgumentError
 from distrib.ops import value_mode
 
@@ -75,18 +75,7 @@ class Batch(Node):
         self.drop_remainder = drop_remainder
 
     def iterate(self) -> Iterator[Any]:
-        cursor = self.inputs[0].iterate()
-        try:
-            while True:
-                chunk, failed = take_chunk(cursor, self.batch_size)
-                if failed is not None:
-                    yield failed
-                    continue
-                if not chunk or (self.drop_remainder and len(chunk) < self.batch_size):
-                    return
-                yield stack(chunk)
-        finally:
-            cursor.close()
+        return batches(self.inputs[0].iterate(), self.batch_size, self.drop_remainder, stack)
 
     def cardinality(self) -> int:
         n = self.inputs[0].cardinality()
